@@ -1,0 +1,10 @@
+# Third-party dependencies, all from Debian packages (scripts/install_deps.sh installs them).
+find_package(Eigen3 3.4 REQUIRED NO_MODULE)
+find_package(fmt REQUIRED)
+find_package(OpenMP REQUIRED COMPONENTS CXX)
+if(VLPAR_BUILD_TESTS)
+  find_package(GTest REQUIRED)
+endif()
+if(VLPAR_BUILD_BENCH)
+  find_package(benchmark REQUIRED)
+endif()

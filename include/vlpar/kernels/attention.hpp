@@ -1,0 +1,34 @@
+#pragma once
+// Variable-length (packed) multi-head attention, FlashAttention-2 algorithm on the CPU.
+//   q [N_tok, H, D], k/v [N_tok, H_kv, D], segments given by cu_seqlens (i32 [B+1], cu[0] = 0,
+//   cu[B] = N_tok, non-decreasing). Attention never crosses a segment; causal masks key > query within one.
+//   GQA: query head h reads kv head h / (H / H_kv).
+//   Forward: tiled online softmax, never materialises a [S, S] score matrix; saves lse [H, N_tok] (fp32,
+//   natural log of Σ exp(scale·qk)) for the backward, which recomputes probabilities tile by tile.
+// Test: tests/unit/test_attention.cpp. Bench: bench/bench_attention.cpp.
+#include "vlpar/core/context.hpp"
+#include "vlpar/core/tensor.hpp"
+
+namespace vlpar {
+
+struct VarlenAttentionDesc {
+  int num_heads = 0;      // H, query heads
+  int num_kv_heads = 0;   // H_kv, divides H
+  int head_dim = 0;       // D, any positive value (72 and 128 are the Qwen3-VL ones)
+  bool causal = true;
+  float softmax_scale = 0.f;  // 0 means 1/sqrt(D)
+};
+
+Status check_varlen_attention(const VarlenAttentionDesc& desc);
+
+/// @param out [N_tok, H, D] written
+/// @param lse [H, N_tok] f32 written
+Status varlen_attention_forward(const Context& ctx, TensorView out, TensorView lse, TensorView q, TensorView k,
+                                TensorView v, TensorView cu_seqlens, const VarlenAttentionDesc& desc);
+
+/// @param dq [N_tok, H, D], dk/dv [N_tok, H_kv, D], all written (not accumulated)
+Status varlen_attention_backward(const Context& ctx, TensorView dq, TensorView dk, TensorView dv, TensorView dout,
+                                 TensorView q, TensorView k, TensorView v, TensorView out, TensorView lse,
+                                 TensorView cu_seqlens, const VarlenAttentionDesc& desc);
+
+}  // namespace vlpar

@@ -1,0 +1,42 @@
+#pragma once
+// AdamW with decoupled weight decay and bias correction; global gradient L2 norm; clipping.
+//   m = β1·m + (1−β1)·g ; v = β2·v + (1−β2)·g² ; p −= lr·wd·p ; p −= lr · (m/(1−β1^t)) / (sqrt(v/(1−β2^t)) + eps)
+// Master weights, m and v are fp32; the gradient may be any float dtype; an optional low-precision copy of
+// the updated parameter is written for the model's storage dtype.
+#include <cstdint>
+#include <span>
+
+#include "vlpar/core/context.hpp"
+#include "vlpar/core/tensor.hpp"
+
+namespace vlpar {
+
+struct AdamWConfig {
+  float lr = 1e-3f;
+  float beta1 = 0.9f;
+  float beta2 = 0.999f;
+  float eps = 1e-8f;
+  float weight_decay = 0.0f;
+
+  Status validate() const;
+};
+
+/// @param param      [n] f32 master weights, updated in place
+/// @param param_copy [n] storage-dtype copy written after the update (empty view: none)
+/// @param grad       [n] any float dtype
+/// @param m, v       [n] f32 optimizer state
+/// @param step       1-based step count used for bias correction
+Status adamw_step(const Context& ctx, TensorView param, TensorView param_copy, TensorView grad, TensorView m,
+                  TensorView v, const AdamWConfig& cfg, int64_t step);
+
+/// @brief sqrt(Σ_tensors Σ g²), accumulated in fp64 with a fixed partition (bitwise reproducible).
+Result<double> global_grad_norm(const Context& ctx, std::span<const TensorView> grads);
+
+/// @brief Scales every gradient by min(1, max_norm / (norm + 1e-6)) when norm > max_norm; returns the
+/// pre-clip norm. Non-finite norms are returned unchanged and nothing is scaled (the trainer skips the step).
+Result<double> clip_grad_norm(const Context& ctx, std::span<const TensorView> grads, double max_norm);
+
+/// @brief t ← alpha · t in place (any float dtype, CPU).
+Status scale_(const Context& ctx, TensorView t, float alpha);
+
+}  // namespace vlpar

@@ -1,0 +1,49 @@
+#pragma once
+// MoE router (spec §5): p = softmax(logits) in fp32; (w, idx) = top-k(p) in descending order, ties to the
+// lower expert index; w /= Σw (always renormalised). Plus the Switch-style load-balancing loss
+//   aux = E · Σ_e f_e · P̄_e,  f_e = (# (row, slot) assignments to e) / R,  P̄_e = mean_rows p[:, e]
+// over all R rows of every MoE layer (RouterAuxStats accumulates layers, then one finalisation).
+// The gradient of aux flows through P̄ only (the counts are constants).
+#include <cstdint>
+#include <vector>
+
+#include "vlpar/core/context.hpp"
+#include "vlpar/core/tensor.hpp"
+
+namespace vlpar {
+
+struct RouterDesc {
+  int num_experts = 0;  // E
+  int top_k = 0;        // K ≤ E
+};
+
+/// @param weights [T, K] f32 written, renormalised top-k probabilities
+/// @param indices [T, K] i32 written, expert ids in descending probability
+/// @param probs   [T, E] f32 written, full softmax (stash for backward and aux)
+/// @param logits  [T, E] any float dtype
+Status router_forward(const Context& ctx, TensorView weights, TensorView indices, TensorView probs,
+                      TensorView logits, const RouterDesc& desc);
+
+/// @brief Backpropagates dweights [T, K] through renormalisation, gather and softmax.
+/// @param dlogits [T, E] f32 written
+Status router_backward(const Context& ctx, TensorView dlogits, TensorView dweights, TensorView probs,
+                       TensorView indices, TensorView weights, const RouterDesc& desc);
+
+/// Per-expert sums over the rows of every MoE layer seen so far.
+struct RouterAuxStats {
+  std::vector<double> counts;    // [E] assignments per expert
+  std::vector<double> prob_sum;  // [E] Σ_rows p[:, e]
+  int64_t rows = 0;              // R
+  int top_k = 0;
+};
+
+/// @brief Adds one layer's probs [T, E] and indices [T, K] to the statistics (stats sized on first use).
+Status router_aux_accumulate(RouterAuxStats& stats, TensorView probs, TensorView indices, const RouterDesc& desc);
+/// @brief aux = E · Σ_e (counts_e / R) · (prob_sum_e / R).
+Result<double> router_aux_loss(const RouterAuxStats& stats);
+/// @brief dlogits += grad_aux · ∂aux/∂logits for one layer's rows (softmax Jacobian applied to
+/// ∂aux/∂p[t, e] = E · f_e / R).
+Status router_aux_backward(const Context& ctx, TensorView dlogits, TensorView probs, const RouterAuxStats& stats,
+                           float grad_aux);
+
+}  // namespace vlpar
