@@ -1,0 +1,22 @@
+#pragma once
+// CUDA implementations behind the public op API. The public functions (norm.hpp, activation.hpp, rotary.hpp)
+// check their arguments and dispatch here when the views live on a CUDA device; call those, not these.
+// In a build without CUDA these return kNotSupported ("this build of vlpar has no CUDA kernels").
+// Implementations: src/kernels/cuda/*.cu; CPU-only stubs: src/kernels/cpu/cuda_stubs.cpp.
+#include "vlpar/core/context.hpp"
+#include "vlpar/core/tensor.hpp"
+#include "vlpar/kernels/rotary_math.hpp"
+
+namespace vlpar::cuda_impl {
+
+Status rmsnorm_forward(const Context& ctx, TensorView y, TensorView rstd, TensorView x, TensorView w, float eps);
+Status rmsnorm_backward(const Context& ctx, TensorView dx, TensorView dw, TensorView dy, TensorView x,
+                        TensorView w, TensorView rstd);
+Status swiglu_forward(const Context& ctx, TensorView y, TensorView gate, TensorView up);
+Status swiglu_backward(const Context& ctx, TensorView dgate, TensorView dup, TensorView dy, TensorView gate,
+                       TensorView up);
+Status rotary_forward(const Context& ctx, TensorView y, TensorView x, TensorView positions, const RotaryDesc& desc);
+Status rotary_backward(const Context& ctx, TensorView dx, TensorView dy, TensorView positions,
+                       const RotaryDesc& desc);
+
+}  // namespace vlpar::cuda_impl
