@@ -1,0 +1,213 @@
+// CPU GEMM (Eigen, fp32 accumulation) and linear layers built on it.
+// Low-precision operands are widened to fp32 once per call; C is rounded once on store.
+// Test: tests/unit/test_gemm.cpp
+#include "vlpar/kernels/gemm.hpp"
+
+#include <Eigen/Dense>
+#include <vector>
+
+#include "gemm_f32.hpp"
+#include "vlpar/core/checks.hpp"
+#include "vlpar/core/dispatch.hpp"
+
+namespace vlpar {
+namespace cpu {
+namespace {
+using MatRM = Eigen::Matrix<float, Eigen::Dynamic, Eigen::Dynamic, Eigen::RowMajor>;
+using CMap = Eigen::Map<const MatRM, Eigen::Unaligned, Eigen::OuterStride<>>;
+using MMap = Eigen::Map<MatRM, Eigen::Unaligned, Eigen::OuterStride<>>;
+
+// Rows [m0, m0+m) and columns [n0, n0+n) of C.
+void gemm_block(const GemmF32& g, int64_t m0, int64_t m, int64_t n0, int64_t n) {
+  if (m <= 0 || n <= 0) return;
+  MMap C(g.c + m0 * g.ldc + n0, m, n, Eigen::OuterStride<>(g.ldc));
+  if (g.beta == 0.f) C.setZero();
+  else if (g.beta != 1.f) C *= g.beta;
+  if (g.K == 0) return;
+  // op(A) rows [m0, m0+m): A stored [M, K] → rows; stored [K, M] → columns.
+  const float* a = g.trans_a ? g.a + m0 : g.a + m0 * g.lda;
+  const float* b = g.trans_b ? g.b + n0 * g.ldb : g.b + n0;
+  const int64_t ar = g.trans_a ? g.K : m, ac = g.trans_a ? m : g.K;
+  const int64_t br = g.trans_b ? n : g.K, bc = g.trans_b ? g.K : n;
+  CMap A(a, ar, ac, Eigen::OuterStride<>(g.lda));
+  CMap B(b, br, bc, Eigen::OuterStride<>(g.ldb));
+  if (!g.trans_a && !g.trans_b) C.noalias() += g.alpha * (A * B);
+  else if (g.trans_a && !g.trans_b) C.noalias() += g.alpha * (A.transpose() * B);
+  else if (!g.trans_a && g.trans_b) C.noalias() += g.alpha * (A * B.transpose());
+  else C.noalias() += g.alpha * (A.transpose() * B.transpose());
+}
+}  // namespace
+
+void gemm_f32_serial(const GemmF32& g) { gemm_block(g, 0, g.M, 0, g.N); }
+
+void gemm_f32(const Context& ctx, const GemmF32& g) {
+  const bool split_m = g.M >= g.N;
+  const int64_t extent = split_m ? g.M : g.N;
+  // Blocks narrower than 64 rows/cols waste Eigen's packing; use fewer parts for small problems.
+  Context c2 = ctx;
+  c2.num_threads = int(std::max<int64_t>(1, std::min<int64_t>(ctx.num_threads, extent / 64)));
+  parallel_for(c2, extent, [&](int64_t begin, int64_t end) {
+    if (split_m) gemm_block(g, begin, end - begin, 0, g.N);
+    else gemm_block(g, 0, g.M, begin, end - begin);
+  });
+}
+
+}  // namespace cpu
+
+namespace {
+
+struct Mat {
+  int64_t batch = 1, rows = 0, cols = 0, ld = 0, batch_stride = 0;
+};
+
+Result<Mat> as_mat(const char* what, const TensorView& v) {
+  VLPAR_CHECK(v.ndim() == 2 || v.ndim() == 3, "gemm: {} must be 2D or 3D, got {}", what, v.to_string());
+  VLPAR_RETURN_IF_ERROR(check_storage_dtype("gemm", what, v));
+  VLPAR_CHECK(v.device.is_cpu(), "gemm: {} must be on the CPU (no CUDA GEMM yet), got {}", what, v.to_string());
+  VLPAR_CHECK(v.stride(-1) == 1 || v.size(-1) <= 1, "gemm: {} must have a contiguous last dim, got strides of {}",
+              what, v.to_string());
+  Mat m;
+  m.batch = v.ndim() == 3 ? v.size(0) : 1;
+  m.batch_stride = v.ndim() == 3 ? v.stride(0) : 0;
+  m.rows = v.size(-2);
+  m.cols = v.size(-1);
+  m.ld = std::max<int64_t>(v.stride(-2), m.cols);
+  VLPAR_CHECK(m.rows <= 1 || v.stride(-2) >= m.cols, "gemm: {} rows overlap (row stride {} < {} cols)", what,
+              v.stride(-2), m.cols);
+  return m;
+}
+
+/// Copies one [rows, cols] (ld) matrix of any float dtype into a dense fp32 buffer.
+template <class T>
+void widen(std::vector<float>& out, const T* p, int64_t rows, int64_t cols, int64_t ld) {
+  out.resize(size_t(rows * cols));
+  for (int64_t r = 0; r < rows; ++r)
+    for (int64_t c = 0; c < cols; ++c) out[size_t(r * cols + c)] = to_float(p[r * ld + c]);
+}
+
+Status widen_any(std::vector<float>& out, const TensorView& v, const Mat& m, int64_t b) {
+  VLPAR_FLOAT_SWITCH(v.dtype, T, "gemm", {
+    widen(out, v.ptr<T>() + b * m.batch_stride, m.rows, m.cols, m.ld);
+  });
+  return Status::Ok();
+}
+
+Status store_any(const TensorView& v, const Mat& m, int64_t b, const std::vector<float>& src) {
+  VLPAR_FLOAT_SWITCH(v.dtype, T, "gemm", {
+    T* p = v.ptr<T>() + b * m.batch_stride;
+    for (int64_t r = 0; r < m.rows; ++r)
+      for (int64_t c = 0; c < m.cols; ++c) p[r * m.ld + c] = from_float<T>(src[size_t(r * m.cols + c)]);
+  });
+  return Status::Ok();
+}
+
+}  // namespace
+
+Status gemm(const Context& ctx, TensorView c, TensorView a, TensorView b, GemmDesc desc) {
+  VLPAR_ASSIGN_OR_RETURN(Mat mc, as_mat("C", c));
+  VLPAR_ASSIGN_OR_RETURN(Mat ma, as_mat("A", a));
+  VLPAR_ASSIGN_OR_RETURN(Mat mb, as_mat("B", b));
+  const int64_t M = mc.rows, N = mc.cols;
+  const int64_t K = desc.trans_a ? ma.rows : ma.cols;
+  VLPAR_CHECK((desc.trans_a ? ma.cols : ma.rows) == M, "gemm: op(A) {} has {} rows but C {} has {}", a.to_string(),
+              desc.trans_a ? ma.cols : ma.rows, c.to_string(), M);
+  VLPAR_CHECK((desc.trans_b ? mb.rows : mb.cols) == N, "gemm: op(B) {} has {} cols but C {} has {}", b.to_string(),
+              desc.trans_b ? mb.rows : mb.cols, c.to_string(), N);
+  VLPAR_CHECK((desc.trans_b ? mb.cols : mb.rows) == K, "gemm: inner dims differ: op(A) {} has K={} but op(B) {} "
+              "has K={}", a.to_string(), K, b.to_string(), desc.trans_b ? mb.cols : mb.rows);
+  VLPAR_CHECK((ma.batch == mc.batch || ma.batch == 1) && (mb.batch == mc.batch || mb.batch == 1),
+              "gemm: batch sizes of A ({}), B ({}) and C ({}) must match or be 1", ma.batch, mb.batch, mc.batch);
+  const bool all_f32 = a.dtype == DType::kF32 && b.dtype == DType::kF32 && c.dtype == DType::kF32;
+  for (int64_t bi = 0; bi < mc.batch; ++bi) {
+    const int64_t ba = ma.batch == 1 ? 0 : bi, bb = mb.batch == 1 ? 0 : bi;
+    cpu::GemmF32 g{M, N, K, nullptr, ma.ld, desc.trans_a, nullptr, mb.ld, desc.trans_b, nullptr, mc.ld,
+                   desc.alpha, desc.beta};
+    if (all_f32) {
+      g.a = a.ptr<float>() + ba * ma.batch_stride;
+      g.b = b.ptr<float>() + bb * mb.batch_stride;
+      g.c = c.ptr<float>() + bi * mc.batch_stride;
+      cpu::gemm_f32(ctx, g);
+      continue;
+    }
+    std::vector<float> fa, fb, fc;
+    VLPAR_RETURN_IF_ERROR(widen_any(fa, a, ma, ba));
+    VLPAR_RETURN_IF_ERROR(widen_any(fb, b, mb, bb));
+    if (desc.beta != 0.f) VLPAR_RETURN_IF_ERROR(widen_any(fc, c, mc, bi));
+    else fc.assign(size_t(M * N), 0.f);
+    g.a = fa.data();
+    g.lda = ma.cols;
+    g.b = fb.data();
+    g.ldb = mb.cols;
+    g.c = fc.data();
+    g.ldc = N;
+    cpu::gemm_f32(ctx, g);
+    VLPAR_RETURN_IF_ERROR(store_any(c, mc, bi, fc));
+  }
+  return Status::Ok();
+}
+
+namespace {
+Status check_linear(const char* op, const TensorView& y, const TensorView& x, const TensorView& w) {
+  VLPAR_CHECK(x.ndim() == 2 && w.ndim() == 2 && y.ndim() == 2, "{}: x {}, weight {} and y {} must be 2D", op,
+              x.to_string(), w.to_string(), y.to_string());
+  VLPAR_CHECK(x.size(1) == w.size(1), "{}: x {} has {} features but weight {} expects {}", op, x.to_string(),
+              x.size(1), w.to_string(), w.size(1));
+  VLPAR_CHECK(y.size(0) == x.size(0) && y.size(1) == w.size(0), "{}: output {} must be [{}, {}]", op, y.to_string(),
+              x.size(0), w.size(0));
+  return Status::Ok();
+}
+}  // namespace
+
+Status linear_forward(const Context& ctx, TensorView y, TensorView x, TensorView w, TensorView bias) {
+  VLPAR_RETURN_IF_ERROR(check_linear("linear_forward", y, x, w));
+  if (!bias.empty()) VLPAR_RETURN_IF_ERROR(check_float_vector("linear_forward", "bias", bias, w.size(0)));
+  VLPAR_RETURN_IF_ERROR(gemm(ctx, y, x, w, GemmDesc{false, true, 1.f, 0.f}));
+  if (bias.empty()) return Status::Ok();
+  VLPAR_FLOAT_SWITCH(y.dtype, T, "linear_forward", {
+    VLPAR_FLOAT_SWITCH(bias.dtype, B, "linear_forward", {
+      const B* pb = bias.ptr<B>();
+      parallel_for(ctx, y.size(0), [&](int64_t begin, int64_t end) {
+        for (int64_t r = begin; r < end; ++r) {
+          T* row = y.ptr<T>() + r * y.stride(0);
+          for (int64_t c = 0; c < y.size(1); ++c) row[c] = from_float<T>(to_float(row[c]) + to_float(pb[c]));
+        }
+      });
+    });
+  });
+  return Status::Ok();
+}
+
+Status linear_backward(const Context& ctx, TensorView dx, TensorView dw, TensorView dbias, TensorView dy,
+                       TensorView x, TensorView w) {
+  VLPAR_RETURN_IF_ERROR(check_linear("linear_backward", dy, x, w));
+  if (!dx.empty()) {
+    VLPAR_CHECK(dx.ndim() == 2 && dx.size(0) == x.size(0) && dx.size(1) == x.size(1),
+                "linear_backward: dx {} must match x {}", dx.to_string(), x.to_string());
+    VLPAR_RETURN_IF_ERROR(gemm(ctx, dx, dy, w, GemmDesc{false, false, 1.f, 0.f}));  // [N,out]·[out,in]
+  }
+  if (!dw.empty()) {
+    VLPAR_CHECK(dw.ndim() == 2 && dw.size(0) == w.size(0) && dw.size(1) == w.size(1),
+                "linear_backward: dw {} must match weight {}", dw.to_string(), w.to_string());
+    VLPAR_RETURN_IF_ERROR(gemm(ctx, dw, dy, x, GemmDesc{true, false, 1.f, 1.f}));  // += dyᵀ·x
+  }
+  if (!dbias.empty()) {
+    VLPAR_RETURN_IF_ERROR(check_vector("linear_backward", "dbias", dbias, w.size(0), DType::kF32));
+    const int64_t n = dy.size(0), out = dy.size(1), parts = num_parts(ctx, n);
+    std::vector<float> partial(size_t(parts * out), 0.f);
+    VLPAR_FLOAT_SWITCH(dy.dtype, T, "linear_backward", {
+      parallel_for_parts(ctx, n, [&](int64_t part, int64_t begin, int64_t end) {
+        float* acc = partial.data() + part * out;
+        for (int64_t r = begin; r < end; ++r) {
+          const T* row = dy.ptr<T>() + r * dy.stride(0);
+          for (int64_t c = 0; c < out; ++c) acc[c] += to_float(row[c]);
+        }
+      });
+    });
+    float* db = dbias.ptr<float>();
+    for (int64_t p = 0; p < parts; ++p)
+      for (int64_t c = 0; c < out; ++c) db[c] += partial[size_t(p * out + c)];
+  }
+  return Status::Ok();
+}
+
+}  // namespace vlpar

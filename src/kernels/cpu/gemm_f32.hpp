@@ -1,0 +1,31 @@
+#pragma once
+// Internal (not installed): the fp32 GEMM core used by gemm, linear and the fused cross-entropy.
+// C[M, N] = alpha · op(A) · op(B) + beta · C, row-major operands with leading dimensions (row strides).
+// The larger of M and N is split into num_parts(ctx) static blocks, each an Eigen GEMM on one thread, so the
+// result is bitwise reproducible for a given thread count and never depends on Eigen's global thread setting.
+#include <cstdint>
+
+#include "vlpar/core/context.hpp"
+
+namespace vlpar::cpu {
+
+struct GemmF32 {
+  int64_t M = 0, N = 0, K = 0;
+  const float* a = nullptr;  // [M, K] (lda) or [K, M] if trans_a
+  int64_t lda = 0;
+  bool trans_a = false;
+  const float* b = nullptr;  // [K, N] (ldb) or [N, K] if trans_b
+  int64_t ldb = 0;
+  bool trans_b = false;
+  float* c = nullptr;        // [M, N] (ldc)
+  int64_t ldc = 0;
+  float alpha = 1.f;
+  float beta = 0.f;
+};
+
+/// @brief Runs the GEMM on the calling thread (for use inside an outer parallel loop).
+void gemm_f32_serial(const GemmF32& g);
+/// @brief Runs the GEMM split over ctx.num_threads.
+void gemm_f32(const Context& ctx, const GemmF32& g);
+
+}  // namespace vlpar::cpu
