@@ -1,0 +1,502 @@
+// CPU varlen (packed) attention, FlashAttention-2 algorithm: forward and backward for f32, bf16 and f16 storage
+// with fp32 compute (16-bit tiles are widened to float as they are loaded; f32 tiles are mapped in place).
+//   Forward : one work item per (segment, head, q-block). The scaled Q tile stays resident while K/V tiles stream
+//             past it; an online softmax (running row max m, row sum l) rescales the O accumulator, so no
+//             [S, S] matrix ever exists. Saves lse = m + log l.
+//   Backward: deterministic without atomics. D_i = rowsum(dO ∘ O) first; pass 1 over (segment, kv head, k-block)
+//             accumulates dK, dV over every q-block of every query head of the GQA group; pass 2 over
+//             (segment, head, q-block) accumulates dQ over k-blocks. Both recompute P = exp(scale·QKᵀ − lse).
+//   Causal  : tiles wholly above the diagonal are never visited; only tiles crossing it are masked.
+// Tile math is Eigen (row-major Maps with OuterStride for the GEMMs, array exp for the softmax).
+// Test: tests/unit/test_attention.cpp (./build/cpu/tests/test_attention). Bench: bench/bench_attention.cpp.
+#include "vlpar/kernels/attention.hpp"
+
+#include <omp.h>
+
+#include <Eigen/Dense>
+#include <algorithm>
+#include <atomic>
+#include <cstdint>
+#include <cmath>
+#include <initializer_list>
+#include <limits>
+#include <string>
+#include <tuple>
+#include <type_traits>
+#include <utility>
+#include <vector>
+
+#include "vlpar/core/dispatch.hpp"
+#include "vlpar/core/rows.hpp"
+
+namespace vlpar {
+namespace {
+
+/// Tile shape of the CPU kernel: rows of the Q tile (block_q) and of each K/V tile (block_k).
+/// Why these sizes: every tile GEMM (QKᵀ, PV, and in the backward dO·Vᵀ, Pᵀ·dO, dSᵀ·Q, dS·K) has depth D or
+/// block_k, and Eigen packs both operands on every call, so the packing cost relative to the FLOPs falls as
+/// 1/block; on the other side the working set (Q, O, K, V tiles of block×D floats plus the block_q×block_k
+/// score tile, ~320 KiB at 128/128/D=128) must stay in the per-core L2 (1 MiB on the Zen 4 dev box) so the
+/// streamed K/V tiles are read from DRAM once per Q tile. Short segments waste little: tail tiles are cut to
+/// the segment end, never padded.
+struct AttentionTiles {
+  int64_t block_q = 0;
+  int64_t block_k = 0;
+};
+
+constexpr AttentionTiles attention_tiles(int64_t head_dim) {
+  // Large head dims double the K/V tile bytes; halve the K/V rows to keep the working set in L2.
+  return head_dim <= 128 ? AttentionTiles{128, 128} : AttentionTiles{128, 64};
+}
+
+using RowMat = Eigen::Matrix<float, Eigen::Dynamic, Eigen::Dynamic, Eigen::RowMajor>;
+using MMap = Eigen::Map<RowMat, Eigen::Unaligned, Eigen::OuterStride<>>;
+using CMap = Eigen::Map<const RowMat, Eigen::Unaligned, Eigen::OuterStride<>>;
+using VMap = Eigen::Map<Eigen::VectorXf>;
+using CVMap = Eigen::Map<const Eigen::VectorXf>;
+
+constexpr float kNegInf = -std::numeric_limits<float>::infinity();
+constexpr const char* kCudaNotSupported = "varlen attention has no CUDA kernel yet";
+
+// ---- argument checks ----------------------------------------------------------------------------------------
+
+struct Segment {
+  int64_t start = 0;  // first token
+  int64_t len = 0;
+};
+
+Status check_cpu_views(std::initializer_list<std::pair<const char*, const TensorView*>> views) {
+  for (const auto& [name, v] : views)
+    VLPAR_CHECK_CODE(!v->device.is_cuda(), StatusCode::kNotSupported, "{} ({} is {})", kCudaNotSupported, name,
+                     v->to_string());
+  return Status::Ok();
+}
+
+/// A [n_tok, heads, D] view of storage dtype `dtype` with a contiguous last dim.
+Status check_head_view(const char* name, const TensorView& v, int64_t n_tok, int heads, int D, DType dtype) {
+  const std::string what = std::string("varlen_attention: ") + name;
+  VLPAR_RETURN_IF_ERROR(check_cpu_float(v, what.c_str()));
+  VLPAR_CHECK(v.ndim() == 3 && v.size(0) == n_tok && v.size(1) == heads && v.size(2) == D,
+              "{} must be [N_tok={}, {}, {}], got {}", what, n_tok, heads, D, v.to_string());
+  VLPAR_CHECK(v.dtype == dtype, "{} has dtype {} but q has {} (q, k, v, out and the gradients share one dtype)",
+              what, dtype_name(v.dtype), dtype_name(dtype));
+  VLPAR_CHECK(v.stride(2) == 1 || D == 1, "{} must have a contiguous last dim, got {}", what, v.to_string());
+  return Status::Ok();
+}
+
+/// lse [H, N_tok] f32 with a contiguous last dim.
+Status check_lse(const TensorView& lse, int64_t n_tok, int H) {
+  VLPAR_CHECK(lse.device.is_cpu(), "varlen_attention: lse must be on the CPU, got {}", lse.to_string());
+  VLPAR_CHECK(lse.dtype == DType::kF32, "varlen_attention: lse must be f32, got {}", lse.to_string());
+  VLPAR_CHECK(lse.ndim() == 2 && lse.size(0) == H && lse.size(1) == n_tok,
+              "varlen_attention: lse must be [H={}, N_tok={}], got {}", H, n_tok, lse.to_string());
+  VLPAR_CHECK(lse.stride(1) == 1 || n_tok <= 1, "varlen_attention: lse must have a contiguous last dim, got {}",
+              lse.to_string());
+  VLPAR_CHECK(lse.data != nullptr || lse.empty(), "varlen_attention: lse has null data");
+  return Status::Ok();
+}
+
+/// cu_seqlens i32 [B+1]: cu[0] = 0, non-decreasing, cu[B] = n_tok. Returns the segments.
+Result<std::vector<Segment>> read_segments(const TensorView& cu, int64_t n_tok) {
+  VLPAR_CHECK(cu.device.is_cpu(), "varlen_attention: cu_seqlens must be on the CPU, got {}", cu.to_string());
+  VLPAR_CHECK(cu.dtype == DType::kI32 && cu.ndim() == 1 && cu.size(0) >= 1,
+              "varlen_attention: cu_seqlens must be i32 [B+1] with B >= 0, got {}", cu.to_string());
+  VLPAR_CHECK(cu.stride(0) == 1 || cu.size(0) == 1, "varlen_attention: cu_seqlens must be contiguous, got {}",
+              cu.to_string());
+  VLPAR_CHECK(cu.data != nullptr, "varlen_attention: cu_seqlens has null data");
+  const int32_t* c = cu.ptr<int32_t>();
+  const int64_t B = cu.size(0) - 1;
+  VLPAR_CHECK(c[0] == 0, "varlen_attention: cu_seqlens[0] must be 0, got {}", c[0]);
+  std::vector<Segment> segs(static_cast<size_t>(B));
+  for (int64_t b = 0; b < B; ++b) {
+    VLPAR_CHECK(c[b + 1] >= c[b], "varlen_attention: cu_seqlens[{}] = {} is less than cu_seqlens[{}] = {}", b + 1,
+                c[b + 1], b, c[b]);
+    segs[size_t(b)] = Segment{c[b], int64_t(c[b + 1]) - c[b]};
+  }
+  VLPAR_CHECK(c[B] == n_tok, "varlen_attention: cu_seqlens[{}] = {} must equal N_tok = {} (q.size(0))", B, c[B],
+              n_tok);
+  return segs;
+}
+
+float resolved_scale(const VarlenAttentionDesc& desc) {
+  return desc.softmax_scale != 0.f ? desc.softmax_scale : 1.f / std::sqrt(float(desc.head_dim));
+}
+
+// ---- tiles --------------------------------------------------------------------------------------------------
+
+/// A [N_tok, heads, D] view with a contiguous last dim and arbitrary token and head strides.
+template <class T>
+struct HeadRows {
+  T* data = nullptr;
+  int64_t tok_stride = 0;
+  int64_t head_stride = 0;
+  T* row(int64_t tok, int64_t head) const { return data + tok * tok_stride + head * head_stride; }
+};
+
+template <class T>
+HeadRows<T> head_rows(const TensorView& v) {
+  return {static_cast<T*>(v.data), v.stride(0), v.stride(1)};
+}
+
+/// Rows [t0, t0+n) of head h as an n × D float matrix: f32 storage is mapped in place (OuterStride = token
+/// stride), 16-bit storage is widened into buf [n, D].
+template <class T>
+CMap load_tile(const HeadRows<const T>& x, int64_t t0, int64_t n, int64_t h, int64_t D, float* buf) {
+  if constexpr (std::is_same_v<T, float>) {
+    return CMap(x.row(t0, h), n, D, Eigen::OuterStride<>(x.tok_stride));
+  } else {
+    for (int64_t r = 0; r < n; ++r) {
+      const T* src = x.row(t0 + r, h);
+      for (int64_t d = 0; d < D; ++d) buf[r * D + d] = to_float(src[d]);
+    }
+    return CMap(buf, n, D, Eigen::OuterStride<>(D));
+  }
+}
+
+/// scale · rows [t0, t0+n) of head h, copied into buf [n, D] (the softmax scale is folded into Q once).
+template <class T>
+MMap load_scaled_tile(const HeadRows<const T>& x, int64_t t0, int64_t n, int64_t h, int64_t D, float scale,
+                      float* buf) {
+  for (int64_t r = 0; r < n; ++r) {
+    const T* src = x.row(t0 + r, h);
+    for (int64_t d = 0; d < D; ++d) buf[r * D + d] = scale * to_float(src[d]);
+  }
+  return MMap(buf, n, D, Eigen::OuterStride<>(D));
+}
+
+/// Rounds src [n, D] to T and writes it to rows [t0, t0+n) of head h.
+template <class T>
+void store_tile(const HeadRows<T>& x, int64_t t0, int64_t h, const MMap& src) {
+  for (int64_t r = 0; r < src.rows(); ++r) {
+    T* dst = x.row(t0 + r, h);
+    for (int64_t d = 0; d < src.cols(); ++d) dst[d] = from_float<T>(src(r, d));
+  }
+}
+
+/// Sets s(r, c) = value where key k0 + c lies after query q0 + r (c > r + q0 − k0): the causal mask of a tile
+/// that crosses the diagonal.
+void mask_above_diagonal(MMap& s, int64_t q0, int64_t k0, float value) {
+  for (int64_t r = 0; r < s.rows(); ++r) {
+    const int64_t first = std::max<int64_t>(0, r + q0 - k0 + 1);
+    for (int64_t c = first; c < s.cols(); ++c) s(r, c) = value;
+  }
+}
+
+/// True when the tile queries [q0, q0+nq) × keys [k0, k0+nk) has some key after some query.
+bool crosses_diagonal(bool causal, int64_t q0, int64_t k0, int64_t nk) { return causal && k0 + nk - 1 > q0; }
+
+/// A float buffer whose first element sits on a 64-byte boundary. Eigen's reductions (row sums) and GEMV peel
+/// an unaligned head before their vector loop, so their summation order depends on the address mod 64: fixing
+/// the alignment of every scratch tile keeps results bitwise independent of where malloc put the buffer.
+class AlignedFloats {
+ public:
+  static constexpr size_t kAlignFloats = 16;  // 64 bytes
+  explicit AlignedFloats(size_t n = 0) : storage_(n + kAlignFloats) {
+    const auto addr = reinterpret_cast<uintptr_t>(storage_.data());
+    offset_ = (kAlignFloats - (addr / sizeof(float)) % kAlignFloats) % kAlignFloats;
+  }
+  float* data() { return storage_.data() + offset_; }
+
+ private:
+  std::vector<float> storage_;
+  size_t offset_ = 0;
+};
+
+/// Per-worker buffers, sized once for the largest tile (tail tiles map a prefix).
+struct Scratch {
+  AlignedFloats q, dout, k, v, acc_a, acc_b, s, dp, m, l, alpha;
+  Scratch(AttentionTiles t, int64_t D) {
+    const size_t rows = size_t(std::max(t.block_q, t.block_k)), tile = rows * size_t(D);
+    for (auto* b : {&q, &dout, &k, &v, &acc_a, &acc_b}) *b = AlignedFloats(tile);
+    for (auto* b : {&s, &dp}) *b = AlignedFloats(size_t(t.block_q * t.block_k));
+    for (auto* b : {&m, &l, &alpha}) *b = AlignedFloats(rows);
+  }
+};
+
+// ---- scheduling ---------------------------------------------------------------------------------------------
+
+/// One block of rows of one segment for one head.
+struct WorkItem {
+  int64_t seg_start = 0;  // first token of the segment
+  int64_t seg_len = 0;
+  int64_t begin = 0;      // block rows [begin, begin + len), relative to the segment
+  int64_t len = 0;
+  int head = 0;           // query head (forward, dQ) or kv head (dK/dV)
+  int64_t cost = 0;       // rows × keys (or queries) visited
+};
+
+/// Items for every segment × head × block, most expensive first so the dynamic hand-out ends balanced.
+/// kv_blocks: the blocks are key blocks (dK/dV pass), which under a causal mask see queries [begin, S).
+std::vector<WorkItem> make_items(const std::vector<Segment>& segs, int heads, int64_t block, bool causal,
+                                 bool kv_blocks) {
+  std::vector<WorkItem> items;
+  for (const Segment& seg : segs)
+    for (int h = 0; h < heads; ++h)
+      for (int64_t b = 0; b < seg.len; b += block) {
+        const int64_t len = std::min(block, seg.len - b);
+        const int64_t visited = !causal ? seg.len : kv_blocks ? seg.len - b : b + len;
+        items.push_back(WorkItem{seg.start, seg.len, b, len, h, len * visited});
+      }
+  std::stable_sort(items.begin(), items.end(), [](const WorkItem& a, const WorkItem& b) { return a.cost > b.cost; });
+  return items;
+}
+
+/// Keeps Eigen's own GEMM parallelizer off inside tiles. Eigen reads omp_get_max_threads(), an ICV of the
+/// current task: inside our parallel region the change is local to this worker; on the serial path (one
+/// worker, no region) the caller's value is restored on exit.
+class EigenSerialScope {
+ public:
+  EigenSerialScope() : saved_(omp_get_max_threads()) { omp_set_num_threads(1); }
+  ~EigenSerialScope() { omp_set_num_threads(saved_); }
+  EigenSerialScope(const EigenSerialScope&) = delete;
+  EigenSerialScope& operator=(const EigenSerialScope&) = delete;
+
+ private:
+  int saved_;
+};
+
+/// Runs fn(item, scratch) for every item on min(num_threads, items) workers, each with its own Scratch.
+/// The shared counter only hands out item indices: every output element is written by exactly one item, whose
+/// arithmetic does not depend on the worker, so results are bitwise reproducible whatever the schedule.
+template <class Fn>
+void run_items(const Context& ctx, const std::vector<WorkItem>& items, AttentionTiles tiles, int64_t D, Fn&& fn) {
+  const int64_t n = int64_t(items.size());
+  std::atomic<int64_t> next{0};
+  parallel_for(ctx, std::min<int64_t>(ctx.num_threads, n), [&](int64_t, int64_t) {
+    EigenSerialScope serial;
+    Scratch scratch(tiles, D);
+    for (int64_t i = next.fetch_add(1); i < n; i = next.fetch_add(1)) fn(items[size_t(i)], scratch);
+  });
+}
+
+// ---- forward ------------------------------------------------------------------------------------------------
+
+template <class T>
+struct FwdArgs {
+  HeadRows<T> out;                 // [N_tok, H, D]
+  HeadRows<const T> q, k, v;       // [N_tok, H, D], [N_tok, H_kv, D] ×2
+  float* lse = nullptr;            // [H, N_tok]
+  int64_t lse_stride = 0;
+  int group = 1;                   // H / H_kv
+  int64_t D = 0;
+  bool causal = true;
+  float scale = 1.f;
+  AttentionTiles tiles;
+};
+
+/// Online-softmax step for one score tile s [nq, nk]: m ← max(m, rowmax s), alpha = exp(m_old − m),
+/// s ← exp(s − m) (masked entries 0), l ← alpha·l + rowsum s.
+void online_softmax(MMap& s, VMap& m, VMap& l, VMap& alpha, bool masked, int64_t q0, int64_t k0) {
+  if (masked) mask_above_diagonal(s, q0, k0, kNegInf);
+  alpha = m;
+  m = m.cwiseMax(s.rowwise().maxCoeff());  // finite: the first tile holds key 0, which every query sees
+  alpha = (alpha - m).array().exp().matrix();
+  s.array().colwise() -= m.array();
+  s.array() = s.array().exp();
+  if (masked) mask_above_diagonal(s, q0, k0, 0.f);  // Eigen's exp clamps −inf to a denormal, not 0
+  l = alpha.cwiseProduct(l) + s.rowwise().sum();
+}
+
+template <class T>
+void forward_item(const FwdArgs<T>& a, const WorkItem& it, Scratch& sc) {
+  const int64_t D = a.D, q0 = it.begin, nq = it.len, bk = a.tiles.block_k;
+  const int hk = it.head / a.group;
+  const MMap Q = load_scaled_tile(a.q, it.seg_start + q0, nq, it.head, D, a.scale, sc.q.data());
+  MMap O(sc.acc_a.data(), nq, D, Eigen::OuterStride<>(D));
+  VMap m(sc.m.data(), nq), l(sc.l.data(), nq), alpha(sc.alpha.data(), nq);
+  O.setZero();
+  m.setConstant(kNegInf);
+  l.setZero();
+  const int64_t kend = a.causal ? q0 + nq : it.seg_len;
+  for (int64_t k0 = 0; k0 < kend; k0 += bk) {
+    const int64_t nk = std::min(bk, kend - k0);
+    const CMap K = load_tile(a.k, it.seg_start + k0, nk, hk, D, sc.k.data());
+    const CMap V = load_tile(a.v, it.seg_start + k0, nk, hk, D, sc.v.data());
+    MMap S(sc.s.data(), nq, nk, Eigen::OuterStride<>(nk));
+    S.noalias() = Q * K.transpose();
+    online_softmax(S, m, l, alpha, crosses_diagonal(a.causal, q0, k0, nk), q0, k0);
+    O.array().colwise() *= alpha.array();
+    O.noalias() += S * V;
+  }
+  O.array().colwise() /= l.array();
+  store_tile(a.out, it.seg_start + q0, it.head, O);
+  float* lse = a.lse + it.head * a.lse_stride + it.seg_start + q0;
+  for (int64_t r = 0; r < nq; ++r) lse[r] = m(r) + std::log(l(r));
+}
+
+// ---- backward -----------------------------------------------------------------------------------------------
+
+template <class T>
+struct BwdArgs {
+  HeadRows<T> dq, dk, dv;              // [N_tok, H, D], [N_tok, H_kv, D] ×2
+  HeadRows<const T> dout, q, k, v;     // [N_tok, H, D] ×2, [N_tok, H_kv, D] ×2
+  const float* lse = nullptr;          // [H, N_tok] (row stride lse_stride)
+  int64_t lse_stride = 0;
+  const float* di = nullptr;           // [H, N_tok] contiguous: rowsum(dO ∘ O)
+  int64_t n_tok = 0;
+  int group = 1;
+  int64_t D = 0;
+  bool causal = true;
+  float scale = 1.f;
+  AttentionTiles tiles;
+
+  const float* lse_at(int h, int64_t tok) const { return lse + h * lse_stride + tok; }
+  const float* di_at(int h, int64_t tok) const { return di + h * n_tok + tok; }
+};
+
+/// P = exp(Q Kᵀ − lse) for queries [q0, q0+nq) × keys [k0, k0+nk) of one segment (Q pre-scaled); masked 0.
+MMap probs_tile(float* buf, const MMap& Q, const CMap& K, const float* lse, bool causal, int64_t q0, int64_t k0) {
+  MMap P(buf, Q.rows(), K.rows(), Eigen::OuterStride<>(K.rows()));
+  P.noalias() = Q * K.transpose();
+  P.array().colwise() -= CVMap(lse, Q.rows()).array();
+  P.array() = P.array().exp();
+  if (crosses_diagonal(causal, q0, k0, K.rows())) mask_above_diagonal(P, q0, k0, 0.f);
+  return P;
+}
+
+/// dS = P ∘ (dO Vᵀ − D_i) into buf [nq, nk].
+MMap ds_tile(float* buf, const MMap& P, const CMap& dO, const CMap& V, const float* di) {
+  MMap dS(buf, P.rows(), P.cols(), Eigen::OuterStride<>(P.cols()));
+  dS.noalias() = dO * V.transpose();
+  dS.array().colwise() -= CVMap(di, P.rows()).array();
+  dS.array() *= P.array();
+  return dS;
+}
+
+/// dK, dV of key block it (kv head it.head): sums over every q-block of every query head in the GQA group.
+template <class T>
+void dkdv_item(const BwdArgs<T>& a, const WorkItem& it, Scratch& sc) {
+  const int64_t D = a.D, k0 = it.begin, nk = it.len, bq = a.tiles.block_q;
+  const CMap K = load_tile(a.k, it.seg_start + k0, nk, it.head, D, sc.k.data());
+  const CMap V = load_tile(a.v, it.seg_start + k0, nk, it.head, D, sc.v.data());
+  MMap dK(sc.acc_a.data(), nk, D, Eigen::OuterStride<>(D)), dV(sc.acc_b.data(), nk, D, Eigen::OuterStride<>(D));
+  dK.setZero();
+  dV.setZero();
+  for (int h = it.head * a.group; h < (it.head + 1) * a.group; ++h) {
+    for (int64_t q0 = a.causal ? k0 : 0; q0 < it.seg_len; q0 += bq) {
+      const int64_t nq = std::min(bq, it.seg_len - q0), t = it.seg_start + q0;
+      const MMap Q = load_scaled_tile(a.q, t, nq, h, D, a.scale, sc.q.data());
+      const CMap dO = load_tile(a.dout, t, nq, h, D, sc.dout.data());
+      const MMap P = probs_tile(sc.s.data(), Q, K, a.lse_at(h, t), a.causal, q0, k0);
+      dV.noalias() += P.transpose() * dO;
+      const MMap dS = ds_tile(sc.dp.data(), P, dO, V, a.di_at(h, t));
+      dK.noalias() += dS.transpose() * Q;  // Q carries the softmax scale: dK = scale · dSᵀ Q
+    }
+  }
+  store_tile(a.dk, it.seg_start + k0, it.head, dK);
+  store_tile(a.dv, it.seg_start + k0, it.head, dV);
+}
+
+/// dQ of query block it (head it.head): sums over the key blocks the block sees.
+template <class T>
+void dq_item(const BwdArgs<T>& a, const WorkItem& it, Scratch& sc) {
+  const int64_t D = a.D, q0 = it.begin, nq = it.len, bk = a.tiles.block_k, t = it.seg_start + q0;
+  const int hk = it.head / a.group;
+  const MMap Q = load_scaled_tile(a.q, t, nq, it.head, D, a.scale, sc.q.data());
+  const CMap dO = load_tile(a.dout, t, nq, it.head, D, sc.dout.data());
+  MMap dQ(sc.acc_a.data(), nq, D, Eigen::OuterStride<>(D));
+  dQ.setZero();
+  const int64_t kend = a.causal ? q0 + nq : it.seg_len;
+  for (int64_t k0 = 0; k0 < kend; k0 += bk) {
+    const int64_t nk = std::min(bk, kend - k0);
+    const CMap K = load_tile(a.k, it.seg_start + k0, nk, hk, D, sc.k.data());
+    const CMap V = load_tile(a.v, it.seg_start + k0, nk, hk, D, sc.v.data());
+    const MMap P = probs_tile(sc.s.data(), Q, K, a.lse_at(it.head, t), a.causal, q0, k0);
+    const MMap dS = ds_tile(sc.dp.data(), P, dO, V, a.di_at(it.head, t));
+    dQ.noalias() += dS * K;
+  }
+  dQ *= a.scale;
+  store_tile(a.dq, t, it.head, dQ);
+}
+
+/// di [H, N_tok] = Σ_d dO ∘ O in fp32, one fixed-order sum per (token, head).
+template <class T>
+std::vector<float> rowsum_dout_out(const Context& ctx, const HeadRows<const T>& dout, const HeadRows<const T>& out,
+                                   int64_t n_tok, int H, int64_t D) {
+  std::vector<float> di(size_t(n_tok * H));
+  parallel_for(ctx, n_tok, [&](int64_t begin, int64_t end) {
+    for (int64_t t = begin; t < end; ++t)
+      for (int h = 0; h < H; ++h) {
+        const T* g = dout.row(t, h);
+        const T* o = out.row(t, h);
+        float acc = 0.f;
+        for (int64_t d = 0; d < D; ++d) acc += to_float(g[d]) * to_float(o[d]);
+        di[size_t(h * n_tok + t)] = acc;
+      }
+  });
+  return di;
+}
+
+}  // namespace
+
+Status check_varlen_attention(const VarlenAttentionDesc& desc) {
+  VLPAR_CHECK(desc.num_heads > 0, "varlen_attention: num_heads must be positive, got {}", desc.num_heads);
+  VLPAR_CHECK(desc.num_kv_heads > 0, "varlen_attention: num_kv_heads must be positive, got {}", desc.num_kv_heads);
+  VLPAR_CHECK(desc.num_heads % desc.num_kv_heads == 0,
+              "varlen_attention: num_heads {} is not a multiple of num_kv_heads {} (GQA needs H % H_kv == 0)",
+              desc.num_heads, desc.num_kv_heads);
+  VLPAR_CHECK(desc.head_dim > 0, "varlen_attention: head_dim must be positive, got {}", desc.head_dim);
+  VLPAR_CHECK(std::isfinite(desc.softmax_scale), "varlen_attention: softmax_scale must be finite, got {}",
+              desc.softmax_scale);
+  return Status::Ok();
+}
+
+Status varlen_attention_forward(const Context& ctx, TensorView out, TensorView lse, TensorView q, TensorView k,
+                                TensorView v, TensorView cu_seqlens, const VarlenAttentionDesc& desc) {
+  VLPAR_RETURN_IF_ERROR(check_cpu_views(
+      {{"out", &out}, {"lse", &lse}, {"q", &q}, {"k", &k}, {"v", &v}, {"cu_seqlens", &cu_seqlens}}));
+  VLPAR_RETURN_IF_ERROR(check_varlen_attention(desc));
+  const int H = desc.num_heads, H_kv = desc.num_kv_heads, D = desc.head_dim;
+  VLPAR_CHECK(q.ndim() == 3, "varlen_attention: q must be [N_tok, H, D], got {}", q.to_string());
+  const int64_t n_tok = q.size(0);
+  VLPAR_RETURN_IF_ERROR(check_head_view("q", q, n_tok, H, D, q.dtype));
+  VLPAR_RETURN_IF_ERROR(check_head_view("k", k, n_tok, H_kv, D, q.dtype));
+  VLPAR_RETURN_IF_ERROR(check_head_view("v", v, n_tok, H_kv, D, q.dtype));
+  VLPAR_RETURN_IF_ERROR(check_head_view("out", out, n_tok, H, D, q.dtype));
+  VLPAR_RETURN_IF_ERROR(check_lse(lse, n_tok, H));
+  VLPAR_ASSIGN_OR_RETURN(const std::vector<Segment> segs, read_segments(cu_seqlens, n_tok));
+  const AttentionTiles tiles = attention_tiles(D);
+  VLPAR_FLOAT_SWITCH(q.dtype, T, "varlen_attention_forward", {
+    const FwdArgs<T> args{head_rows<T>(out), head_rows<const T>(q), head_rows<const T>(k), head_rows<const T>(v),
+                          lse.ptr<float>(), lse.stride(0), H / H_kv, D, desc.causal, resolved_scale(desc), tiles};
+    run_items(ctx, make_items(segs, H, tiles.block_q, desc.causal, false), tiles, D,
+              [&](const WorkItem& it, Scratch& sc) { forward_item(args, it, sc); });
+  });
+  return Status::Ok();
+}
+
+Status varlen_attention_backward(const Context& ctx, TensorView dq, TensorView dk, TensorView dv, TensorView dout,
+                                 TensorView q, TensorView k, TensorView v, TensorView out, TensorView lse,
+                                 TensorView cu_seqlens, const VarlenAttentionDesc& desc) {
+  VLPAR_RETURN_IF_ERROR(check_cpu_views({{"dq", &dq}, {"dk", &dk}, {"dv", &dv}, {"dout", &dout}, {"q", &q},
+                                         {"k", &k}, {"v", &v}, {"out", &out}, {"lse", &lse},
+                                         {"cu_seqlens", &cu_seqlens}}));
+  VLPAR_RETURN_IF_ERROR(check_varlen_attention(desc));
+  const int H = desc.num_heads, H_kv = desc.num_kv_heads, D = desc.head_dim;
+  VLPAR_CHECK(q.ndim() == 3, "varlen_attention: q must be [N_tok, H, D], got {}", q.to_string());
+  const int64_t n_tok = q.size(0);
+  for (const auto& [name, view, heads] : {std::tuple{"q", &q, H}, std::tuple{"out", &out, H},
+                                          std::tuple{"dout", &dout, H}, std::tuple{"dq", &dq, H},
+                                          std::tuple{"k", &k, H_kv}, std::tuple{"v", &v, H_kv},
+                                          std::tuple{"dk", &dk, H_kv}, std::tuple{"dv", &dv, H_kv}})
+    VLPAR_RETURN_IF_ERROR(check_head_view(name, *view, n_tok, heads, D, q.dtype));
+  VLPAR_RETURN_IF_ERROR(check_lse(lse, n_tok, H));
+  VLPAR_ASSIGN_OR_RETURN(const std::vector<Segment> segs, read_segments(cu_seqlens, n_tok));
+  const AttentionTiles tiles = attention_tiles(D);
+  VLPAR_FLOAT_SWITCH(q.dtype, T, "varlen_attention_backward", {
+    const std::vector<float> di = rowsum_dout_out(ctx, head_rows<const T>(dout), head_rows<const T>(out), n_tok, H, D);
+    const BwdArgs<T> args{head_rows<T>(dq),         head_rows<T>(dk),         head_rows<T>(dv),
+                          head_rows<const T>(dout), head_rows<const T>(q),    head_rows<const T>(k),
+                          head_rows<const T>(v),    lse.ptr<const float>(),   lse.stride(0),
+                          di.data(),                n_tok,                    H / H_kv,
+                          D,                        desc.causal,              resolved_scale(desc),
+                          tiles};
+    run_items(ctx, make_items(segs, H_kv, tiles.block_k, desc.causal, true), tiles, D,
+              [&](const WorkItem& it, Scratch& sc) { dkdv_item(args, it, sc); });
+    run_items(ctx, make_items(segs, H, tiles.block_q, desc.causal, false), tiles, D,
+              [&](const WorkItem& it, Scratch& sc) { dq_item(args, it, sc); });
+  });
+  return Status::Ok();
+}
+
+}  // namespace vlpar
