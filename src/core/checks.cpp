@@ -7,7 +7,7 @@ Status check_same_device(const char* op, std::initializer_list<std::pair<const c
   const TensorView* first = nullptr;
   const char* first_name = "";
   for (const auto& [name, v] : views) {
-    if (v->empty() && v->data == nullptr) continue;
+    if (v->data == nullptr) continue;  // absent optional argument
     if (!first) {
       first = v;
       first_name = name;

@@ -32,7 +32,7 @@ Status check_cpu_float(const TensorView& v, const char* what) {
   VLPAR_CHECK(v.device.is_cpu(), "{}: expected a CPU view, got {}", what, v.to_string());
   VLPAR_CHECK(v.dtype == DType::kF32 || v.dtype == DType::kBF16 || v.dtype == DType::kF16,
               "{}: expected f32, bf16 or f16, got {}", what, v.to_string());
-  VLPAR_CHECK(v.data != nullptr || v.empty(), "{}: null data for non-empty view {}", what, v.to_string());
+  VLPAR_CHECK(v.data != nullptr || v.numel() == 0, "{}: null data for non-empty view {}", what, v.to_string());
   return Status::Ok();
 }
 

@@ -110,6 +110,7 @@ Result<Tensor> Tensor::zeros(Allocator& alloc, Shape shape, DType dtype, Device 
 }
 
 Status zero_(TensorView t) {
+  VLPAR_CHECK(t.data != nullptr || t.numel() == 0, "zero_: null data for {}", t.to_string());
   if (t.empty()) return Status::Ok();
   VLPAR_CHECK(t.is_contiguous(), "zero_: view {} is not contiguous", t.to_string());
   if (t.device.is_cpu()) {
@@ -128,6 +129,8 @@ Status copy_(TensorView dst, TensorView src) {
   VLPAR_CHECK(dst.shape == src.shape && dst.dtype == src.dtype, "copy_: dst {} and src {} differ in shape or dtype",
               dst.to_string(), src.to_string());
   VLPAR_CHECK(dst.is_contiguous() && src.is_contiguous(), "copy_: dst {} and src {} must be contiguous",
+              dst.to_string(), src.to_string());
+  VLPAR_CHECK((dst.data != nullptr && src.data != nullptr) || dst.numel() == 0, "copy_: null data ({} <- {})",
               dst.to_string(), src.to_string());
   if (dst.empty()) return Status::Ok();
   if (dst.device.is_cpu() && src.device.is_cpu()) {

@@ -47,7 +47,8 @@ struct TensorView {
   int64_t numel() const { return shape.numel(); }
   size_t nbytes() const { return size_t(numel()) * dtype_size(dtype); }
   bool is_contiguous() const;
-  bool empty() const { return numel() == 0; }
+  /// True for a default-constructed view (the "absent optional argument" of ops) or zero elements.
+  bool empty() const { return data == nullptr || numel() == 0; }
 
   template <class T>
   T* ptr() const { return static_cast<T*>(data); }

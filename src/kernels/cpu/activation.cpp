@@ -44,7 +44,7 @@ Result<std::array<RowsView, 5>> check_pointwise(const char* op, std::initializer
     VLPAR_RETURN_IF_ERROR(check_storage_dtype(op, name, *v));
     VLPAR_CHECK(v->dtype == first->dtype, "{}: {} is {} but {} is {}", op, name, dtype_name(v->dtype),
                 views.begin()->first, dtype_name(first->dtype));
-    VLPAR_CHECK(v->data != nullptr || v->empty(), "{}: {} has null data", op, name);
+    VLPAR_CHECK(v->data != nullptr || v->numel() == 0, "{}: {} has null data", op, name);
     if (i > 0) VLPAR_RETURN_IF_ERROR(check_same_rows(op, name, rows[i], views.begin()->first, rows[0]));
     ++i;
   }

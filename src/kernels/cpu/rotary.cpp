@@ -76,11 +76,10 @@ Status check_rotary_desc(const RotaryDesc& d) {
               "rotary: head_dim {} is not a multiple of 4 for vision 2D rotary", d.head_dim);
   VLPAR_CHECK(d.theta > 0.f, "rotary: theta must be positive, got {}", d.theta);
   if (d.kind == RotaryKind::kMRoPE) {
-    const int sum = d.mrope_section[0] + d.mrope_section[1] + d.mrope_section[2];
-    VLPAR_CHECK(d.mrope_section[0] >= 0 && d.mrope_section[1] >= 0 && d.mrope_section[2] >= 0 &&
-                    sum <= d.head_dim / 2,
-                "rotary: mrope_section [{}, {}, {}] must be non-negative and sum to at most head_dim/2 = {}",
-                d.mrope_section[0], d.mrope_section[1], d.mrope_section[2], d.head_dim / 2);
+    // Sections larger than head_dim/2 are allowed: frequencies >= head_dim/2 are simply dropped (spec §4.4).
+    VLPAR_CHECK(d.mrope_section[0] >= 0 && d.mrope_section[1] >= 0 && d.mrope_section[2] >= 0,
+                "rotary: mrope_section [{}, {}, {}] must be non-negative", d.mrope_section[0], d.mrope_section[1],
+                d.mrope_section[2]);
   }
   return Status::Ok();
 }
