@@ -62,7 +62,7 @@ VLPAR_HD VLPAR_FORCEINLINE float philox_normal(uint64_t seed, uint32_t param_id,
   const double u1 = double((r.v[0] >> 8) + 1u) * (1.0 / 16777216.0);  // (0, 1]
   const double u2 = double(r.v[1] >> 8) * (1.0 / 16777216.0);         // [0, 1)
   constexpr double kTwoPi = 6.283185307179586476925286766559;
-  return float(sqrt(-2.0 * log(u1)) * cos(kTwoPi * u2));
+  return float(::sqrt(-2.0 * ::log(u1)) * ::cos(kTwoPi * u2));
 }
 
 }  // namespace vlpar

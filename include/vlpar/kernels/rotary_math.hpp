@@ -32,7 +32,7 @@ struct RotaryDesc {
 /// @brief torch's inv_freq: 1 / base^(float(2q)/float(dim)), every step in fp32 as HF computes it.
 VLPAR_HD inline float rope_inv_freq(float base, int q, int dim) {
   const float exponent = float(2 * q) / float(dim);
-  return 1.0f / powf(base, exponent);
+  return 1.0f / ::powf(base, exponent);
 }
 
 /// @brief Interleaved-MRoPE axis (0 = T, 1 = H, 2 = W) of frequency j (apply_interleaved_mrope).

@@ -1,0 +1,22 @@
+#pragma once
+// Umbrella header: everything public in vlpar. Each include names what it provides.
+#include "vlpar/core/status.hpp"      // provides: Status, StatusCode, Result<T>, VLPAR_CHECK, VLPAR_RETURN_IF_ERROR
+#include "vlpar/core/dtype.hpp"       // provides: DType, bf16, f16, RNE conversions, dtype_of<T>
+#include "vlpar/core/device.hpp"      // provides: Device, built_with_cuda(), cuda_device_count()
+#include "vlpar/core/allocator.hpp"   // provides: Allocator with current/peak bytes per device
+#include "vlpar/core/tensor.hpp"      // provides: Shape, TensorView, Tensor, zero_, copy_, convert_
+#include "vlpar/core/rows.hpp"        // provides: RowsView, as_rows (leading dims collapsed into rows)
+#include "vlpar/core/context.hpp"     // provides: Context, parallel_for (deterministic static partitions)
+#include "vlpar/core/dispatch.hpp"    // provides: VLPAR_FLOAT_SWITCH, VLPAR_BOOL_SWITCH
+#include "vlpar/core/log.hpp"         // provides: log_info/log_warn with a rank@host prefix
+#include "vlpar/core/philox.hpp"      // provides: Philox-4x32-10, philox_uniform/normal per element
+#include "vlpar/core/init.hpp"        // provides: InitRule, init_shard/init_full (layout-invariant init)
+#include "vlpar/kernels/gemm.hpp"     // provides: gemm, linear_forward/backward
+#include "vlpar/kernels/embedding.hpp"      // provides: embedding_forward/backward
+#include "vlpar/kernels/norm.hpp"           // provides: rmsnorm_*, layernorm_* (CPU; RMSNorm also CUDA)
+#include "vlpar/kernels/activation.hpp"     // provides: gelu_*, silu_*, swiglu_* (SwiGLU also CUDA)
+#include "vlpar/kernels/rotary.hpp"         // provides: rotary_forward/backward: 1D, MRoPE, vision 2D (also CUDA)
+#include "vlpar/kernels/attention.hpp"      // provides: varlen_attention_forward/backward (FlashAttention-2)
+#include "vlpar/kernels/cross_entropy.hpp"  // provides: cross_entropy_*, linear_cross_entropy (chunked), label shift
+#include "vlpar/kernels/router.hpp"         // provides: router_forward/backward, RouterAuxStats, aux loss
+#include "vlpar/kernels/optimizer.hpp"      // provides: adamw_step, global_grad_norm, clip_grad_norm
