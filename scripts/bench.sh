@@ -1,0 +1,13 @@
+#!/usr/bin/env bash
+# The README's main job until the trainer exists: install missing dependencies, build (Release, CPU),
+# run the op benchmarks and the attention benchmark, and print where the JSON results are.
+# Usage: scripts/bench.sh [extra Google Benchmark flags, e.g. --benchmark_filter=rmsnorm]
+set -euo pipefail
+cd "$(dirname "$0")/.."
+"$(pwd)/scripts/install_deps.sh"
+cmake --preset cpu > /dev/null
+cmake --build --preset cpu -j"$(nproc)" --target bench_ops bench_attention
+mkdir -p build/bench-results
+./build/cpu/bench/bench_ops --benchmark_out=build/bench-results/ops.json --benchmark_out_format=json "$@"
+./build/cpu/bench/bench_attention --benchmark_out=build/bench-results/attention.json --benchmark_out_format=json "$@"
+echo "results: build/bench-results/ops.json build/bench-results/attention.json"
