@@ -7,6 +7,7 @@
 #include <algorithm>
 #include <cmath>
 #include <cstring>
+#include <ostream>
 #include <string>
 #include <tuple>
 #include <vector>
@@ -33,6 +34,8 @@ std::string case_name(const Case& c) {
   return std::string(dtype_name(c.dtype)) + (c.causal ? "_causal" : "_bidir") + "_H" + std::to_string(c.H) + "kv" +
          std::to_string(c.H_kv) + "_hd" + std::to_string(c.D) + (c.scale != 0 ? "_scaled" : "");
 }
+
+void PrintTo(const Case& c, std::ostream* os) { *os << case_name(c); }
 
 std::vector<int32_t> cu_from_lens(const std::vector<int>& lens) {
   std::vector<int32_t> cu{0};
