@@ -17,16 +17,19 @@
 #include <algorithm>
 #include <atomic>
 #include <cstdint>
+#include <cstdlib>
 #include <cmath>
 #include <initializer_list>
 #include <limits>
 #include <string>
+#include <string_view>
 #include <tuple>
 #include <type_traits>
 #include <utility>
 #include <vector>
 
 #include "vlpar/core/dispatch.hpp"
+#include "vlpar/core/log.hpp"
 #include "vlpar/core/rows.hpp"
 
 namespace vlpar {
@@ -47,6 +50,13 @@ struct AttentionTiles {
 constexpr AttentionTiles attention_tiles(int64_t head_dim) {
   // Large head dims double the K/V tile bytes; halve the K/V rows to keep the working set in L2.
   return head_dim <= 128 ? AttentionTiles{128, 128} : AttentionTiles{128, 64};
+}
+
+/// Logs the tile choice when VLPAR_PRINT_CONFIGS=1 (STYLE §8).
+void print_tiles(const char* op, int64_t head_dim, AttentionTiles t) {
+  const char* env = std::getenv("VLPAR_PRINT_CONFIGS");
+  if (env != nullptr && std::string_view(env) == "1")
+    log_info("{}: head_dim {} -> block_q {}, block_k {}", op, head_dim, t.block_q, t.block_k);
 }
 
 using RowMat = Eigen::Matrix<float, Eigen::Dynamic, Eigen::Dynamic, Eigen::RowMajor>;
@@ -243,7 +253,8 @@ std::vector<WorkItem> make_items(const std::vector<Segment>& segs, int heads, in
 
 /// Keeps Eigen's own GEMM parallelizer off inside tiles. Eigen reads omp_get_max_threads(), an ICV of the
 /// current task: inside our parallel region the change is local to this worker; on the serial path (one
-/// worker, no region) the caller's value is restored on exit.
+/// worker, no region) the caller's value is restored on exit. (An application that called
+/// Eigen::setNbThreads(n > 1) overrides this on the one-worker path, where tile GEMMs may then use n threads.)
 class EigenSerialScope {
  public:
   EigenSerialScope() : saved_(omp_get_max_threads()) { omp_set_num_threads(1); }
@@ -456,6 +467,7 @@ Status varlen_attention_forward(const Context& ctx, TensorView out, TensorView l
   VLPAR_RETURN_IF_ERROR(check_lse(lse, n_tok, H));
   VLPAR_ASSIGN_OR_RETURN(const std::vector<Segment> segs, read_segments(cu_seqlens, n_tok));
   const AttentionTiles tiles = attention_tiles(D);
+  print_tiles("varlen_attention_forward", D, tiles);
   VLPAR_FLOAT_SWITCH(q.dtype, T, "varlen_attention_forward", {
     const FwdArgs<T> args{head_rows<T>(out), head_rows<const T>(q), head_rows<const T>(k), head_rows<const T>(v),
                           lse.ptr<float>(), lse.stride(0), H / H_kv, D, desc.causal, resolved_scale(desc), tiles};
@@ -483,6 +495,7 @@ Status varlen_attention_backward(const Context& ctx, TensorView dq, TensorView d
   VLPAR_RETURN_IF_ERROR(check_lse(lse, n_tok, H));
   VLPAR_ASSIGN_OR_RETURN(const std::vector<Segment> segs, read_segments(cu_seqlens, n_tok));
   const AttentionTiles tiles = attention_tiles(D);
+  print_tiles("varlen_attention_backward", D, tiles);
   VLPAR_FLOAT_SWITCH(q.dtype, T, "varlen_attention_backward", {
     const std::vector<float> di = rowsum_dout_out(ctx, head_rows<const T>(dout), head_rows<const T>(out), n_tok, H, D);
     const BwdArgs<T> args{head_rows<T>(dq),         head_rows<T>(dk),         head_rows<T>(dv),
