@@ -133,7 +133,8 @@ TEST_P(AttentionVsReference, ForwardAndBackwardWithinDerivedTolerance) {
   check("dv", o.dv, ref.dv, naive.dv, TolOp::kAttentionBwd, c.dtype);
 }
 
-// Every (dtype, mask, GQA ratio, head dim) pair appears; two cases use an explicit softmax_scale.
+// Every pair of (f32/bf16, mask, GQA ratio, head dim) values appears; two cases use an explicit softmax_scale;
+// one f16 case covers the third storage type.
 INSTANTIATE_TEST_SUITE_P(
     Cases, AttentionVsReference,
     ::testing::Values(Case{DType::kF32, true, 4, 4, 72, 0}, Case{DType::kF32, true, 4, 2, 128, 0},
@@ -141,7 +142,8 @@ INSTANTIATE_TEST_SUITE_P(
                       Case{DType::kF32, false, 4, 2, 72, 0}, Case{DType::kF32, false, 4, 1, 128, 0},
                       Case{DType::kBF16, true, 4, 4, 128, 0}, Case{DType::kBF16, true, 4, 2, 72, 0},
                       Case{DType::kBF16, true, 4, 1, 128, 0}, Case{DType::kBF16, false, 4, 4, 72, 0},
-                      Case{DType::kBF16, false, 4, 2, 128, 0.1f}, Case{DType::kBF16, false, 4, 1, 72, 0}),
+                      Case{DType::kBF16, false, 4, 2, 128, 0.1f}, Case{DType::kBF16, false, 4, 1, 72, 0},
+                      Case{DType::kF16, true, 4, 2, 72, 0}),
     [](const ::testing::TestParamInfo<Case>& info) { return case_name(info.param); });
 
 // L = Σ out ∘ G; the reference backward with dout = G must match central differences of the reference forward.
