@@ -14,6 +14,12 @@ if(NOT VLPAR_ENABLE_CUDA STREQUAL "OFF")
     if(CUDAToolkit_VERSION VERSION_LESS 12.0)
       message(FATAL_ERROR "vlpar needs CUDA >= 12, found ${CUDAToolkit_VERSION}")
     endif()
+    # CMake < 3.26 knows no C++20 flag for nvcc (which has had -std=c++20 since CUDA 12.0) and would refuse
+    # CMAKE_CUDA_STANDARD 20 as an unknown dialect.
+    if(NOT CMAKE_CUDA20_STANDARD_COMPILE_OPTION)
+      set(CMAKE_CUDA20_STANDARD_COMPILE_OPTION "-std=c++20")
+      set(CMAKE_CUDA20_EXTENSION_COMPILE_OPTION "-std=c++20")
+    endif()
     set(CMAKE_CUDA_STANDARD 20)
     set(CMAKE_CUDA_STANDARD_REQUIRED ON)
     set(VLPAR_WITH_CUDA ON)
@@ -27,18 +33,59 @@ else()
   message(STATUS "vlpar: CUDA switched off, building CPU-only")
 endif()
 
-# Adds src/kernels/cuda/*.cu to `target` and defines the ptxas_report target.
+# Storage dtypes whose CUDA kernels are compiled (STYLE §6 build budget). The generated instantiation files are
+# named <kernel>_<dtype>.cu (tools/gen_instantiations.py); those of other dtypes are left out of the build, and
+# the ops answer kNotSupported "this build of vlpar was compiled without <dtype> CUDA kernels" at runtime.
+set(VLPAR_DTYPES "f32;bf16;f16" CACHE STRING "Storage dtypes of the CUDA kernels to build (subset of f32;bf16;f16)")
+
+# Adds the CUDA kernels to `target` (src/kernels/cuda/*.cu, instantiation files filtered by VLPAR_DTYPES) and
+# defines the ptxas_report target over the same files.
 function(vlpar_add_cuda_kernels target)
-  file(GLOB cu_sources CONFIGURE_DEPENDS ${PROJECT_SOURCE_DIR}/src/kernels/cuda/*.cu)
+  set(known_dtypes f32 bf16 f16)
+  if(NOT VLPAR_DTYPES)
+    message(FATAL_ERROR "VLPAR_DTYPES is empty; list at least one of: ${known_dtypes}")
+  endif()
+  set(dtype_defs "")
+  foreach(dt IN LISTS VLPAR_DTYPES)
+    if(NOT dt IN_LIST known_dtypes)
+      message(FATAL_ERROR "VLPAR_DTYPES: unknown dtype '${dt}' (known: ${known_dtypes})")
+    endif()
+    string(TOUPPER "${dt}" DT)
+    list(APPEND dtype_defs VLPAR_CUDA_DTYPE_${DT}=1)
+  endforeach()
+
+  file(GLOB all_cu CONFIGURE_DEPENDS ${PROJECT_SOURCE_DIR}/src/kernels/cuda/*.cu)
+  set(cu_sources "")
+  foreach(src IN LISTS all_cu)
+    get_filename_component(stem ${src} NAME_WE)
+    if(stem MATCHES "_(f32|bf16|f16)$" AND NOT CMAKE_MATCH_1 IN_LIST VLPAR_DTYPES)
+      continue()
+    endif()
+    list(APPEND cu_sources ${src})
+  endforeach()
+  list(LENGTH cu_sources n_cu)
+  message(STATUS "vlpar: CUDA kernel dtypes ${VLPAR_DTYPES} (${n_cu} .cu files)")
+
   target_sources(${target} PRIVATE ${cu_sources})
   set_target_properties(${target} PROPERTIES CUDA_ARCHITECTURES "${VLPAR_CUDA_ARCHS}" CUDA_SEPARABLE_COMPILATION OFF)
-  target_compile_definitions(${target} PRIVATE VLPAR_WITH_CUDA=1)
+  # FMT_USE_CONSTEXPR=1: fmt 9 switches constexpr off when it sees nvcc, which leaves its consteval format-string
+  # checks calling non-constexpr helpers (a hard error in the CUDA front end); the host compiler handles them.
+  # VLPAR_CUDA_RUNTIME_INCLUDED: lets host .cpp files that include <cuda_runtime.h> use VLPAR_CUDA_CHECK
+  # (status.hpp only defines it for nvcc otherwise).
+  target_compile_definitions(${target} PRIVATE VLPAR_WITH_CUDA=1
+    $<$<COMPILE_LANGUAGE:CXX>:VLPAR_CUDA_RUNTIME_INCLUDED=1>
+    $<$<COMPILE_LANGUAGE:CUDA>:FMT_USE_CONSTEXPR=1 ${dtype_defs}>)
   target_compile_options(${target} PRIVATE
-    $<$<COMPILE_LANGUAGE:CUDA>:-lineinfo -Xptxas=--warn-on-spills --threads=0 --expt-relaxed-constexpr -Werror=all-warnings>)
+    $<$<COMPILE_LANGUAGE:CUDA>:-lineinfo -Xptxas=--warn-on-spills --threads=0 --expt-relaxed-constexpr
+                               -Werror=all-warnings>)
   target_link_libraries(${target} PUBLIC CUDA::cudart)
+
+  string(REPLACE ";" "|" report_sources "${cu_sources}")
+  string(REPLACE ";" "|" report_defs "VLPAR_WITH_CUDA=1;FMT_USE_CONSTEXPR=1;${dtype_defs}")
+  string(REPLACE ";" "|" report_archs "${VLPAR_CUDA_ARCHS}")
   add_custom_target(ptxas_report
-    COMMAND ${CMAKE_COMMAND} -DNVCC=${CMAKE_CUDA_COMPILER} "-DARCHS=${VLPAR_CUDA_ARCHS}"
-            -DSOURCE_DIR=${PROJECT_SOURCE_DIR} -DOUT=${CMAKE_BINARY_DIR}/ptxas_report.txt
+    COMMAND ${CMAKE_COMMAND} -DNVCC=${CMAKE_CUDA_COMPILER} "-DARCHS=${report_archs}" "-DSOURCES=${report_sources}"
+            "-DDEFINES=${report_defs}" -DSOURCE_DIR=${PROJECT_SOURCE_DIR} -DOUT=${CMAKE_BINARY_DIR}/ptxas_report.txt
             -P ${PROJECT_SOURCE_DIR}/cmake/ptxas_report.cmake
     COMMENT "ptxas resource usage of every vlpar CUDA kernel"
     VERBATIM)

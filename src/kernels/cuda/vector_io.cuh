@@ -1,0 +1,42 @@
+#pragma once
+// 16-byte vector loads and stores for the elementwise and row kernels, with conversion to and from fp32.
+//   Pack<T, N>        : N elements of storage T moved as one aligned unit (N·sizeof(T) bytes)
+//   load_pack/store_pack : device, convert on the fly (one rounding per stored element)
+//   is_aligned        : host, decides whether a launcher may pick the vectorised instantiation
+// Used by rmsnorm_kernel.cuh and swiglu_kernel.cuh.
+#include <cstddef>
+#include <cstdint>
+
+#include "vlpar/core/dtype.hpp"
+
+namespace vlpar::cuda_kernels {
+
+/// Elements of T in one 16-byte transaction (the widest global load on sm_80/sm_90).
+template <class T>
+inline constexpr int kVec16 = int(16 / sizeof(T));
+
+template <class T, int N>
+struct alignas(sizeof(T) * N) Pack {
+  T v[N];
+};
+
+/// out[k] = float(p[k]) for k < N; p must be aligned to N·sizeof(T) bytes.
+template <class T, int N>
+__device__ __forceinline__ void load_pack(float (&out)[N], const T* p) {
+  const Pack<T, N> pk = *reinterpret_cast<const Pack<T, N>*>(p);
+#pragma unroll
+  for (int k = 0; k < N; ++k) out[k] = to_float(pk.v[k]);
+}
+
+/// p[k] = round_T(in[k]) for k < N; p must be aligned to N·sizeof(T) bytes.
+template <class T, int N>
+__device__ __forceinline__ void store_pack(T* p, const float (&in)[N]) {
+  Pack<T, N> pk;
+#pragma unroll
+  for (int k = 0; k < N; ++k) pk.v[k] = from_float<T>(in[k]);
+  *reinterpret_cast<Pack<T, N>*>(p) = pk;
+}
+
+inline bool is_aligned(const void* p, size_t bytes) { return reinterpret_cast<uintptr_t>(p) % bytes == 0; }
+
+}  // namespace vlpar::cuda_kernels
