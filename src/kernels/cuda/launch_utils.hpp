@@ -1,5 +1,6 @@
 #pragma once
 // Small host helpers shared by the CUDA launchers (host-compilable, no CUDA headers).
+// Test: tests/gpu/test_cuda_kernels.cpp (ctest -L gpu)
 #include <cstdint>
 #include <cstdlib>
 #include <cstring>

@@ -1,7 +1,7 @@
 #pragma once
 // Deterministic fp32 sums across a warp or a block (butterfly shuffles, fixed order: the same inputs give the
 // same bits on every run, DESIGN §7). Every thread receives the total.
-// Used by rmsnorm_kernel.cuh.
+// Used by rmsnorm_kernel.cuh. Test: tests/gpu/test_cuda_kernels.cpp (ctest -L gpu)
 
 namespace vlpar::cuda_kernels {
 

@@ -3,7 +3,7 @@
 //   Pack<T, N>        : N elements of storage T moved as one aligned unit (N·sizeof(T) bytes)
 //   load_pack/store_pack : device, convert on the fly (one rounding per stored element)
 //   is_aligned        : host, decides whether a launcher may pick the vectorised instantiation
-// Used by rmsnorm_kernel.cuh and swiglu_kernel.cuh.
+// Used by rmsnorm_kernel.cuh and swiglu_kernel.cuh. Test: tests/gpu/test_cuda_kernels.cpp (ctest -L gpu)
 #include <cstddef>
 #include <cstdint>
 
