@@ -4,7 +4,10 @@
 #include "vlpar/kernels/activation.hpp"
 
 #include <array>
+#include <Eigen/Dense>
 #include <cmath>
+#include <type_traits>
+#include <unsupported/Eigen/SpecialFunctions>
 
 #include "vlpar/core/checks.hpp"
 #include "vlpar/core/dispatch.hpp"
@@ -17,22 +20,6 @@ constexpr float kSqrt2OverPi = 0.7978845608028654f;
 constexpr float kGeluCubic = 0.044715f;
 constexpr float kInvSqrt2 = 0.7071067811865476f;
 constexpr float kInvSqrt2Pi = 0.3989422804014327f;
-
-inline float gelu_f(float x, GeluKind k) {
-  if (k == GeluKind::kErf) return 0.5f * x * (1.f + std::erf(x * kInvSqrt2));
-  return 0.5f * x * (1.f + std::tanh(kSqrt2OverPi * (x + kGeluCubic * x * x * x)));
-}
-inline float gelu_grad_f(float x, GeluKind k) {
-  if (k == GeluKind::kErf) return 0.5f * (1.f + std::erf(x * kInvSqrt2)) + x * kInvSqrt2Pi * std::exp(-0.5f * x * x);
-  const float t = std::tanh(kSqrt2OverPi * (x + kGeluCubic * x * x * x));
-  return 0.5f * (1.f + t) + 0.5f * x * (1.f - t * t) * kSqrt2OverPi * (1.f + 3.f * kGeluCubic * x * x);
-}
-inline float sigmoid_f(float x) { return 1.f / (1.f + std::exp(-x)); }
-inline float silu_f(float x) { return x * sigmoid_f(x); }
-inline float silu_grad_f(float x) {
-  const float s = sigmoid_f(x);
-  return s * (1.f + x * (1.f - s));
-}
 
 /// Checks that every view collapses to the same rows × cols with one float dtype and one device.
 Result<std::array<RowsView, 5>> check_pointwise(const char* op, std::initializer_list<std::pair<const char*, const TensorView*>> views) {
@@ -52,17 +39,68 @@ Result<std::array<RowsView, 5>> check_pointwise(const char* op, std::initializer
   return rows;
 }
 
-/// out = f(in...) elementwise over rows; Fn maps (float...) -> float.
-template <class T, class Fn>
-void map_rows(const Context& ctx, const RowsView& out, const RowsView& a, const RowsView* b, Fn fn) {
+using ArrF = Eigen::Array<float, Eigen::Dynamic, 1>;
+using CMapF = Eigen::Map<const ArrF>;
+using MapF = Eigen::Map<ArrF>;
+constexpr int64_t kChunk = 1024;  // elements per vectorised step: three fp32 chunks stay in L1
+
+/// Pointer to `n` floats of `p`: the row itself for f32, else widened into `scratch`.
+template <class T>
+const float* load_chunk(const T* p, int64_t n, float* scratch) {
+  if constexpr (std::is_same_v<T, float>) {
+    return p;
+  } else {
+    for (int64_t i = 0; i < n; ++i) scratch[i] = to_float(p[i]);
+    return scratch;
+  }
+}
+
+/// Elementwise over rows, vectorised with Eigen arrays in fp32 chunks, one rounding on store.
+/// kernel(out, a, b) writes `out` (MapF) from `a`, `b` (CMapF; b aliases a for unary ops).
+template <class T, class Kernel>
+void map_rows(const Context& ctx, const RowsView& out, const RowsView& a, const RowsView* b, Kernel kernel) {
   parallel_for(ctx, out.rows, [&](int64_t begin, int64_t end) {
+    alignas(64) float sa[kChunk], sb[kChunk], so[kChunk];
     for (int64_t r = begin; r < end; ++r) {
-      T* o = out.row<T>(r);
-      const T* pa = a.row<T>(r);
-      const T* pb = b ? b->row<T>(r) : nullptr;
-      for (int64_t i = 0; i < out.cols; ++i) o[i] = from_float<T>(fn(to_float(pa[i]), pb ? to_float(pb[i]) : 0.f));
+      for (int64_t c0 = 0; c0 < out.cols; c0 += kChunk) {
+        const int64_t n = std::min(kChunk, out.cols - c0);
+        const float* pa = load_chunk(a.row<T>(r) + c0, n, sa);
+        const float* pb = b ? load_chunk(b->row<T>(r) + c0, n, sb) : pa;
+        T* o = out.row<T>(r) + c0;
+        if constexpr (std::is_same_v<T, float>) {
+          kernel(MapF(o, n), CMapF(pa, n), CMapF(pb, n));
+        } else {
+          kernel(MapF(so, n), CMapF(pa, n), CMapF(pb, n));
+          for (int64_t i = 0; i < n; ++i) o[i] = from_float<T>(so[i]);
+        }
+      }
     }
   });
+}
+
+// Vectorised formulas, fp32, from Eigen's SIMD exp and erf. tanh and its derivative are built from
+// e = exp(−2|u|): tanh u = sign(u)·(1−e)/(1+e) and 1 − tanh² u = 4e/(1+e)², which keeps the derivative's tail
+// accurate where 1 − t² would cancel (Eigen's own tanh saturates to ±1 and returns exactly 0 there).
+ArrF sigmoid_v(const CMapF& x) { return (1.f + (-x).exp()).inverse(); }
+struct TanhParts {
+  ArrF t, sech2;
+};
+TanhParts tanh_parts(const ArrF& u) {
+  const ArrF e = (-2.f * u.abs()).exp();
+  const ArrF inv = (1.f + e).inverse();
+  return {u.sign() * (1.f - e) * inv, 4.f * e * inv.square()};
+}
+void gelu_fwd_v(MapF y, const CMapF& x, GeluKind k) {
+  if (k == GeluKind::kErf) y = 0.5f * x * (1.f + (x * kInvSqrt2).erf());
+  else y = 0.5f * x * (1.f + tanh_parts(kSqrt2OverPi * (x + kGeluCubic * x.cube())).t);
+}
+void gelu_bwd_v(MapF dx, const CMapF& x, const CMapF& g, GeluKind k) {
+  if (k == GeluKind::kErf) {
+    dx = g * (0.5f * (1.f + (x * kInvSqrt2).erf()) + x * kInvSqrt2Pi * (-0.5f * x.square()).exp());
+  } else {
+    const TanhParts p = tanh_parts(kSqrt2OverPi * (x + kGeluCubic * x.cube()));
+    dx = g * (0.5f * (1.f + p.t) + 0.5f * x * p.sech2 * kSqrt2OverPi * (1.f + 3.f * kGeluCubic * x.square()));
+  }
 }
 
 }  // namespace
@@ -71,7 +109,7 @@ Status gelu_forward(const Context& ctx, TensorView y, TensorView x, GeluKind kin
   VLPAR_ASSIGN_OR_RETURN(auto r, check_pointwise("gelu_forward", {{"y", &y}, {"x", &x}}));
   VLPAR_CHECK_CODE(x.device.is_cpu(), StatusCode::kNotSupported, "gelu_forward: no CUDA kernel yet");
   VLPAR_FLOAT_SWITCH(x.dtype, T, "gelu_forward",
-                     { map_rows<T>(ctx, r[0], r[1], nullptr, [kind](float v, float) { return gelu_f(v, kind); }); });
+                     { map_rows<T>(ctx, r[0], r[1], nullptr, [kind](MapF o, CMapF a, CMapF) { gelu_fwd_v(o, a, kind); }); });
   return Status::Ok();
 }
 
@@ -79,7 +117,7 @@ Status gelu_backward(const Context& ctx, TensorView dx, TensorView dy, TensorVie
   VLPAR_ASSIGN_OR_RETURN(auto r, check_pointwise("gelu_backward", {{"dx", &dx}, {"dy", &dy}, {"x", &x}}));
   VLPAR_CHECK_CODE(x.device.is_cpu(), StatusCode::kNotSupported, "gelu_backward: no CUDA kernel yet");
   VLPAR_FLOAT_SWITCH(x.dtype, T, "gelu_backward", {
-    map_rows<T>(ctx, r[0], r[2], &r[1], [kind](float v, float g) { return g * gelu_grad_f(v, kind); });
+    map_rows<T>(ctx, r[0], r[2], &r[1], [kind](MapF o, CMapF x, CMapF g) { gelu_bwd_v(o, x, g, kind); });
   });
   return Status::Ok();
 }
@@ -88,7 +126,7 @@ Status silu_forward(const Context& ctx, TensorView y, TensorView x) {
   VLPAR_ASSIGN_OR_RETURN(auto r, check_pointwise("silu_forward", {{"y", &y}, {"x", &x}}));
   VLPAR_CHECK_CODE(x.device.is_cpu(), StatusCode::kNotSupported, "silu_forward: no CUDA kernel yet");
   VLPAR_FLOAT_SWITCH(x.dtype, T, "silu_forward",
-                     { map_rows<T>(ctx, r[0], r[1], nullptr, [](float v, float) { return silu_f(v); }); });
+                     { map_rows<T>(ctx, r[0], r[1], nullptr, [](MapF o, CMapF x, CMapF) { o = x * sigmoid_v(x); }); });
   return Status::Ok();
 }
 
@@ -96,7 +134,10 @@ Status silu_backward(const Context& ctx, TensorView dx, TensorView dy, TensorVie
   VLPAR_ASSIGN_OR_RETURN(auto r, check_pointwise("silu_backward", {{"dx", &dx}, {"dy", &dy}, {"x", &x}}));
   VLPAR_CHECK_CODE(x.device.is_cpu(), StatusCode::kNotSupported, "silu_backward: no CUDA kernel yet");
   VLPAR_FLOAT_SWITCH(x.dtype, T, "silu_backward",
-                     { map_rows<T>(ctx, r[0], r[2], &r[1], [](float v, float g) { return g * silu_grad_f(v); }); });
+                     { map_rows<T>(ctx, r[0], r[2], &r[1], [](MapF o, CMapF x, CMapF g) {
+                       const ArrF sg = sigmoid_v(x);
+                       o = g * sg * (1.f + x * (1.f - sg));
+                     }); });
   return Status::Ok();
 }
 
@@ -104,7 +145,7 @@ Status swiglu_forward(const Context& ctx, TensorView y, TensorView gate, TensorV
   VLPAR_ASSIGN_OR_RETURN(auto r, check_pointwise("swiglu_forward", {{"y", &y}, {"gate", &gate}, {"up", &up}}));
   if (gate.device.is_cuda()) return cuda_impl::swiglu_forward(ctx, y, gate, up);
   VLPAR_FLOAT_SWITCH(gate.dtype, T, "swiglu_forward",
-                     { map_rows<T>(ctx, r[0], r[1], &r[2], [](float g, float u) { return silu_f(g) * u; }); });
+                     { map_rows<T>(ctx, r[0], r[1], &r[2], [](MapF o, CMapF g, CMapF u) { o = g * sigmoid_v(g) * u; }); });
   return Status::Ok();
 }
 
@@ -116,16 +157,21 @@ Status swiglu_backward(const Context& ctx, TensorView dgate, TensorView dup, Ten
   VLPAR_FLOAT_SWITCH(gate.dtype, T, "swiglu_backward", {
     const RowsView dg = r[0], du = r[1], g = r[2], gt = r[3], u = r[4];
     parallel_for(ctx, g.rows, [&](int64_t begin, int64_t end) {
+      alignas(64) float sg[kChunk], sa[kChunk], su[kChunk], odg[kChunk], odu[kChunk];
       for (int64_t row = begin; row < end; ++row) {
-        T* pdg = dg.row<T>(row);
-        T* pdu = du.row<T>(row);
-        const T* pg = g.row<T>(row);
-        const T* pgt = gt.row<T>(row);
-        const T* pu = u.row<T>(row);
-        for (int64_t i = 0; i < g.cols; ++i) {
-          const float gi = to_float(pg[i]), a = to_float(pgt[i]), b = to_float(pu[i]);
-          pdg[i] = from_float<T>(gi * b * silu_grad_f(a));
-          pdu[i] = from_float<T>(gi * silu_f(a));
+        for (int64_t c0 = 0; c0 < g.cols; c0 += kChunk) {
+          const int64_t n = std::min(kChunk, g.cols - c0);
+          const CMapF dy(load_chunk(g.row<T>(row) + c0, n, sg), n);
+          const CMapF a(load_chunk(gt.row<T>(row) + c0, n, sa), n), b(load_chunk(u.row<T>(row) + c0, n, su), n);
+          const ArrF s = sigmoid_v(a);
+          MapF(odg, n) = dy * b * s * (1.f + a * (1.f - s));  // dy · up · silu'(gate)
+          MapF(odu, n) = dy * a * s;                           // dy · silu(gate)
+          T* pdg = dg.row<T>(row) + c0;
+          T* pdu = du.row<T>(row) + c0;
+          for (int64_t i = 0; i < n; ++i) {
+            pdg[i] = from_float<T>(odg[i]);
+            pdu[i] = from_float<T>(odu[i]);
+          }
         }
       }
     });
