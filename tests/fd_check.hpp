@@ -46,13 +46,4 @@ inline double dot(const std::vector<double>& a, const std::vector<double>& b) {
   return s;
 }
 
-template <class S>
-std::vector<S> cast_vec(const std::vector<double>& x) {
-  return std::vector<S>(x.begin(), x.end());
-}
-template <class S>
-std::vector<double> to_double(const std::vector<S>& x) {
-  return std::vector<double>(x.begin(), x.end());
-}
-
 }  // namespace vlpar::test

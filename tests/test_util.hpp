@@ -81,6 +81,16 @@ inline std::vector<double> to_f64(const TensorView& v) {
   return out;
 }
 
+/// Element-wise casts between a reference's scalar type and fp64.
+template <class S>
+std::vector<S> cast_vec(const std::vector<double>& x) {
+  return std::vector<S>(x.begin(), x.end());
+}
+template <class S>
+std::vector<double> to_double(const std::vector<S>& x) {
+  return std::vector<double>(x.begin(), x.end());
+}
+
 /// Rounds every value to the storage dtype (what a naive implementation at that precision stores).
 inline std::vector<double> round_to_dtype(std::vector<double> x, DType dtype) {
   for (double& v : x) {

@@ -82,15 +82,6 @@ std::vector<double> gather_f64(const TensorView& v) {
   return out;
 }
 
-template <class S>
-std::vector<S> cast_to(const std::vector<double>& x) {
-  return std::vector<S>(x.begin(), x.end());
-}
-template <class S>
-std::vector<double> widen(const std::vector<S>& x) {
-  return std::vector<double>(x.begin(), x.end());
-}
-
 /// The kernel output checked twice with the derived rule: naive = float reference (rounded to the output's
 /// storage) and naive = the CPU kernel's output.
 void expect_gpu_close(const std::string& what, const std::vector<double>& gpu, const std::vector<double>& cpu,
@@ -179,18 +170,18 @@ TEST_P(CudaRmsNorm, ForwardBackwardMatchReferenceAndCpu) {
   std::vector<double> y64(n), r64(static_cast<size_t>(R)), dx64(n), dw64 = to_f64(dw0);
   reference::rmsnorm_forward(y64.data(), r64.data(), x64.data(), w64.data(), R, H, double(eps));
   reference::rmsnorm_backward(dx64.data(), dw64.data(), g64.data(), x64.data(), w64.data(), r64.data(), R, H);
-  const auto xf = cast_to<float>(x64), gf = cast_to<float>(g64), wf = cast_to<float>(w64);
-  std::vector<float> yf(n), rf(static_cast<size_t>(R)), dxf(n), dwf = cast_to<float>(to_f64(dw0));
+  const auto xf = cast_vec<float>(x64), gf = cast_vec<float>(g64), wf = cast_vec<float>(w64);
+  std::vector<float> yf(n), rf(static_cast<size_t>(R)), dxf(n), dwf = cast_vec<float>(to_f64(dw0));
   reference::rmsnorm_forward(yf.data(), rf.data(), xf.data(), wf.data(), R, H, eps);
   reference::rmsnorm_backward(dxf.data(), dwf.data(), gf.data(), xf.data(), wf.data(), rf.data(), R, H);
 
   const Shape rh{R, H};
-  expect_gpu_close("rmsnorm_y", y_gpu, gather_f64(layout_view(y, c.layout, H)), y64, widen(yf), rh, TolOp::kRmsNorm,
+  expect_gpu_close("rmsnorm_y", y_gpu, gather_f64(layout_view(y, c.layout, H)), y64, to_double(yf), rh, TolOp::kRmsNorm,
                    c.dtype);
-  expect_gpu_close("rmsnorm_rstd", rstd_gpu, to_f64(rstd), r64, widen(rf), Shape{R}, TolOp::kRmsNorm, DType::kF32);
-  expect_gpu_close("rmsnorm_dx", dx_gpu, gather_f64(layout_view(dx, c.layout, H)), dx64, widen(dxf), rh,
+  expect_gpu_close("rmsnorm_rstd", rstd_gpu, to_f64(rstd), r64, to_double(rf), Shape{R}, TolOp::kRmsNorm, DType::kF32);
+  expect_gpu_close("rmsnorm_dx", dx_gpu, gather_f64(layout_view(dx, c.layout, H)), dx64, to_double(dxf), rh,
                    TolOp::kRmsNorm, c.dtype);
-  expect_gpu_close("rmsnorm_dw", dw_gpu, to_f64(dw), dw64, widen(dwf), Shape{H}, TolOp::kRmsNorm, DType::kF32);
+  expect_gpu_close("rmsnorm_dw", dw_gpu, to_f64(dw), dw64, to_double(dwf), Shape{H}, TolOp::kRmsNorm, DType::kF32);
   // The padding of the fused/misaligned buffers is never written.
   if (c.layout != Layout::kContiguous) {
     const auto y_full = to_f64(download(a, yd));
@@ -381,13 +372,13 @@ TEST_P(CudaRotary, ForwardBackwardInPlaceMatchReferenceAndCpu) {
   std::vector<double> r64(x64.size()), rinv64(x64.size());
   reference::rotary_apply(r64.data(), x64.data(), pos64.data(), N, H, d, +1);
   reference::rotary_apply(rinv64.data(), y_gpu.data(), pos64.data(), N, H, d, -1);
-  const auto xf = cast_to<float>(x64), yf_in = cast_to<float>(y_gpu);
+  const auto xf = cast_vec<float>(x64), yf_in = cast_vec<float>(y_gpu);
   std::vector<float> rf(x64.size()), rinvf(x64.size());
   reference::rotary_apply(rf.data(), xf.data(), pos64.data(), N, H, d, +1);
   reference::rotary_apply(rinvf.data(), yf_in.data(), pos64.data(), N, H, d, -1);
   const Shape s{N, H, D};
-  expect_gpu_close("rotary_fwd", y_gpu, to_f64(y), r64, widen(rf), s, TolOp::kRotary, c.dtype);
-  expect_gpu_close("rotary_bwd", back_gpu, to_f64(back), rinv64, widen(rinvf), s, TolOp::kRotary, c.dtype);
+  expect_gpu_close("rotary_fwd", y_gpu, to_f64(y), r64, to_double(rf), s, TolOp::kRotary, c.dtype);
+  expect_gpu_close("rotary_bwd", back_gpu, to_f64(back), rinv64, to_double(rinvf), s, TolOp::kRotary, c.dtype);
 }
 
 INSTANTIATE_TEST_SUITE_P(
