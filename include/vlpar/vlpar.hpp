@@ -20,3 +20,6 @@
 #include "vlpar/kernels/cross_entropy.hpp"  // provides: cross_entropy_*, linear_cross_entropy (chunked), label shift
 #include "vlpar/kernels/router.hpp"         // provides: router_forward/backward, RouterAuxStats, aux loss
 #include "vlpar/kernels/optimizer.hpp"      // provides: adamw_step, global_grad_norm, clip_grad_norm
+#include "vlpar/parallel/parallel_config.hpp"  // provides: ParallelConfig (tp, cp, ep, etp, pp, dp, order, vision_tp), ModelDims, validate()
+#include "vlpar/parallel/mesh.hpp"             // provides: Mesh (rank <-> coordinates, groups per Axis, MoE folding, vision TP), RankGrid
+#include "vlpar/parallel/process_groups.hpp"   // provides: ProcessGroups (one Communicator per Axis, split from the world)
