@@ -28,6 +28,22 @@ cases = [
  ("bf16 rounding truncates", "include/vlpar/core/dtype.hpp", "return bf16{uint16_t((u + 0x7fffu + lsb) >> 16)};", "return bf16{uint16_t((u + 0x7fffu + lsb * 0u) >> 16)};", "test_core"),
  ("philox one round short", "include/vlpar/core/philox.hpp", "for (int round = 0; round < 10; ++round)", "for (int round = 0; round < 9; ++round)", "test_core"),
  ("init_shard ignores shard offsets", "src/core/init.cpp", "global += (local + offsets[d]) * full_strides", "global += (local) * full_strides", "test_core"),
+ ("mesh: order string read backwards (pp fastest)", "src/parallel/mesh.cpp", "out[count++] = OrderSlot(slot);", "out[4 - count++] = OrderSlot(slot);", "test_mesh"),
+ ("mesh: dp stride skips cp (wrong stride)", "src/parallel/mesh.cpp", "strides_[i] = world_;", "strides_[i] = i == 3 ? world_ / sizes_[1] : world_;", "test_mesh"),
+ ("mesh: combined groups list members last axis fastest", "src/parallel/mesh.cpp", "  for (int s : in_sizes) group_size *= s;", "  for (int s : in_sizes) group_size *= s;\n  std::reverse(in_sizes.begin(), in_sizes.end());\n  std::reverse(in_strides.begin(), in_strides.end());", "test_mesh"),
+ ("mesh: slot group index drops a scale", "src/parallel/mesh.cpp", "group_scale *= sizes_[i];", "group_scale *= 1;", "test_mesh"),
+ ("mesh: expert layout uses tp instead of etp", "src/parallel/mesh.cpp", "return {c.etp_size(), 1, c.ep, c.edp_size(), c.pp};", "return {c.tp, 1, c.ep, c.edp_size(), c.pp};", "test_mesh"),
+ ("mesh: expert layout puts ep in the cp slot", "src/parallel/mesh.cpp", "return {c.etp_size(), 1, c.ep, c.edp_size(), c.pp};", "return {c.etp_size(), c.ep, 1, c.edp_size(), c.pp};", "test_mesh"),
+ ("mesh: edp off by one", "include/vlpar/parallel/parallel_config.hpp", "world / (etp_size() * ep * pp) : 0;", "world / (etp_size() * ep * pp) - (ep > 1) : 0;", "test_mesh"),
+ ("mesh: vision layout ignores vision_tp", "src/parallel/mesh.cpp", "return {c.vision_tp_size(), 1, 1, c.vision_dp_size(), c.pp};", "return {c.tp, 1, 1, c.vision_dp_size(), c.pp};", "test_mesh"),
+ ("mesh: dp_cp group forgets cp", "src/parallel/mesh.cpp", "case Axis::kDpCp:\n      set(OrderSlot::kDp);\n      set(OrderSlot::kCp);", "case Axis::kDpCp:\n      set(OrderSlot::kDp);", "test_mesh"),
+ ("mesh: duplicate order axis accepted", "src/parallel/mesh.cpp", "VLPAR_CHECK(!seen[slot],", "VLPAR_CHECK(true || !seen[slot],", "test_mesh"),
+ ("mesh: kv heads never replicated", "src/parallel/parallel_config.cpp", "d.num_kv_heads % tp == 0 || tp % d.num_kv_heads == 0", "d.num_kv_heads % tp == 0", "test_mesh"),
+ ("mesh: world product forgets pp", "src/parallel/parallel_config.cpp", "VLPAR_CHECK(int64_t(tp) * cp * pp * dp == world,", "VLPAR_CHECK(int64_t(tp) * cp * dp == world,", "test_mesh"),
+ ("mesh: folding check dropped", "src/parallel/parallel_config.cpp", "VLPAR_CHECK(stage % (int64_t(etp_size()) * ep) == 0,", "VLPAR_CHECK(true || stage % (int64_t(etp_size()) * ep) == 0,", "test_mesh"),
+ ("mesh: vision stage check dropped", "src/parallel/parallel_config.cpp", "VLPAR_CHECK(stage % vision_tp_size() == 0,", "VLPAR_CHECK(true || stage % vision_tp_size() == 0,", "test_mesh"),
+ ("mesh: pipeline agreement not checked", "src/parallel/parallel_config.cpp", "return detail::check_layouts_agree(*this, slots);", "(void)slots;\n  return Status::Ok();", "test_mesh"),
+ ("mesh: process groups swap color and key", "src/parallel/process_groups.cpp", "world.split(s.group, s.index,", "world.split(s.index, s.group,", "test_mesh"),
 ]
 only = sys.argv[1:] 
 subprocess.run(f"cmake -S {ROOT} -B {ROOT}/build -DVLPAR_ENABLE_CUDA=OFF -DVLPAR_BUILD_BENCH=OFF -DCMAKE_BUILD_TYPE=Release > /dev/null", shell=True, check=True)

@@ -379,8 +379,9 @@ TEST(ParallelConfigValidateOk, AcceptsConsistentConfigs) {
   EXPECT_EQ(cfg.dp_size(), 4);
   EXPECT_EQ(cfg.edp_size(), 1);
   EXPECT_EQ(cfg.vision_dp_size(), 4);
-  // kv heads replicated when tp exceeds them; an explicit dp that matches.
+  // kv heads replicated when tp exceeds them; an explicit dp that matches (with and without pp).
   EXPECT_TRUE((ParallelConfig{.world = 8, .tp = 8, .dp = 1}.validate({.num_heads = 32, .num_kv_heads = 4}).ok()));
+  EXPECT_TRUE((ParallelConfig{.world = 16, .tp = 2, .pp = 2, .dp = 4}.validate({}).ok()));
   // pp first is accepted when every layout has the same pp stride (1).
   EXPECT_TRUE((ParallelConfig{.world = 8, .tp = 2, .ep = 2, .pp = 2, .order = "pp-tp-cp-ep-dp"}.validate({}).ok()));
 }
