@@ -2,6 +2,11 @@
 find_package(Eigen3 3.4 REQUIRED NO_MODULE)
 find_package(fmt REQUIRED)
 find_package(OpenMP REQUIRED COMPONENTS CXX)
+# MPI (Open MPI from libopenmpi-dev): the comm layer's CPU backend and the NCCL bootstrap; linked PUBLIC.
+# The C API through the CXX component: vlpar (and its consumers) enable only the CXX language, and FindMPI's C
+# component demands an enabled C compiler. MPI_CXX_SKIP_MPICXX leaves out the deprecated C++ bindings.
+set(MPI_CXX_SKIP_MPICXX ON CACHE BOOL "vlpar uses the MPI C API only")
+find_package(MPI REQUIRED COMPONENTS CXX)
 if(VLPAR_BUILD_TESTS)
   find_package(GTest REQUIRED)
 endif()

@@ -8,6 +8,20 @@
 // the group and the rank. Non-blocking forms return a Work handle; wait() enforces the group's timeout
 // (the watchdog): an op that does not complete in time returns kTimeout naming op, group, rank and peer,
 // never hangs. Binaries turn that Status into an abort of the whole job (MPI_Abort), libraries never exit.
+// After a collective timed out the group is unusable (its peers may still be inside the op): every later op on
+// it fails with kCommError, and the binary must abort. A timed-out recv is cancelled and leaves the group usable.
+//
+// Conventions shared by every backend:
+//   - views are contiguous, non-null when non-empty, of one dtype, on the backend's device (CPU for MPI and
+//     single, the communicator's CUDA device for NCCL); f32, bf16, f16, i32, i64, f64 are accepted.
+//   - sums of bf16/f16 are accumulated in f32 and rounded to the storage dtype once, at the end.
+//   - in-place forms: all_reduce and broadcast always; all_gather when `in` is this rank's block of `out`;
+//     reduce_scatter when `out` is this rank's block of `in` (then `in` is clobbered). Any other overlap of
+//     `out` and `in` is an error, as is any overlap in all_to_all.
+//   - all ranks of the group issue the same ops in the same order (MPI/NCCL semantics); row counts must agree
+//     pairwise (send_rows[p] on rank r == recv_rows[r] on rank p), which no rank can check locally.
+//   - the Communicator's own buffers are released when its Work completes; a view passed to a pending op must
+//     stay alive until wait() returned Ok.
 #include <chrono>
 #include <cstdint>
 #include <memory>
@@ -21,6 +35,8 @@ namespace vlpar::comm {
 
 enum class ReduceOp : uint8_t { kSum, kMax };
 enum class Backend : uint8_t { kSingle, kMPI, kNCCL };
+const char* reduce_op_name(ReduceOp op);  // "sum", "max"
+const char* backend_name(Backend b);      // "single", "mpi", "nccl"
 
 struct CommOptions {
   std::string name = "world";                             // group name used in every message
