@@ -1,0 +1,91 @@
+#pragma once
+// A decoder-only transformer stack built from the nn blocks, with owned parameters and gradients:
+//   vocab-parallel embedding → num_layers × (AttentionBlock → MlpBlock) → final RMSNorm → vocab-parallel
+//   LM head + cross-entropy (mean over labels != ignore_index).
+// Parameters, in this order (the model-wide param index used by GradReadyFn and every list below):
+//   0                  model.embed_tokens.weight                   [V, H]        rows split over tp
+//   1 + 8l + 0         model.layers.l.input_layernorm.weight       [H]           replicated
+//   1 + 8l + 1..3      model.layers.l.self_attn.{q,k,v}_proj.weight [·, H]       column-parallel (GQA kv heads)
+//   1 + 8l + 4         model.layers.l.self_attn.o_proj.weight      [H, heads·D]  row-parallel
+//   1 + 8l + 5         model.layers.l.post_attention_layernorm.weight [H]        replicated
+//   1 + 8l + 6         model.layers.l.mlp.gate_up_proj.weight      [2I, H]       fused column-parallel (gate rows
+//                                                                                 0..I, up rows I..2I of HF's two)
+//   1 + 8l + 7         model.layers.l.mlp.down_proj.weight         [H, I]        row-parallel
+//   1 + 8L             model.norm.weight                           [H]           replicated
+//   2 + 8L             lm_head.weight                              [V, H]        rows split over tp
+// Init: every parameter is init_param_shard(seed, param index) of its full logical shape (norms ones, the rest
+// normal(0, init_std)), so the same seed gives the same full model at any tp. backward() reports gradients in
+// exactly the reverse of this order (the order DDP buckets want).
+// Test: tests/unit/test_nn_stack.cpp (TP1 vs an fp64 reference and finite differences),
+//       tests/mpi/test_tp_equivalence.cpp, tests/mpi/test_data_parallel.cpp, tests/mpi/test_tp_dp.cpp.
+#include <cstdint>
+#include <vector>
+
+#include "vlpar/core/allocator.hpp"
+#include "vlpar/core/context.hpp"
+#include "vlpar/core/tensor.hpp"
+#include "vlpar/kernels/cross_entropy.hpp"
+#include "vlpar/nn/attention_block.hpp"
+#include "vlpar/nn/block.hpp"
+#include "vlpar/nn/config.hpp"
+#include "vlpar/nn/mlp_block.hpp"
+#include "vlpar/nn/shard.hpp"
+#include "vlpar/nn/tensor_parallel.hpp"
+#include "vlpar/nn/vocab_parallel.hpp"
+
+namespace vlpar::nn {
+
+/// The packed batch (DESIGN §4) as the text decoder reads it; every tp rank holds all of it.
+struct DecoderBatch {
+  TensorView ids;         // i32/i64 [N_tok] token ids
+  TensorView labels;      // i32/i64 [N_tok] aligned with rows (shift_labels_for_causal_lm), or ignore_index
+  TensorView positions;   // i32/i64 [N_tok] rotary position within each sample
+  TensorView cu_seqlens;  // i32 [B + 1]
+};
+
+/// Everything backward needs, for one micro-batch.
+struct DecoderStash {
+  std::vector<Tensor> residual;  // [2L + 1] residual stream [N_loc, H]: embedding out, then each block's out
+  std::vector<AttentionStash> attn;
+  std::vector<MlpStash> mlp;
+  Tensor final_rstd;  // [N_loc] f32
+  Tensor final_h;     // [N_loc, H] final RMSNorm output
+  LmHeadStash head;
+};
+
+class DecoderModel {
+ public:
+  /// @brief Allocates and initialises this rank's parameter shards and zeroed gradients.
+  static Result<DecoderModel> create(const Context& ctx, const TransformerConfig& cfg, TensorParallel tp,
+                                     uint64_t seed, Allocator& alloc);
+  /// @brief The parameter layout of rank `rank` of a tp group of size `tp` (pure; what create() allocates).
+  static std::vector<ParamShard> param_layout(const TransformerConfig& cfg, int tp, int rank, bool sequence_parallel);
+
+  /// @brief The mean loss over the batch's valid labels (the same value on every tp rank).
+  Result<CrossEntropyResult> forward(const Context& ctx, const DecoderBatch& batch, DecoderStash& stash) const;
+  /// @brief Accumulates every parameter gradient of grad_loss · loss. ready (optional) is called with each
+  /// param index once its gradient is final, in reverse param order.
+  Status backward(const Context& ctx, const DecoderBatch& batch, DecoderStash& stash, float grad_loss = 1.f,
+                  const GradReadyFn& ready = {}) const;
+  Status zero_grads();
+
+  const TransformerConfig& config() const { return cfg_; }
+  const TensorParallel& tensor_parallel() const { return tp_; }
+  const std::vector<ParamShard>& layout() const { return layout_; }
+  std::vector<TensorView> params() const;
+  std::vector<TensorView> grads() const;
+  size_t num_params() const { return params_.size(); }
+
+ private:
+  PackedSeq seq(const DecoderBatch& b) const { return PackedSeq{b.cu_seqlens, b.positions}; }
+  AttentionBlock attention(int layer) const;
+  MlpBlock mlp(int layer) const;
+
+  TransformerConfig cfg_;
+  TensorParallel tp_;
+  std::vector<ParamShard> layout_;
+  std::vector<Tensor> params_, grads_;
+  Range vocab_block_;
+};
+
+}  // namespace vlpar::nn

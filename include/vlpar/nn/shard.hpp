@@ -1,0 +1,93 @@
+#pragma once
+// Tensor-parallel shard arithmetic: pure functions of (size, tp, rank), unit-tested without MPI, and the
+// description of one parameter's shard (ParamShard) that init, gradient gathering and the optimizer read.
+//   even_shard(n, tp, r)   : block r of [0, n) split into tp equal blocks (column/row-parallel dims, vocab)
+//   kv_head_shard(...)     : GQA kv heads a rank keeps: its even block when tp ≤ H_kv, else the one kv head its
+//                            query heads read (replicated on tp / H_kv ranks)
+//   vocab_local_index(...) : the row of a token id in this rank's vocab block, or −1 when another rank owns it
+//   ParamShard             : full logical shape, shard dim and the pieces (local range ↔ full range) this rank
+//                            holds; the fused gate/up weight has two pieces (its gate rows and its up rows)
+// Test: tests/unit/test_nn_shard.cpp.
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "vlpar/core/context.hpp"
+#include "vlpar/core/init.hpp"
+#include "vlpar/core/tensor.hpp"
+
+namespace vlpar::nn {
+
+struct Range {
+  int64_t begin = 0, end = 0;  // [begin, end)
+  int64_t size() const { return end - begin; }
+  bool contains(int64_t i) const { return i >= begin && i < end; }
+  friend bool operator==(const Range&, const Range&) = default;
+};
+
+/// @brief Block `rank` of [0, n) cut into tp equal blocks. Callers check tp | n first (TransformerConfig::validate_tp).
+inline Range even_shard(int64_t n, int tp, int rank) {
+  const int64_t b = n / tp;
+  return {b * rank, b * (rank + 1)};
+}
+
+/// @brief The kv heads rank `rank` keeps. tp ≤ H_kv: its block of H_kv / tp heads; tp > H_kv (tp a multiple of
+/// H_kv): the single head rank·H_kv/tp, which the rank's query heads [rank·heads/tp, (rank+1)·heads/tp) all read.
+inline Range kv_head_shard(int kv_heads, int tp, int rank) {
+  if (tp <= kv_heads) return even_shard(kv_heads, tp, rank);
+  const int64_t h = int64_t(rank) * kv_heads / tp;
+  return {h, h + 1};
+}
+
+/// @brief Number of ranks holding a copy of each kv head (1 unless tp > H_kv).
+inline int kv_head_replicas(int kv_heads, int tp) { return tp > kv_heads ? tp / kv_heads : 1; }
+
+/// @brief Row of token `id` in the vocab block `block` of this rank, or −1 if the id belongs to another rank.
+inline int64_t vocab_local_index(int64_t id, Range block) { return block.contains(id) ? id - block.begin : -1; }
+
+/// @brief The rank whose vocab block holds `id` (vocab split evenly over tp ranks).
+inline int vocab_owner(int64_t id, int64_t vocab, int tp) { return int(id / (vocab / tp)); }
+
+/// One contiguous run of a shard along its shard dim: local [local_begin, +length) = full [full_begin, +length).
+struct ShardPiece {
+  int64_t local_begin = 0;
+  int64_t full_begin = 0;
+  int64_t length = 0;
+  friend bool operator==(const ShardPiece&, const ShardPiece&) = default;
+};
+
+/// How one parameter is laid out on this rank.
+struct ParamShard {
+  std::string name;              // HF-style dotted name ("model.layers.0.self_attn.q_proj.weight")
+  Shape full_shape;              // logical shape of the unsharded parameter
+  int shard_dim = -1;            // dim split over the tp group; −1 = replicated (every rank holds all of it)
+  std::vector<ShardPiece> pieces;  // along shard_dim (empty when replicated)
+  uint32_t param_id = 0;         // Philox key of the layout-invariant init
+  InitRule init;
+  /// True when every rank's gradient of this parameter is only a partial sum that backward all-reduces over
+  /// the tp group (RMSNorm weights under sequence parallelism, kv projections replicated over tp > H_kv).
+  bool grad_summed_over_tp = false;
+
+  /// @brief The shape this rank stores.
+  Shape local_shape() const;
+};
+
+/// @brief A column-parallel weight [out, in] split along out (dim 0), or a row-parallel one split along in (dim 1).
+ParamShard make_split_param(std::string name, Shape full_shape, int shard_dim, Range block, uint32_t param_id,
+                            InitRule init);
+/// @brief A parameter every rank holds whole.
+ParamShard make_replicated_param(std::string name, Shape full_shape, uint32_t param_id, InitRule init);
+/// @brief The fused gate/up weight [2I, H]: local rows [0, I/tp) are full gate rows block·, local rows
+/// [I/tp, 2I/tp) are full up rows I + block·, so each rank's gate and up halves match.
+ParamShard make_fused_gate_up_param(std::string name, int64_t intermediate, int64_t hidden, Range block,
+                                    uint32_t param_id, InitRule init);
+
+/// @brief Fills `local` (contiguous, shaped local_shape()) with this rank's slice of the full weight that
+/// init_full(seed, param_id) would produce: the same seed gives the same full weights at any tp.
+Status init_param_shard(const Context& ctx, TensorView local, const ParamShard& p, uint64_t seed);
+
+/// @brief Copies this rank's shard `local` into its place inside `full` (full_shape, contiguous, f32 or f64).
+/// Elements outside this rank's pieces are left alone.
+Status scatter_shard_into_full(TensorView full, TensorView local, const ParamShard& p);
+
+}  // namespace vlpar::nn

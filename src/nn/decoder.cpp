@@ -1,0 +1,172 @@
+// Decoder-only transformer stack. See include/vlpar/nn/decoder.hpp.
+#include "vlpar/nn/decoder.hpp"
+
+#include <fmt/format.h>
+
+#include "nn_util.hpp"
+#include "vlpar/kernels/norm.hpp"
+
+namespace vlpar::nn {
+
+using detail::scratch;
+
+namespace {
+constexpr size_t kPerLayer = 8;
+size_t layer_base(int l) { return 1 + kPerLayer * size_t(l); }
+}  // namespace
+
+std::vector<ParamShard> DecoderModel::param_layout(const TransformerConfig& cfg, int tp, int rank,
+                                                   bool sequence_parallel) {
+  const int64_t H = cfg.hidden, D = cfg.head_dim, I = cfg.intermediate, V = cfg.vocab;
+  const InitRule w = InitRule::normal(0.f, cfg.init_std), ones = InitRule::ones();
+  const Range vocab = even_shard(V, tp, rank), heads = even_shard(cfg.heads, tp, rank),
+              kv = kv_head_shard(cfg.kv_heads, tp, rank), inter = even_shard(I, tp, rank);
+  const bool sp = sequence_parallel && tp > 1;
+  const bool kv_summed = kv_head_replicas(cfg.kv_heads, tp) > 1;
+  std::vector<ParamShard> out;
+  auto id = [&]() { return uint32_t(out.size()); };
+  out.push_back(make_split_param("model.embed_tokens.weight", {V, H}, 0, vocab, id(), w));
+  for (int l = 0; l < cfg.num_layers; ++l) {
+    const std::string p = fmt::format("model.layers.{}.", l);
+    out.push_back(make_replicated_param(p + "input_layernorm.weight", {H}, id(), ones));
+    out.back().grad_summed_over_tp = sp;
+    out.push_back(make_split_param(p + "self_attn.q_proj.weight", {cfg.heads * D, H}, 0,
+                                   {heads.begin * D, heads.end * D}, id(), w));
+    for (const char* name : {"self_attn.k_proj.weight", "self_attn.v_proj.weight"}) {
+      out.push_back(make_split_param(p + name, {cfg.kv_heads * D, H}, 0, {kv.begin * D, kv.end * D}, id(), w));
+      out.back().grad_summed_over_tp = kv_summed;
+    }
+    out.push_back(make_split_param(p + "self_attn.o_proj.weight", {H, cfg.heads * D}, 1,
+                                   {heads.begin * D, heads.end * D}, id(), w));
+    out.push_back(make_replicated_param(p + "post_attention_layernorm.weight", {H}, id(), ones));
+    out.back().grad_summed_over_tp = sp;
+    out.push_back(make_fused_gate_up_param(p + "mlp.gate_up_proj.weight", I, H, inter, id(), w));
+    out.push_back(make_split_param(p + "mlp.down_proj.weight", {H, I}, 1, inter, id(), w));
+  }
+  out.push_back(make_replicated_param("model.norm.weight", {H}, id(), ones));
+  out.back().grad_summed_over_tp = sp;
+  out.push_back(make_split_param("lm_head.weight", {V, H}, 0, vocab, id(), w));
+  return out;
+}
+
+Result<DecoderModel> DecoderModel::create(const Context& ctx, const TransformerConfig& cfg, TensorParallel tp,
+                                          uint64_t seed, Allocator& alloc) {
+  VLPAR_RETURN_IF_ERROR(cfg.validate_tp(tp.size()));
+  DecoderModel m;
+  m.cfg_ = cfg;
+  m.tp_ = tp;
+  m.layout_ = param_layout(cfg, tp.size(), tp.rank(), tp.sequence_parallel);
+  m.vocab_block_ = even_shard(cfg.vocab, tp.size(), tp.rank());
+  for (const ParamShard& p : m.layout_) {
+    VLPAR_ASSIGN_OR_RETURN(Tensor t, Tensor::empty(alloc, p.local_shape(), DType::kF32));
+    VLPAR_RETURN_IF_ERROR(init_param_shard(ctx, t, p, seed));
+    VLPAR_ASSIGN_OR_RETURN(Tensor g, Tensor::zeros(alloc, p.local_shape(), DType::kF32));
+    m.params_.push_back(std::move(t));
+    m.grads_.push_back(std::move(g));
+  }
+  return m;
+}
+
+std::vector<TensorView> DecoderModel::params() const {
+  std::vector<TensorView> v;
+  for (const Tensor& t : params_) v.push_back(t.view());
+  return v;
+}
+
+std::vector<TensorView> DecoderModel::grads() const {
+  std::vector<TensorView> v;
+  for (const Tensor& t : grads_) v.push_back(t.view());
+  return v;
+}
+
+Status DecoderModel::zero_grads() {
+  for (Tensor& g : grads_) VLPAR_RETURN_IF_ERROR(zero_(g));
+  return Status::Ok();
+}
+
+AttentionBlock DecoderModel::attention(int l) const {
+  const size_t b = layer_base(l);
+  auto pick = [&](const std::vector<Tensor>& t) {
+    return AttentionWeights{t[b], t[b + 1], t[b + 2], t[b + 3], t[b + 4]};
+  };
+  return AttentionBlock(cfg_, tp_, pick(params_), pick(grads_), b);
+}
+
+MlpBlock DecoderModel::mlp(int l) const {
+  const size_t b = layer_base(l) + 5;
+  auto pick = [&](const std::vector<Tensor>& t) { return MlpWeights{t[b], t[b + 1], t[b + 2]}; };
+  return MlpBlock(cfg_, tp_, pick(params_), pick(grads_), b);
+}
+
+Result<CrossEntropyResult> DecoderModel::forward(const Context& ctx, const DecoderBatch& batch,
+                                                 DecoderStash& st) const {
+  const int64_t N = batch.ids.numel(), Nl = tp_.local_tokens(N), H = cfg_.hidden;
+  const int L = cfg_.num_layers;
+  VLPAR_CHECK(batch.labels.numel() == N && batch.positions.numel() == N,
+              "decoder forward: ids ({}), labels ({}) and positions ({}) must have one entry per token", N,
+              batch.labels.numel(), batch.positions.numel());
+  VLPAR_CHECK(!tp_.sp() || N % tp_.size() == 0,
+              "decoder forward: {} tokens do not split evenly over tp={} for sequence parallelism", N, tp_.size());
+  st.residual.clear();
+  st.attn.assign(size_t(L), {});
+  st.mlp.assign(size_t(L), {});
+  for (int i = 0; i < 2 * L + 1; ++i) {
+    VLPAR_ASSIGN_OR_RETURN(Tensor r, scratch(ctx, {Nl, H}));
+    st.residual.push_back(std::move(r));
+  }
+  VLPAR_RETURN_IF_ERROR(vocab_parallel_embedding_forward(ctx, tp_, st.residual[0], params_[0], batch.ids,
+                                                         vocab_block_, cfg_.vocab));
+  const PackedSeq s = seq(batch);
+  for (int l = 0; l < L; ++l) {
+    VLPAR_RETURN_IF_ERROR(attention(l).forward(ctx, st.residual[size_t(2 * l + 1)], st.residual[size_t(2 * l)], s,
+                                               st.attn[size_t(l)]));
+    VLPAR_RETURN_IF_ERROR(mlp(l).forward(ctx, st.residual[size_t(2 * l + 2)], st.residual[size_t(2 * l + 1)], N,
+                                         st.mlp[size_t(l)]));
+  }
+  VLPAR_ASSIGN_OR_RETURN(st.final_rstd, scratch(ctx, {Nl}));
+  VLPAR_ASSIGN_OR_RETURN(st.final_h, scratch(ctx, {Nl, H}));
+  const size_t fn = layer_base(L);
+  VLPAR_RETURN_IF_ERROR(
+      rmsnorm_forward(ctx, st.final_h, st.final_rstd, st.residual.back(), params_[fn], cfg_.eps));
+  return lm_head_loss_forward(ctx, tp_, st.final_h, params_[fn + 1], batch.labels, vocab_block_, cfg_.ignore_index,
+                              st.head);
+}
+
+Status DecoderModel::backward(const Context& ctx, const DecoderBatch& batch, DecoderStash& st, float grad_loss,
+                              const GradReadyFn& ready) const {
+  const int64_t N = batch.ids.numel(), Nl = tp_.local_tokens(N), H = cfg_.hidden;
+  const int L = cfg_.num_layers;
+  VLPAR_CHECK(st.residual.size() == size_t(2 * L + 1) && st.residual[0].shape() == Shape({Nl, H}),
+              "decoder backward: the stash does not come from a forward over this batch");
+  auto mark = [&](size_t i) { return ready ? ready(i) : Status::Ok(); };
+  const size_t fn = layer_base(L);
+  VLPAR_ASSIGN_OR_RETURN(Tensor dh, scratch(ctx, {Nl, H}));
+  VLPAR_RETURN_IF_ERROR(lm_head_loss_backward(ctx, tp_, dh, grads_[fn + 1], params_[fn + 1], batch.labels,
+                                              vocab_block_, cfg_.ignore_index, st.head, grad_loss));
+  VLPAR_RETURN_IF_ERROR(mark(fn + 1));
+  // Two residual-gradient buffers used alternately: each block reads one and writes the other.
+  VLPAR_ASSIGN_OR_RETURN(Tensor ga, scratch(ctx, {Nl, H}));
+  VLPAR_ASSIGN_OR_RETURN(Tensor gb, scratch(ctx, {Nl, H}));
+  if (tp_.sp()) {
+    VLPAR_ASSIGN_OR_RETURN(Tensor dnorm, detail::scratch_zeros(ctx, {H}));
+    VLPAR_RETURN_IF_ERROR(rmsnorm_backward(ctx, ga, dnorm, dh, st.residual.back(), params_[fn], st.final_rstd));
+    VLPAR_RETURN_IF_ERROR(tp_sum_partial_grad(tp_, dnorm));
+    VLPAR_RETURN_IF_ERROR(detail::add_(ctx, grads_[fn], dnorm));
+  } else {
+    VLPAR_RETURN_IF_ERROR(rmsnorm_backward(ctx, ga, grads_[fn], dh, st.residual.back(), params_[fn], st.final_rstd));
+  }
+  VLPAR_RETURN_IF_ERROR(mark(fn));
+  const PackedSeq s = seq(batch);
+  Tensor* cur = &ga;
+  Tensor* next = &gb;
+  for (int l = L - 1; l >= 0; --l) {
+    VLPAR_RETURN_IF_ERROR(mlp(l).backward(ctx, *next, *cur, N, st.mlp[size_t(l)], ready));
+    std::swap(cur, next);
+    VLPAR_RETURN_IF_ERROR(attention(l).backward(ctx, *next, *cur, s, st.attn[size_t(l)], ready));
+    std::swap(cur, next);
+  }
+  VLPAR_RETURN_IF_ERROR(vocab_parallel_embedding_backward(ctx, tp_, grads_[0], *cur, batch.ids, vocab_block_));
+  return mark(0);
+}
+
+}  // namespace vlpar::nn

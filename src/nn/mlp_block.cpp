@@ -1,0 +1,87 @@
+// Tensor-parallel SwiGLU MLP block. See include/vlpar/nn/mlp_block.hpp.
+#include "vlpar/nn/mlp_block.hpp"
+
+#include "nn_util.hpp"
+#include "vlpar/kernels/activation.hpp"
+#include "vlpar/kernels/gemm.hpp"
+#include "vlpar/kernels/norm.hpp"
+
+namespace vlpar::nn {
+
+using detail::check_shape;
+using detail::scratch;
+using detail::scratch_zeros;
+
+MlpBlock::MlpBlock(const TransformerConfig& cfg, TensorParallel tp, MlpWeights w, MlpWeights grads,
+                   size_t first_param)
+    : cfg_(cfg), tp_(tp), w_(w), g_(grads), first_param_(first_param), il_(cfg.intermediate / tp.size()) {}
+
+Status MlpBlock::forward(const Context& ctx, TensorView out, TensorView x, int64_t N, MlpStash& st) const {
+  const char* kName = "mlp block forward";
+  VLPAR_RETURN_IF_ERROR(cfg_.validate_tp(tp_.size()));
+  const int64_t Nl = tp_.local_tokens(N), H = cfg_.hidden;
+  VLPAR_CHECK(!tp_.sp() || N % tp_.size() == 0, "{}: {} tokens do not split evenly over tp={} for sequence "
+              "parallelism", kName, N, tp_.size());
+  VLPAR_RETURN_IF_ERROR(check_shape(kName, "x", x, {Nl, H}));
+  VLPAR_RETURN_IF_ERROR(check_shape(kName, "out", out, {Nl, H}));
+  VLPAR_RETURN_IF_ERROR(check_shape(kName, "norm weight", w_.norm, {H}));
+  VLPAR_RETURN_IF_ERROR(check_shape(kName, "gate_up weight", w_.gate_up, {2 * il_, H}));
+  VLPAR_RETURN_IF_ERROR(check_shape(kName, "down weight", w_.down, {H, il_}));
+
+  st.x = x;
+  VLPAR_ASSIGN_OR_RETURN(st.rstd, scratch(ctx, {Nl}));
+  VLPAR_ASSIGN_OR_RETURN(st.h, scratch(ctx, {N, H}));
+  VLPAR_ASSIGN_OR_RETURN(st.gu, scratch(ctx, {N, 2 * il_}));
+  VLPAR_ASSIGN_OR_RETURN(st.act, scratch(ctx, {N, il_}));
+  VLPAR_ASSIGN_OR_RETURN(Tensor hn, scratch(ctx, {Nl, H}));
+  VLPAR_ASSIGN_OR_RETURN(Tensor partial, scratch(ctx, {N, H}));
+
+  VLPAR_RETURN_IF_ERROR(rmsnorm_forward(ctx, hn, st.rstd, x, w_.norm, cfg_.eps));
+  VLPAR_RETURN_IF_ERROR(region_enter_forward(tp_, st.h, hn));
+  VLPAR_RETURN_IF_ERROR(linear_forward(ctx, st.gu, st.h, w_.gate_up, {}));
+  const TensorView gate = st.gu.view().slice(1, 0, il_), up = st.gu.view().slice(1, il_, 2 * il_);
+  VLPAR_RETURN_IF_ERROR(swiglu_forward(ctx, st.act, gate, up));
+  VLPAR_RETURN_IF_ERROR(linear_forward(ctx, partial, st.act, w_.down, {}));
+  VLPAR_RETURN_IF_ERROR(region_exit_forward(tp_, out, partial));
+  return detail::add_(ctx, out, x);
+}
+
+Status MlpBlock::backward(const Context& ctx, TensorView dx, TensorView dout, int64_t N, const MlpStash& st,
+                          const GradReadyFn& ready) const {
+  const char* kName = "mlp block backward";
+  const int64_t Nl = tp_.local_tokens(N), H = cfg_.hidden;
+  VLPAR_RETURN_IF_ERROR(check_shape(kName, "dx", dx, {Nl, H}));
+  VLPAR_RETURN_IF_ERROR(check_shape(kName, "dout", dout, {Nl, H}));
+  VLPAR_CHECK(st.gu.defined() && st.gu.shape() == Shape({N, 2 * il_}),
+              "{}: the stash does not come from a forward over {} tokens", kName, N);
+  auto mark = [&](size_t k) { return ready ? ready(first_param_ + k) : Status::Ok(); };
+
+  VLPAR_ASSIGN_OR_RETURN(Tensor dpartial, scratch(ctx, {N, H}));
+  VLPAR_ASSIGN_OR_RETURN(Tensor dact, scratch(ctx, {N, il_}));
+  VLPAR_RETURN_IF_ERROR(region_exit_backward(tp_, dpartial, dout));
+  VLPAR_RETURN_IF_ERROR(linear_backward(ctx, dact, g_.down, {}, dpartial, st.act, w_.down));
+  VLPAR_RETURN_IF_ERROR(mark(2));
+
+  VLPAR_ASSIGN_OR_RETURN(Tensor dgu, scratch(ctx, {N, 2 * il_}));
+  const TensorView gate = st.gu.view().slice(1, 0, il_), up = st.gu.view().slice(1, il_, 2 * il_);
+  VLPAR_RETURN_IF_ERROR(swiglu_backward(ctx, dgu.view().slice(1, 0, il_), dgu.view().slice(1, il_, 2 * il_), dact,
+                                        gate, up));
+  VLPAR_ASSIGN_OR_RETURN(Tensor dh, scratch(ctx, {N, H}));
+  VLPAR_RETURN_IF_ERROR(linear_backward(ctx, dh, g_.gate_up, {}, dgu, st.h, w_.gate_up));
+  VLPAR_RETURN_IF_ERROR(mark(1));
+
+  VLPAR_ASSIGN_OR_RETURN(Tensor dhn, scratch(ctx, {Nl, H}));
+  VLPAR_RETURN_IF_ERROR(region_enter_backward(tp_, dhn, dh));
+  if (tp_.sp()) {
+    VLPAR_ASSIGN_OR_RETURN(Tensor dnorm, scratch_zeros(ctx, {H}));
+    VLPAR_RETURN_IF_ERROR(rmsnorm_backward(ctx, dx, dnorm, dhn, st.x, w_.norm, st.rstd));
+    VLPAR_RETURN_IF_ERROR(tp_sum_partial_grad(tp_, dnorm));
+    VLPAR_RETURN_IF_ERROR(detail::add_(ctx, g_.norm, dnorm));
+  } else {
+    VLPAR_RETURN_IF_ERROR(rmsnorm_backward(ctx, dx, g_.norm, dhn, st.x, w_.norm, st.rstd));
+  }
+  VLPAR_RETURN_IF_ERROR(detail::add_(ctx, dx, dout));
+  return mark(0);
+}
+
+}  // namespace vlpar::nn

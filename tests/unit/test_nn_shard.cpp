@@ -1,0 +1,184 @@
+// Tensor-parallel shard arithmetic without MPI: head/kv-head/vocab/intermediate blocks, the fused gate/up
+// pieces, vocab ownership, layout-invariant init (the shards of every tp assemble into the TP1 weights bit for
+// bit) and TransformerConfig validation messages.
+// Run: ./build/cpu/tests/test_nn_shard
+#include <gtest/gtest.h>
+
+#include <vector>
+
+#include "test_util.hpp"
+#include "vlpar/nn/config.hpp"
+#include "vlpar/nn/decoder.hpp"
+#include "vlpar/nn/shard.hpp"
+
+namespace vlpar::nn {
+namespace {
+
+TransformerConfig tiny_config() {
+  TransformerConfig c;
+  c.hidden = 32;
+  c.heads = 4;
+  c.kv_heads = 2;
+  c.head_dim = 8;
+  c.intermediate = 48;
+  c.vocab = 64;
+  c.num_layers = 2;
+  c.init_std = 0.1f;
+  return c;
+}
+
+TEST(NnShard, EvenShardTilesTheRange) {
+  for (int tp : {1, 2, 3, 4, 6}) {
+    int64_t next = 0;
+    for (int r = 0; r < tp; ++r) {
+      const Range b = even_shard(48, tp, r);
+      EXPECT_EQ(b.begin, next) << "tp " << tp << " rank " << r;
+      EXPECT_EQ(b.size(), 48 / tp);
+      next = b.end;
+    }
+    EXPECT_EQ(next, 48);
+  }
+}
+
+// Every query head of a rank must read a kv head the rank holds (GQA: head h reads kv head h / (heads / H_kv)).
+TEST(NnShard, KvHeadsCoverTheirQueryHeads) {
+  struct Case { int heads, kv, tp, replicas; };
+  for (Case c : {Case{4, 2, 1, 1}, Case{4, 2, 2, 1}, Case{4, 2, 4, 2}, Case{8, 1, 4, 4}, Case{8, 4, 2, 1},
+                 Case{16, 4, 8, 2}}) {
+    EXPECT_EQ(kv_head_replicas(c.kv, c.tp), c.replicas);
+    std::vector<int> holders(size_t(c.kv), 0);
+    for (int r = 0; r < c.tp; ++r) {
+      const Range q = even_shard(c.heads, c.tp, r), kv = kv_head_shard(c.kv, c.tp, r);
+      EXPECT_EQ(kv.size(), std::max(1, c.kv / c.tp));
+      for (int64_t h = q.begin; h < q.end; ++h) {
+        const int64_t need = h / (c.heads / c.kv);
+        EXPECT_TRUE(kv.contains(need)) << "heads " << c.heads << " kv " << c.kv << " tp " << c.tp << " rank " << r
+                                       << ": query head " << h << " needs kv head " << need;
+        // The local GQA map the attention kernel applies: local head i reads local kv head i / (hq / hkv).
+        const int64_t local = (h - q.begin) / (q.size() / kv.size());
+        EXPECT_EQ(kv.begin + local, need);
+      }
+      for (int64_t k = kv.begin; k < kv.end; ++k) ++holders[size_t(k)];
+    }
+    for (int k = 0; k < c.kv; ++k) EXPECT_EQ(holders[size_t(k)], c.replicas) << "kv head " << k;
+  }
+}
+
+TEST(NnShard, VocabOwnershipAndLocalIndex) {
+  const int64_t V = 64;
+  for (int tp : {1, 2, 4}) {
+    for (int64_t id = 0; id < V; ++id) {
+      int owners = 0;
+      for (int r = 0; r < tp; ++r) {
+        const Range b = even_shard(V, tp, r);
+        const int64_t local = vocab_local_index(id, b);
+        if (local < 0) continue;
+        ++owners;
+        EXPECT_EQ(r, vocab_owner(id, V, tp));
+        EXPECT_EQ(b.begin + local, id);
+        EXPECT_LT(local, V / tp);
+      }
+      EXPECT_EQ(owners, 1) << "id " << id << " tp " << tp;
+    }
+    // ignore_index never maps to a row.
+    EXPECT_EQ(vocab_local_index(-100, even_shard(V, tp, 0)), -1);
+  }
+}
+
+TEST(NnShard, FusedGateUpPiecesMatch) {
+  const int64_t I = 48, H = 32;
+  for (int tp : {1, 2, 4}) {
+    std::vector<int> seen(size_t(2 * I), 0);
+    for (int r = 0; r < tp; ++r) {
+      const ParamShard p = make_fused_gate_up_param("gu", I, H, even_shard(I, tp, r), 0, InitRule::zeros());
+      ASSERT_EQ(p.pieces.size(), 2u);
+      EXPECT_EQ(p.local_shape(), Shape({2 * I / tp, H}));
+      EXPECT_EQ(p.pieces[0].full_begin, r * I / tp);              // gate rows
+      EXPECT_EQ(p.pieces[1].full_begin, I + r * I / tp);          // the matching up rows
+      EXPECT_EQ(p.pieces[1].local_begin, p.pieces[0].length);     // local layout: gate | up
+      for (const ShardPiece& pc : p.pieces)
+        for (int64_t i = 0; i < pc.length; ++i) ++seen[size_t(pc.full_begin + i)];
+    }
+    for (int64_t i = 0; i < 2 * I; ++i) EXPECT_EQ(seen[size_t(i)], 1) << "row " << i << " tp " << tp;
+  }
+}
+
+// Same seed ⇒ same full weights at any tp: every rank's shard, put in its place, rebuilds the TP1 tensors exactly,
+// and the split parameters' pieces cover each full element exactly once.
+TEST(NnShard, LayoutInvariantInitAssemblesTheFullWeights) {
+  const TransformerConfig cfg = tiny_config();
+  Allocator alloc;
+  const Context ctx = test::test_ctx(1);  // hundreds of tiny inits: thread start-up would dominate
+  const uint64_t seed = 20240611;
+  const std::vector<ParamShard> full = DecoderModel::param_layout(cfg, 1, 0, false);
+  for (int tp : {2, 4}) {
+    ASSERT_TRUE(cfg.validate_tp(tp).ok());
+    for (size_t i = 0; i < full.size(); ++i) {
+      Tensor want = Tensor::empty(alloc, full[i].full_shape, DType::kF32).value();
+      ASSERT_TRUE(init_param_shard(ctx, want, full[i], seed).ok());
+      Tensor got = Tensor::zeros(alloc, full[i].full_shape, DType::kF32).value();
+      Tensor count = Tensor::zeros(alloc, full[i].full_shape, DType::kF32).value();
+      for (int r = 0; r < tp; ++r) {
+        const ParamShard p = DecoderModel::param_layout(cfg, tp, r, false)[i];
+        EXPECT_EQ(p.name, full[i].name);
+        EXPECT_EQ(p.param_id, full[i].param_id);
+        Tensor local = Tensor::empty(alloc, p.local_shape(), DType::kF32).value();
+        ASSERT_TRUE(init_param_shard(ctx, local, p, seed).ok()) << p.name;
+        ASSERT_TRUE(scatter_shard_into_full(got, local, p).ok()) << p.name;
+        if (p.shard_dim < 0 || p.grad_summed_over_tp) continue;  // replicated: counted once below
+        Tensor ones = Tensor::empty(alloc, p.local_shape(), DType::kF32).value();
+        ASSERT_TRUE(init_param_shard(ctx, ones, {p.name, p.full_shape, p.shard_dim, p.pieces, 0, InitRule::ones()},
+                                     seed).ok());
+        Tensor one_full = Tensor::zeros(alloc, p.full_shape, DType::kF32).value();
+        ASSERT_TRUE(scatter_shard_into_full(one_full, ones, p).ok());
+        for (int64_t k = 0; k < one_full.numel(); ++k) count.ptr<float>()[k] += one_full.ptr<float>()[k];
+      }
+      EXPECT_TRUE(test::bitwise_equal(full[i].name + " tp" + std::to_string(tp), got, want));
+      const bool split_once = full[i].shard_dim >= 0 && kv_head_replicas(cfg.kv_heads, tp) == 1;
+      if (split_once) {
+        for (int64_t k = 0; k < count.numel(); ++k)
+          ASSERT_EQ(count.ptr<float>()[k], 1.f) << full[i].name << " tp " << tp << " element " << k;
+      }
+    }
+  }
+}
+
+TEST(NnShard, LayoutMarksPartialGradients) {
+  const TransformerConfig cfg = tiny_config();  // kv_heads 2
+  for (const ParamShard& p : DecoderModel::param_layout(cfg, 4, 1, true)) {
+    const bool norm = p.name.find("norm") != std::string::npos;
+    const bool kv = p.name.find("k_proj") != std::string::npos || p.name.find("v_proj") != std::string::npos;
+    EXPECT_EQ(p.grad_summed_over_tp, norm || kv) << p.name;  // SP norms, kv heads replicated at tp 4 > 2
+  }
+  for (const ParamShard& p : DecoderModel::param_layout(cfg, 2, 1, false)) EXPECT_FALSE(p.grad_summed_over_tp) << p.name;
+}
+
+TEST(NnShard, ConfigValidationExplainsInOneSentence) {
+  TransformerConfig c = tiny_config();
+  EXPECT_TRUE(c.validate_tp(4).ok());
+  Status s = c.validate_tp(3);
+  ASSERT_FALSE(s.ok());
+  EXPECT_NE(s.message().find("tp=3 does not divide 4 attention heads"), std::string::npos) << s.to_string();
+  c.kv_heads = 3;
+  s = c.validate();
+  ASSERT_FALSE(s.ok());
+  EXPECT_NE(s.message().find("kv_heads 3 does not divide heads 4"), std::string::npos) << s.to_string();
+  c = tiny_config();
+  c.vocab = 66;
+  s = c.validate_tp(4);
+  ASSERT_FALSE(s.ok());
+  EXPECT_NE(s.message().find("does not divide vocab 66"), std::string::npos) << s.to_string();
+  c = tiny_config();
+  c.heads = 8;
+  c.kv_heads = 4;
+  s = c.validate_tp(8);  // 8 > 4 kv heads but divides: replicated, fine
+  EXPECT_TRUE(s.ok()) << s.to_string();
+  c.kv_heads = 8;
+  c.heads = 24;
+  s = c.validate_tp(6);  // 6 and 8 kv heads: neither divides the other
+  ASSERT_FALSE(s.ok());
+  EXPECT_NE(s.message().find("one must divide the other"), std::string::npos) << s.to_string();
+}
+
+}  // namespace
+}  // namespace vlpar::nn
