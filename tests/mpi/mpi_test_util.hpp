@@ -4,6 +4,7 @@
 #include <gtest/gtest.h>
 #include <mpi.h>
 
+#include <algorithm>
 #include <chrono>
 #include <memory>
 #include <string>
@@ -64,6 +65,24 @@ inline double get_at(const TensorView& v, int64_t i) {
 inline double payload(DType t, int r, int64_t i) {
   if (t == DType::kBF16 || t == DType::kF16) return double(r * 64 + i % 64);
   return double(r) * 100000.0 + double(i);
+}
+
+inline bool is16(DType t) { return t == DType::kBF16 || t == DType::kF16; }
+
+/// Reduction payload, exact for every dtype and any order of summation: rank r contributes
+/// (r+1)·1000 + i (wide dtypes) or (r+1)·2^(i mod 8) (16-bit floats: few significant bits).
+inline double red_in(DType t, int r, int64_t i) {
+  if (is16(t)) return double(r + 1) * double(1 << (i % 8));
+  return double(r + 1) * 1000.0 + double(i);
+}
+/// Sum or max of red_in over ranks 0..n-1.
+inline double red_expected(DType t, comm::ReduceOp op, int n, int64_t i) {
+  double s = 0, m = -1e300;
+  for (int r = 0; r < n; ++r) {
+    s += red_in(t, r, i);
+    m = std::max(m, red_in(t, r, i));
+  }
+  return op == comm::ReduceOp::kSum ? s : m;
 }
 
 }  // namespace vlpar::test

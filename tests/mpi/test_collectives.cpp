@@ -20,23 +20,6 @@ using comm::ReduceOp;
 constexpr DType kAllDtypes[] = {DType::kF32, DType::kBF16, DType::kF16, DType::kI32, DType::kI64, DType::kF64};
 constexpr DType kMoveDtypes[] = {DType::kF32, DType::kBF16, DType::kI64};
 
-bool is16(DType t) { return t == DType::kBF16 || t == DType::kF16; }
-
-/// Reduction payload, exact for every dtype and any order of summation: rank r contributes
-/// (r+1)·1000 + i (wide dtypes) or (r+1)·2^(i mod 8) (16-bit floats: few significant bits).
-double red_in(DType t, int r, int64_t i) {
-  if (is16(t)) return double(r + 1) * double(1 << (i % 8));
-  return double(r + 1) * 1000.0 + double(i);
-}
-double red_expected(DType t, ReduceOp op, int n, int64_t i) {
-  double s = 0, m = -1e300;
-  for (int r = 0; r < n; ++r) {
-    s += red_in(t, r, i);
-    m = std::max(m, red_in(t, r, i));
-  }
-  return op == ReduceOp::kSum ? s : m;
-}
-
 class Collectives : public ::testing::Test {
  protected:
   void SetUp() override {
