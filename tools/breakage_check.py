@@ -30,7 +30,7 @@ cases = [
  ("init_shard ignores shard offsets", "src/core/init.cpp", "global += (local + offsets[d]) * full_strides", "global += (local) * full_strides", "test_core"),
  ("mesh: order string read backwards (pp fastest)", "src/parallel/mesh.cpp", "out[count++] = OrderSlot(slot);", "out[4 - count++] = OrderSlot(slot);", "test_mesh"),
  ("mesh: dp stride skips cp (wrong stride)", "src/parallel/mesh.cpp", "strides_[i] = world_;", "strides_[i] = i == 3 ? world_ / sizes_[1] : world_;", "test_mesh"),
- ("mesh: combined groups list members last axis fastest", "src/parallel/mesh.cpp", "  for (int s : in_sizes) group_size *= s;", "  for (int s : in_sizes) group_size *= s;\n  std::reverse(in_sizes.begin(), in_sizes.end());\n  std::reverse(in_strides.begin(), in_strides.end());", "test_mesh"),
+ ("mesh: groups list their members in reverse rank order", "src/parallel/mesh.cpp", "= base + offset(i, in_sizes, in_strides);", "= base + offset(group_size - 1 - i, in_sizes, in_strides);", "test_mesh"),
  ("mesh: slot group index drops a scale", "src/parallel/mesh.cpp", "group_scale *= sizes_[i];", "group_scale *= 1;", "test_mesh"),
  ("mesh: expert layout uses tp instead of etp", "src/parallel/mesh.cpp", "return {c.etp_size(), 1, c.ep, c.edp_size(), c.pp};", "return {c.tp, 1, c.ep, c.edp_size(), c.pp};", "test_mesh"),
  ("mesh: expert layout puts ep in the cp slot", "src/parallel/mesh.cpp", "return {c.etp_size(), 1, c.ep, c.edp_size(), c.pp};", "return {c.etp_size(), c.ep, 1, c.edp_size(), c.pp};", "test_mesh"),

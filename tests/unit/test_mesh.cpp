@@ -20,10 +20,13 @@ namespace {
 
 using Groups = std::vector<std::vector<int>>;
 
+// A valid config's mesh; on an unexpected error the test fails and gets the 1-rank mesh, so the checks that follow
+// fail on sizes instead of reading an empty Result.
 Mesh make_mesh(const ParallelConfig& cfg, const ModelDims& dims = {}) {
   auto m = Mesh::create(cfg, dims);
-  EXPECT_TRUE(m.ok()) << m.status().to_string();
-  return std::move(m).value();
+  if (m.ok()) return std::move(m).value();
+  ADD_FAILURE() << m.status().to_string();
+  return Mesh::create(ParallelConfig{}).value();
 }
 
 // ---- RankGrid: Megatron's generate_masked_orthogonal_rank_groups docstring example ------------------------------
@@ -97,6 +100,7 @@ struct MeshCase {
   const char* name;
   ParallelConfig cfg;
 };
+void PrintTo(const MeshCase& c, std::ostream* os) { *os << c.name; }
 
 // The coordinates (in the axis's own layout) that must be constant across a group of `axis`, and the ones that
 // vary: a group of axis A differs only in A's coordinates.
@@ -310,6 +314,7 @@ struct BadCase {
   ModelDims dims;
   const char* message;
 };
+void PrintTo(const BadCase& c, std::ostream* os) { *os << c.name; }
 
 const ModelDims kQwenLike{.num_layers = 28, .num_heads = 16, .num_kv_heads = 8, .vocab = 151936,
                           .intermediate = 3072, .num_experts = 64, .expert_intermediate = 768,
@@ -404,7 +409,12 @@ class FakeComm : public comm::Communicator {
   int size() const override { return size_; }
   comm::Backend backend() const override { return comm::Backend::kSingle; }
   const comm::CommOptions& options() const override { return options_; }
-  Result<comm::WorkHandle> iall_reduce(TensorView, comm::ReduceOp) override { return unsupported(); }
+  // The simulated ranks run one after another, so the closing all-reduce of create() sees only this rank.
+  Result<comm::WorkHandle> iall_reduce(TensorView, comm::ReduceOp) override {
+    ++all_reduces;
+    return comm::WorkHandle(new Done);
+  }
+  int all_reduces = 0;
   Result<comm::WorkHandle> iall_gather(TensorView, TensorView) override { return unsupported(); }
   Result<comm::WorkHandle> ireduce_scatter(TensorView, TensorView, comm::ReduceOp) override { return unsupported(); }
   Result<comm::WorkHandle> ibroadcast(TensorView, int) override { return unsupported(); }
@@ -423,6 +433,9 @@ class FakeComm : public comm::Communicator {
   }
 
  private:
+  struct Done : comm::Work {
+    Status wait() override { return Status::Ok(); }
+  };
   static Result<comm::WorkHandle> unsupported() { return Status(StatusCode::kNotSupported, "fake"); }
   int rank_, size_;
   comm::CommOptions options_;
@@ -447,6 +460,7 @@ TEST(ProcessGroupsFake, SplitsEveryAxisWithMeshColorsAndKeys) {
     EXPECT_EQ(pg->tp().options().name, fmt::format("tp[{}]", r / 2));
     EXPECT_EQ(pg->dp().options().name, fmt::format("dp[{}]", r % 2));
     for (Axis a : kAllAxes) EXPECT_EQ(pg->get(a).size(), pg->mesh().size(a)) << axis_name(a);
+    EXPECT_EQ(world.all_reduces, 1) << "create() agrees on its outcome with one world all-reduce";
   }
   ASSERT_EQ(log.size(), 4 * kAllAxes.size());
   // Same call order on every rank (split is collective), and members by (axis, color) are the expected groups.
@@ -488,8 +502,11 @@ TEST(ProcessGroupsFake, RefusesInvalidConfigWrongWorldAndAMismatchedBackend) {
   auto wrong_sizes = kTp2Dp2Sizes;
   wrong_sizes["dp"] = 4;  // a backend whose split disagrees with the mesh
   FakeComm liar(0, 4, "world", &log, wrong_sizes);
+  const size_t calls_before = log.size();
   const auto mismatch = ProcessGroups::create(liar, {.world = 4, .tp = 2});
   ASSERT_FALSE(mismatch.ok());
+  EXPECT_EQ(log.size() - calls_before, kAllAxes.size()) << "a mismatch must not stop the other ranks' splits";
+  EXPECT_EQ(liar.all_reduces, 1);
   EXPECT_EQ(mismatch.status().code(), StatusCode::kInternal);
   EXPECT_NE(mismatch.status().message().find("split for dp gave rank 0 of 4 but the mesh expects rank 0 of 2"),
             std::string::npos)

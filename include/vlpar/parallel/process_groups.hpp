@@ -22,7 +22,8 @@ class ProcessGroups {
  public:
   /// @brief Validates cfg against dims (errors as ParallelConfig::validate), checks world.size() == cfg.world,
   /// then splits `world` once per axis. Sub-communicators are named "<axis>[<group>]" (e.g. "dp_cp[1]") and
-  /// inherit the world's watchdog timeout. `world` need not outlive the result.
+  /// inherit the world's watchdog timeout. A split that disagrees with the mesh on any rank fails create() on
+  /// every rank (one i32 max all-reduce over the world at the end). `world` need not outlive the result.
   static Result<ProcessGroups> create(comm::Communicator& world, const ParallelConfig& cfg,
                                       const ModelDims& dims = {});
 
