@@ -1,0 +1,160 @@
+// Data parallelism over the whole world (mpirun -np 2 and -np 4): each rank runs the TP1 decoder stack on its own
+// packed batch, GradBuckets all-reduces the gradients in buckets launched from the backward's ready hook, and the
+// averaged loss and every gradient equal the single-process run on all ranks' batches concatenated (within
+// kParallelEquivalence, tests/tolerances.hpp). ZeRO-1 (DistributedOptimizer) parameters after 5 AdamW steps equal
+// plain adamw_step on the averaged gradients bit for bit: with the model's gradients at dp = 2, and with
+// dyadic gradients (exact sums in any order) and a padded odd-sized shard at any dp.
+// Run: ctest --preset cpu -L mpi   (or: mpirun -np 2 ./build/cpu/tests/test_data_parallel)
+#include <gtest/gtest.h>
+
+#include <algorithm>
+
+#include "mpi/mpi_test_util.hpp"
+#include "mpi/nn_equivalence.hpp"
+#include "vlpar/kernels/optimizer.hpp"
+#include "vlpar/parallel/distributed_optimizer.hpp"
+#include "vlpar/parallel/grad_buckets.hpp"
+
+namespace vlpar::test {
+namespace {
+
+HostBatch rank_batch(const nn::TransformerConfig& cfg, int rank, uint64_t salt = 0) {
+  return make_host_batch({11, 9}, cfg.vocab, 100 + salt + uint64_t(rank), cfg.ignore_index);
+}
+
+TEST(DataParallel, BucketedGradientsMatchSingleProcess) {
+  auto dp = world_comm("dp");
+  ASSERT_TRUE(dp);
+  const int n = dp->size();
+  const nn::TransformerConfig cfg = tiny_decoder_config();
+  std::vector<HostBatch> all;
+  for (int r = 0; r < n; ++r) all.push_back(rank_batch(cfg, r));
+  HostBatch mine = all[size_t(dp->rank())];
+
+  Allocator alloc;
+  Context ctx = test_ctx(1);
+  ctx.allocator = &alloc;
+  auto model = nn::DecoderModel::create(ctx, cfg, {}, kNnSeed, alloc).value();
+  // Buckets in backward-completion order (the reverse of the parameter order); 16 KiB buckets give several.
+  std::vector<TensorView> grads = model.grads();
+  std::reverse(grads.begin(), grads.end());
+  auto buckets = parallel::GradBuckets::create(*dp, grads, {.bucket_bytes = 16 << 10}, alloc);
+  ASSERT_TRUE(buckets.ok()) << buckets.status().to_string();
+  EXPECT_GT(buckets->num_buckets(), 2u);
+  const size_t last = model.num_params() - 1;
+  nn::DecoderStash st;
+  const nn::DecoderBatch b = batch_views(mine);
+  auto r = model.forward(ctx, b, st);
+  ASSERT_TRUE(r.ok()) << r.status().to_string();
+  ASSERT_TRUE(model.backward(ctx, b, st, 1.f, [&](size_t i) { return buckets->mark_ready(last - i); }).ok());
+  ASSERT_TRUE(buckets->finish().ok());
+  // Every rank has the same number of valid labels, so the global mean loss is the mean of the rank means.
+  double loss = r->loss;
+  ASSERT_TRUE(dp->all_reduce(TensorView(&loss, DType::kF64, {1}), comm::ReduceOp::kSum).ok());
+  loss /= n;
+  const HostBatch whole = concat_batches(all);
+  const FullRun single = single_process_run(cfg, whole);
+  ASSERT_EQ(single.num_valid, n * r->num_valid);
+  expect_matches_single(cfg, single, whole, loss, views_as<double>(model.grads()), "dp" + std::to_string(n));
+}
+
+parallel::ZeroConfig zero_config() {
+  parallel::ZeroConfig z;
+  z.adamw.lr = 1e-2f;
+  z.adamw.weight_decay = 0.1f;
+  return z;
+}
+
+// Plain AdamW on the mean gradient, one tensor at a time, with its own m and v.
+struct PlainAdamW {
+  std::vector<Tensor> p, m, v;
+  PlainAdamW(Allocator& alloc, const std::vector<TensorView>& params) {
+    for (const TensorView& t : params) {
+      p.push_back(Tensor::empty(alloc, t.shape, DType::kF32).value());
+      EXPECT_TRUE(copy_(p.back(), t).ok());
+      m.push_back(Tensor::zeros(alloc, t.shape, DType::kF32).value());
+      v.push_back(Tensor::zeros(alloc, t.shape, DType::kF32).value());
+    }
+  }
+  /// Averages `grads` over dp (all-reduce sum, × 1/dp) into scratch, then steps every tensor.
+  void step(const Context& ctx, comm::Communicator& dp, Allocator& alloc, const std::vector<TensorView>& grads,
+            const AdamWConfig& cfg, int64_t t) {
+    for (size_t i = 0; i < grads.size(); ++i) {
+      Tensor g = Tensor::empty(alloc, grads[i].shape, DType::kF32).value();
+      ASSERT_TRUE(copy_(g, grads[i]).ok());
+      ASSERT_TRUE(dp.all_reduce(g, comm::ReduceOp::kSum).ok());
+      ASSERT_TRUE(scale_(ctx, g, 1.0f / float(dp.size())).ok());
+      ASSERT_TRUE(adamw_step(ctx, p[i], {}, g, m[i], v[i], cfg, t).ok());
+    }
+  }
+};
+
+// Why bitwise: with 2 ranks every element of the summed gradient is one IEEE addition a + b, which is
+// commutative, so the reduce-scatter (ZeRO) and the all-reduce (reference) give the same bits; × 1/2 is exact;
+// AdamW is elementwise, so running it on a shard or on the whole tensor computes the same operations per element.
+TEST(ZeroOne, FiveStepsOnModelGradientsEqualPlainAdamWBitwise) {
+  auto dp = world_comm("dp");
+  ASSERT_TRUE(dp);
+  if (dp->size() != 2) GTEST_SKIP() << "bitwise with model gradients needs exactly 2 ranks (a + b commutes); "
+                                       "ExactGradientsAnyDp covers other sizes";
+  const nn::TransformerConfig cfg = tiny_decoder_config();
+  Allocator alloc;
+  Context ctx = test_ctx(1);
+  ctx.allocator = &alloc;
+  auto model = nn::DecoderModel::create(ctx, cfg, {}, kNnSeed, alloc).value();
+  const parallel::ZeroConfig zc = zero_config();
+  PlainAdamW plain(alloc, model.params());
+  auto opt = parallel::DistributedOptimizer::create(ctx, *dp, model.params(), zc, alloc);
+  ASSERT_TRUE(opt.ok()) << opt.status().to_string();
+  EXPECT_EQ(opt->shard_elements() * 2, opt->total_elements());
+  for (int64_t t = 1; t <= 5; ++t) {
+    HostBatch mine = rank_batch(cfg, dp->rank(), uint64_t(10 * t));
+    ASSERT_TRUE(model.zero_grads().ok());
+    nn::DecoderStash st;
+    const nn::DecoderBatch b = batch_views(mine);
+    ASSERT_TRUE(model.forward(ctx, b, st).ok());
+    ASSERT_TRUE(model.backward(ctx, b, st).ok());
+    plain.step(ctx, *dp, alloc, model.grads(), zc.adamw, t);
+    ASSERT_TRUE(opt->step(model.grads(), t).ok());
+    const std::vector<TensorView> params = model.params();
+    for (size_t i = 0; i < params.size(); ++i)
+      ASSERT_TRUE(bitwise_equal("step " + std::to_string(t) + " " + model.layout()[i].name, params[i], plain.p[i]));
+  }
+  // Not vacuous: the parameters moved.
+  auto fresh = nn::DecoderModel::create(ctx, cfg, {}, kNnSeed, alloc).value();
+  EXPECT_NE(to_f64(fresh.params()[1]), to_f64(model.params()[1]));
+}
+
+// Gradients k/64 · (rank + 1) with small k: every partial sum is exact, so any reduction order gives the same
+// bits at any dp. Odd tensor sizes (total 15) make the last shard padded.
+TEST(ZeroOne, ExactGradientsAnyDpEqualPlainAdamWBitwise) {
+  auto dp = world_comm("dp");
+  ASSERT_TRUE(dp);
+  Allocator alloc;
+  const Context ctx = test_ctx(1);
+  std::vector<Tensor> params = {random_tensor(alloc, {5}, DType::kF32, 1), random_tensor(alloc, {7}, DType::kF32, 2),
+                                random_tensor(alloc, {3}, DType::kF32, 3)};
+  std::vector<TensorView> pv(params.begin(), params.end());
+  const parallel::ZeroConfig zc = zero_config();
+  PlainAdamW plain(alloc, pv);
+  auto opt = parallel::DistributedOptimizer::create(ctx, *dp, pv, zc, alloc);
+  ASSERT_TRUE(opt.ok()) << opt.status().to_string();
+  EXPECT_EQ(opt->total_elements(), 15);
+  for (int64_t t = 1; t <= 5; ++t) {
+    std::vector<Tensor> grads;
+    for (size_t i = 0; i < params.size(); ++i) {
+      Tensor g = Tensor::empty(alloc, params[i].shape(), DType::kF32).value();
+      for (int64_t k = 0; k < g.numel(); ++k)
+        g.ptr<float>()[k] = float(int64_t((k * 7 + int64_t(i) * 3 + t) % 11) - 5) / 64.f * float(dp->rank() + 1);
+      grads.push_back(std::move(g));
+    }
+    std::vector<TensorView> gv(grads.begin(), grads.end());
+    plain.step(ctx, *dp, alloc, gv, zc.adamw, t);
+    ASSERT_TRUE(opt->step(gv, t).ok());
+    for (size_t i = 0; i < params.size(); ++i)
+      ASSERT_TRUE(bitwise_equal("step " + std::to_string(t) + " param " + std::to_string(i), params[i], plain.p[i]));
+  }
+}
+
+}  // namespace
+}  // namespace vlpar::test

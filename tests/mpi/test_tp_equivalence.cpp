@@ -1,0 +1,151 @@
+// Tensor (and sequence) parallelism over the whole world (mpirun -np 2: TP2; -np 4: TP4, where the 2 kv heads are
+// replicated on 2 ranks each): the 2-layer decoder stack gives the loss and every gradient (gathered to full
+// shape) of the single-process run within kParallelEquivalence (tests/tolerances.hpp), with and without SP; the
+// TP region boundaries move rank-encoded rows where they should; vocab-parallel cross-entropy equals the
+// full-vocab one; the same seed gives the same full weights.
+// Run: ctest --preset cpu -L mpi   (or: mpirun -np 2 ./build/cpu/tests/test_tp_equivalence)
+#include <gtest/gtest.h>
+
+#include "mpi/mpi_test_util.hpp"
+#include "mpi/nn_equivalence.hpp"
+#include "vlpar/nn/tensor_parallel.hpp"
+#include "vlpar/nn/vocab_parallel.hpp"
+#include "vlpar/reference/loss.hpp"
+
+namespace vlpar::test {
+namespace {
+
+// Row i of rank r carries payload(r, i·H + c): after the boundary each row says where it came from.
+TEST(TpRegions, BoundariesMoveRankEncodedRows) {
+  auto world = world_comm("tp");
+  ASSERT_TRUE(world);
+  const int tp = world->size(), r = world->rank();
+  const int64_t N = 4 * tp, H = 3;
+  Allocator alloc;
+  for (bool sp : {false, true}) {
+    const nn::TensorParallel group{world.get(), sp};
+    const int64_t Nl = group.local_tokens(N);
+    ASSERT_EQ(Nl, sp ? N / tp : N);
+    Tensor in = Tensor::empty(alloc, {Nl, H}, DType::kF32).value();
+    for (int64_t k = 0; k < in.numel(); ++k) in.ptr<float>()[k] = float(payload(DType::kF32, r, k));
+    // enter: SP all-gathers the token slices in rank order; without SP the input passes unchanged.
+    Tensor full = Tensor::empty(alloc, {N, H}, DType::kF32).value();
+    ASSERT_TRUE(nn::region_enter_forward(group, full, in).ok());
+    for (int64_t k = 0; k < N * H; ++k) {
+      const double want = sp ? payload(DType::kF32, int(k / (Nl * H)), k % (Nl * H)) : payload(DType::kF32, r, k);
+      ASSERT_EQ(full.ptr<float>()[k], want) << "enter sp=" << sp << " element " << k;
+    }
+    // exit: every rank contributes payload(q, k) to a [N, H] partial; the sum over ranks lands whole (no SP) or as
+    // this rank's token slice (SP).
+    Tensor partial = Tensor::empty(alloc, {N, H}, DType::kF32).value();
+    for (int64_t k = 0; k < N * H; ++k) partial.ptr<float>()[k] = float(payload(DType::kF32, r, k));
+    Tensor out = Tensor::empty(alloc, {Nl, H}, DType::kF32).value();
+    ASSERT_TRUE(nn::region_exit_forward(group, out, partial).ok());
+    const int64_t first = group.first_local_token(N) * H;
+    for (int64_t k = 0; k < Nl * H; ++k) {
+      double want = 0;
+      for (int q = 0; q < tp; ++q) want += payload(DType::kF32, q, first + k);
+      ASSERT_EQ(out.ptr<float>()[k], want) << "exit sp=" << sp << " element " << k;
+    }
+    // Conjugates: exit⁻¹ gathers (SP) or passes; enter⁻¹ sums over ranks, scattering the slices under SP.
+    Tensor dpartial = Tensor::empty(alloc, {N, H}, DType::kF32).value();
+    ASSERT_TRUE(nn::region_exit_backward(group, dpartial, in).ok());
+    for (int64_t k = 0; k < N * H; ++k) ASSERT_EQ(dpartial.ptr<float>()[k], full.ptr<float>()[k]) << k;
+    for (int64_t k = 0; k < N * H; ++k) partial.ptr<float>()[k] = float(payload(DType::kF32, r, k));  // was scratch
+    Tensor din = Tensor::empty(alloc, {Nl, H}, DType::kF32).value();
+    ASSERT_TRUE(nn::region_enter_backward(group, din, partial).ok());
+    for (int64_t k = 0; k < Nl * H; ++k) {
+      double want = 0;
+      for (int q = 0; q < tp; ++q) want += payload(DType::kF32, q, first + k);
+      ASSERT_EQ(din.ptr<float>()[k], want) << "enter backward sp=" << sp << " element " << k;
+    }
+  }
+}
+
+TEST(TpEquivalence, SameSeedGivesTheSingleProcessWeights) {
+  auto world = world_comm("tp");
+  ASSERT_TRUE(world);
+  const nn::TransformerConfig cfg = tiny_decoder_config();
+  Allocator alloc;
+  Context ctx = test_ctx(1);
+  ctx.allocator = &alloc;
+  auto model = nn::DecoderModel::create(ctx, cfg, {world.get(), false}, kNnSeed, alloc);
+  ASSERT_TRUE(model.ok()) << model.status().to_string();
+  const auto full = gather_full(cfg, world.get(), false, model->params(), "weights");
+  auto single = nn::DecoderModel::create(ctx, cfg, {}, kNnSeed, alloc).value();
+  const auto want = views_as<double>(single.params());
+  for (size_t i = 0; i < want.size(); ++i) EXPECT_EQ(full[i], want[i]) << model->layout()[i].name;
+}
+
+// Full-vocab logits on every rank; each rank keeps its vocab block. Labels hit every rank's block and one row
+// is ignored. fp64 reference: reference::cross_entropy on the full logits; naive: the same in float.
+TEST(TpEquivalence, VocabParallelCrossEntropyEqualsFullVocab) {
+  auto world = world_comm("tp");
+  ASSERT_TRUE(world);
+  const int tp = world->size();
+  const int64_t N = 9, V = 64, ignore = -100;
+  Allocator alloc;
+  Context ctx = test_ctx(1);
+  ctx.allocator = &alloc;
+  // Rows with very different ranges, so each rank's local max differs from the global one.
+  Tensor full = random_tensor(alloc, {N, V}, DType::kF32, 77, -4.f, 4.f);
+  for (int64_t n = 0; n < N; ++n) full.ptr<float>()[n * V + (n * 7) % V] += float(3 * n);
+  std::vector<int64_t> labels(static_cast<size_t>(N));
+  for (int64_t n = 0; n < N; ++n) labels[size_t(n)] = (n * 13 + 5) % V;
+  labels[4] = ignore;
+  const nn::Range block = nn::even_shard(V, tp, world->rank());
+  Tensor local = Tensor::empty(alloc, {N, block.size()}, DType::kF32).value();
+  for (int64_t n = 0; n < N; ++n)
+    for (int64_t j = 0; j < block.size(); ++j) local.ptr<float>()[n * block.size() + j] = full.ptr<float>()[n * V + block.begin + j];
+  Tensor lse = Tensor::empty(alloc, {N}, DType::kF32).value();
+  const TensorView lab(labels.data(), DType::kI64, {N});
+  auto r = nn::vocab_parallel_cross_entropy_forward(ctx, {world.get(), false}, lse, local, lab, block, ignore);
+  ASSERT_TRUE(r.ok()) << r.status().to_string();
+  EXPECT_EQ(r->num_valid, N - 1);
+  ASSERT_TRUE(nn::vocab_parallel_cross_entropy_backward(ctx, local, local, lab, lse, block, ignore, r->num_valid,
+                                                        1.f).ok());
+  const std::vector<double> z64 = to_f64(full);
+  std::vector<double> dz64(size_t(N * V));
+  const double loss64 = reference::cross_entropy(dz64.data(), z64.data(), labels.data(), N, V, ignore, true);
+  const std::vector<float> z32 = cast_vec<float>(z64);
+  std::vector<float> dz32(size_t(N * V));
+  const float loss32 = reference::cross_entropy(dz32.data(), z32.data(), labels.data(), N, V, ignore, true);
+  EXPECT_TRUE(close_to_reference("vocab-parallel loss", std::vector<double>{r->loss}, std::vector<double>{loss64},
+                                 std::vector<double>{double(loss32)}, Shape{1}, TolOp::kCrossEntropy, DType::kF32));
+  std::vector<double> mine64, mine32, got;
+  for (int64_t n = 0; n < N; ++n)
+    for (int64_t j = 0; j < block.size(); ++j) {
+      mine64.push_back(dz64[size_t(n * V + block.begin + j)]);
+      mine32.push_back(double(dz32[size_t(n * V + block.begin + j)]));
+      got.push_back(local.ptr<float>()[n * block.size() + j]);
+    }
+  EXPECT_TRUE(close_to_reference("vocab-parallel dlogits", got, mine64, mine32, Shape{N, block.size()},
+                                 TolOp::kCrossEntropy, DType::kF32));
+}
+
+void run_tp_equivalence(bool sp) {
+  auto world = world_comm("tp");
+  ASSERT_TRUE(world);
+  const nn::TransformerConfig cfg = tiny_decoder_config();
+  HostBatch batch = make_host_batch({11, 9}, cfg.vocab, 3, cfg.ignore_index);
+  const FullRun single = single_process_run(cfg, batch);
+  Allocator alloc;
+  Context ctx = test_ctx(1);
+  ctx.allocator = &alloc;
+  auto model = nn::DecoderModel::create(ctx, cfg, {world.get(), sp}, kNnSeed, alloc);
+  ASSERT_TRUE(model.ok()) << model.status().to_string();
+  nn::DecoderStash st;
+  const nn::DecoderBatch b = batch_views(batch);
+  auto r = model->forward(ctx, b, st);
+  ASSERT_TRUE(r.ok()) << r.status().to_string();
+  ASSERT_TRUE(model->backward(ctx, b, st).ok());
+  const std::string what = "tp" + std::to_string(world->size()) + (sp ? "+sp" : "");
+  const auto grads = gather_full(cfg, world.get(), sp, model->grads(), what);
+  expect_matches_single(cfg, single, batch, r->loss, grads, what);
+}
+
+TEST(TpEquivalence, MatchesSingleProcess) { run_tp_equivalence(false); }
+TEST(TpEquivalence, WithSequenceParallelMatchesSingleProcess) { run_tp_equivalence(true); }
+
+}  // namespace
+}  // namespace vlpar::test
