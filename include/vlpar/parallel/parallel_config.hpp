@@ -14,7 +14,7 @@ namespace vlpar::parallel {
 struct ModelDims {
   int num_layers = 0;              // decoder layers; pp may not exceed them
   int num_heads = 0;               // H, attention (query) heads of the language model; split by tp
-  int num_kv_heads = 0;            // H_kv; split by tp when tp ≤ H_kv, replicated when tp > H_kv (0 = H)
+  int num_kv_heads = 0;            // H_kv; split by tp when tp ≤ H_kv, replicated when tp > H_kv
   int64_t vocab = 0;               // vocab-parallel embedding and loss split it by tp
   int64_t intermediate = 0;        // dense MLP width; column/row-parallel split by tp (0 = no dense MLP)
   int num_experts = 0;             // E, routed experts per MoE layer; split by ep (0 = dense model)
@@ -48,8 +48,8 @@ struct ParallelConfig {
   /// Vision data parallel: the replicas of one vision-encoder shard inside a pipeline stage.
   int vision_dp_size() const { return vision_tp_size() * pp > 0 ? world / (vision_tp_size() * pp) : 0; }
 
-  /// @brief Checks the sizes against each other and against the model; the first conflict, in one sentence.
-  /// Layout-only checks (the order string, pipeline groups agreeing between layouts) are in Mesh::create.
+  /// @brief Checks the sizes against each other and against the model, the order string, and that the attention,
+  /// expert and vision layouts have the same pipeline groups; returns the first conflict, in one sentence.
   Status validate(const ModelDims& dims) const;
 };
 
