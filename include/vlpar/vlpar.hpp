@@ -20,6 +20,11 @@
 #include "vlpar/kernels/cross_entropy.hpp"  // provides: cross_entropy_*, linear_cross_entropy (chunked), label shift
 #include "vlpar/kernels/router.hpp"         // provides: router_forward/backward, RouterAuxStats, aux loss
 #include "vlpar/kernels/optimizer.hpp"      // provides: adamw_step, global_grad_norm, clip_grad_norm
+#include "vlpar/comm/communicator.hpp"         // provides: Communicator, Work, CommOptions (group name, watchdog timeout), ReduceOp
+#include "vlpar/comm/mpi_communicator.hpp"     // provides: MpiSession (init/finalize guard), MpiCommunicator, local_rank
+#include "vlpar/comm/single_communicator.hpp"  // provides: SingleCommunicator (a group of one)
+#include "vlpar/comm/nccl_communicator.hpp"    // provides: NcclCommunicator (CUDA tensors; kNotSupported without CUDA)
+#include "vlpar/comm/conjugate.hpp"            // provides: CopyToRegion, ReduceFromRegion, Scatter/GatherRegion+Sequence, ReduceScatterToSequence, AllToAll
 #include "vlpar/parallel/parallel_config.hpp"  // provides: ParallelConfig (tp, cp, ep, etp, pp, dp, order, vision_tp), ModelDims, validate()
 #include "vlpar/parallel/mesh.hpp"             // provides: Mesh (rank <-> coordinates, groups per Axis, MoE folding, vision TP), RankGrid
 #include "vlpar/parallel/process_groups.hpp"   // provides: ProcessGroups (one Communicator per Axis, split from the world)

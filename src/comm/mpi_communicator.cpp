@@ -235,6 +235,35 @@ void MpiSession::abort_job(const Status& status, int exit_code) {
   std::abort();  // MPI_Abort does not return; this keeps [[noreturn]] honest if it ever does
 }
 
+Result<LocalRank> local_rank(MPI_Comm comm) {
+  struct EnvPair {
+    const char* rank;
+    const char* size;
+  };
+  for (const EnvPair& e : {EnvPair{"OMPI_COMM_WORLD_LOCAL_RANK", "OMPI_COMM_WORLD_LOCAL_SIZE"},
+                           EnvPair{"SLURM_LOCALID", "SLURM_NTASKS_PER_NODE"},
+                           EnvPair{"MPI_LOCALRANKID", "MPI_LOCALNRANKS"}, EnvPair{"LOCAL_RANK", "LOCAL_WORLD_SIZE"}}) {
+    const char* r = std::getenv(e.rank);
+    if (r == nullptr || *r == '\0') continue;
+    char* end = nullptr;
+    const long v = std::strtol(r, &end, 10);
+    VLPAR_CHECK(*end == '\0' && v >= 0, "local_rank: {}='{}' is not a non-negative integer", e.rank, r);
+    const char* s = std::getenv(e.size);
+    const long n = s ? std::strtol(s, nullptr, 10) : 0;  // may be absent (or "2(x3)" in Slurm): then unknown
+    return LocalRank{int(v), n > v ? int(n) : int(v) + 1, e.rank};
+  }
+  MPI_Comm node = MPI_COMM_NULL;
+  int rank = 0;
+  MPI_Comm_rank(comm, &rank);
+  VLPAR_MPI_CHECK(MPI_Comm_split_type(comm, MPI_COMM_TYPE_SHARED, rank, MPI_INFO_NULL, &node), "local_rank");
+  LocalRank lr;
+  MPI_Comm_rank(node, &lr.rank);
+  MPI_Comm_size(node, &lr.size);
+  MPI_Comm_free(&node);
+  lr.source = "MPI_Comm_split_type";
+  return lr;
+}
+
 // ---- communicator ----------------------------------------------------------------------------------------
 
 MpiCommunicator::MpiCommunicator(MPI_Comm owned_comm, CommOptions options)

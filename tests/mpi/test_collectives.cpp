@@ -269,5 +269,20 @@ TEST_F(Collectives, NamedErrorsForWrongArguments) {
   EXPECT_TRUE(comm_->barrier().ok());
 }
 
+TEST_F(Collectives, LocalRankFromLauncherAgreesWithSharedMemorySplit) {
+  auto lr = comm::local_rank(MPI_COMM_WORLD);
+  ASSERT_TRUE(lr.ok()) << lr.status().to_string();
+  // Portable answer: rank within the node's shared-memory communicator (one node here, so the world rank).
+  MPI_Comm node;
+  MPI_Comm_split_type(MPI_COMM_WORLD, MPI_COMM_TYPE_SHARED, rank_, MPI_INFO_NULL, &node);
+  int node_rank = 0, node_size = 0;
+  MPI_Comm_rank(node, &node_rank);
+  MPI_Comm_size(node, &node_size);
+  MPI_Comm_free(&node);
+  EXPECT_EQ(lr->rank, node_rank) << "from " << lr->source;
+  EXPECT_EQ(lr->size, node_size) << "from " << lr->source;
+  EXPECT_EQ(lr->source, "OMPI_COMM_WORLD_LOCAL_RANK") << "mpirun (Open MPI) exports the local rank";
+}
+
 }  // namespace
 }  // namespace vlpar::test

@@ -41,6 +41,17 @@ class MpiSession {
   bool owns_ = false;
 };
 
+/// This process's place on its node: picks the GPU of a one-process-per-GPU job (spec §8).
+struct LocalRank {
+  int rank = 0;        // index among the processes of this node
+  int size = 1;        // processes on this node
+  std::string source;  // where it came from: an environment variable name, or "MPI_Comm_split_type"
+};
+/// @brief From the launcher's environment (OMPI_COMM_WORLD_LOCAL_RANK/_SIZE, SLURM_LOCALID/SLURM_NTASKS_PER_NODE,
+/// MPI_LOCALRANKID/MPI_LOCALNRANKS, LOCAL_RANK/LOCAL_WORLD_SIZE), else portably from
+/// MPI_Comm_split_type(comm, MPI_COMM_TYPE_SHARED) — then it is collective over `comm`.
+Result<LocalRank> local_rank(MPI_Comm comm);
+
 class MpiCommunicator final : public Communicator {
  public:
   /// @brief Wraps a dup of `comm` (the caller keeps `comm`); this object frees its dup.
