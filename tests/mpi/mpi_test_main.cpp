@@ -1,7 +1,7 @@
 // GoogleTest main for the multi-process tests (tests/mpi/test_*.cpp): one process per rank under mpirun.
 // Initialises MPI through an MpiSession owned here (finalised when main returns), runs every test on every rank
 // in the same order, and exits non-zero on every rank if any rank failed. Rank 0 prints the usual gtest report;
-// other ranks print only their failures, prefixed with their rank, so a 4-rank log stays readable.
+// other ranks print only their failures, tagged with their rank, so a 4-rank log stays readable.
 // Run: ctest --preset cpu -L mpi   (or: mpirun -np 4 ./build/cpu/tests/test_collectives)
 #include <gtest/gtest.h>
 #include <mpi.h>
@@ -21,7 +21,7 @@ class FailurePrinter : public ::testing::EmptyTestEventListener {
   }
   void OnTestEnd(const ::testing::TestInfo& info) override {
     if (info.result()->Failed())
-      std::fprintf(stderr, "[rank %d] FAILED %s.%s\n", rank_, info.test_suite_name(), info.name());
+      std::fprintf(stderr, "[  FAILED  ] %s.%s (rank %d)\n", info.test_suite_name(), info.name(), rank_);
   }
 
  private:
