@@ -1,7 +1,8 @@
 #!/usr/bin/env python3
 """Deliberate-breakage check (STYLE §14): applies one known bug at a time to a scratch copy of HEAD, rebuilds the
 test that should catch it and prints which tests failed. A breakage reported NOT CAUGHT means a test is too weak.
-Usage: tools/breakage_check.py [substring of case names ...]    (takes ~10 minutes for all cases on 2 cores)"""
+Usage: tools/breakage_check.py [substring of case names ...]    (takes ~10 minutes for all cases on 2 cores)
+The last field of a case names the test binaries to run, space-separated; `name:npN` runs it under mpirun -np N."""
 import os, subprocess, sys, tempfile
 ROOT = tempfile.mkdtemp(prefix="vlpar-breakage-")
 subprocess.run(f"git -C {os.path.dirname(os.path.abspath(__file__))}/.. archive HEAD | tar -x -C {ROOT}", shell=True, check=True)
@@ -44,8 +45,26 @@ cases = [
  ("mesh: vision stage check dropped", "src/parallel/parallel_config.cpp", "VLPAR_CHECK(stage % vision_tp_size() == 0,", "VLPAR_CHECK(true || stage % vision_tp_size() == 0,", "test_mesh"),
  ("mesh: pipeline agreement not checked", "src/parallel/parallel_config.cpp", "return detail::check_layouts_agree(*this, slots);", "(void)slots;\n  return Status::Ok();", "test_mesh"),
  ("mesh: process groups swap color and key", "src/parallel/process_groups.cpp", "world.split(s.group, s.index,", "world.split(s.index, s.group,", "test_mesh"),
+ ("nn: column-parallel input grad not all-reduced", "src/nn/tensor_parallel.cpp", "return comm::CopyToRegion::backward(*tp.comm, din, dfull);", "return copy_(din, dfull);", "test_tp_equivalence:np2 test_tp_dp:np4"),
+ ("nn: SP reduce-scatter replaced by all-reduce (first token block kept)", "src/nn/tensor_parallel.cpp", "if (tp.sp()) return comm::ReduceScatterToSequence::forward(*tp.comm, out, partial);", "if (tp.sp()) { VLPAR_RETURN_IF_ERROR(tp.comm->all_reduce(partial, comm::ReduceOp::kSum)); return copy_(out, partial.slice(0, 0, out.size(0))); }", "test_tp_equivalence:np2 test_tp_dp:np4"),
+ ("nn: o_proj shard offset in heads, not head_dim columns", "src/nn/decoder.cpp", "{heads.begin * D, heads.end * D}, id(), w));\n    out.push_back(make_replicated_param(p + \"post", "{heads.begin, heads.begin + heads.size() * D}, id(), w));\n    out.push_back(make_replicated_param(p + \"post", "test_nn_shard test_tp_equivalence:np2"),
+ ("nn: fused gate/up shard takes up rows from block 0", "src/nn/shard.cpp", "ShardPiece{block.size(), intermediate + block.begin, block.size()}", "ShardPiece{block.size(), intermediate, block.size()}", "test_nn_shard test_tp_equivalence:np2"),
+ ("nn: replicated kv head is rank % H_kv", "include/vlpar/nn/shard.hpp", "const int64_t h = int64_t(rank) * kv_heads / tp;", "const int64_t h = rank % kv_heads;", "test_nn_shard test_tp_equivalence:np4"),
+ ("nn: vocab-parallel CE without the max all-reduce", "src/nn/vocab_parallel.cpp", "if (tp.active()) VLPAR_RETURN_IF_ERROR(tp.comm->all_reduce(row_max, comm::ReduceOp::kMax));", "", "test_tp_equivalence:np2"),
+ ("nn: vocab-parallel CE target logit from every rank", "src/nn/vocab_parallel.cpp", "target[n] = local >= 0 ? z[n * Vl + local] : 0.f;", "target[n] = local >= 0 ? z[n * Vl + local] : z[n * Vl];", "test_tp_equivalence:np2"),
+ ("nn: vocab-parallel embedding ignores the block offset", "src/nn/vocab_parallel.cpp", "const int64_t local = vocab_local_index(id[size_t(n)], block);\n      if (local >= 0) std::memcpy", "const int64_t local = vocab_local_index(id[size_t(n)], {0, block.size()});\n      if (local >= 0) std::memcpy", "test_tp_equivalence:np2"),
+ ("nn: replicated kv-head weight grads not summed over tp", "src/nn/attention_block.cpp", "VLPAR_RETURN_IF_ERROR(tp_sum_partial_grad(tp_, full));", "", "test_tp_equivalence:np4"),
+ ("nn: SP norm-weight grad not summed over tp (MLP)", "src/nn/mlp_block.cpp", "VLPAR_RETURN_IF_ERROR(tp_sum_partial_grad(tp_, dnorm));", "", "test_tp_equivalence:np2 test_tp_dp:np4"),
+ ("nn: attention reports q grad ready before computing it", "src/nn/attention_block.cpp", "VLPAR_RETURN_IF_ERROR(detail::weight_grad(ctx, g_.q, dq2, st.h));\n  VLPAR_RETURN_IF_ERROR(mark(1));", "VLPAR_RETURN_IF_ERROR(mark(1));\n  VLPAR_RETURN_IF_ERROR(detail::weight_grad(ctx, g_.q, dq2, st.h));", "test_nn_stack test_data_parallel:np2"),
+ ("dp: GradBuckets sums without averaging", "src/parallel/grad_buckets.cpp", "const float scale = 1.0f / float(dp_->size());", "const float scale = 1.0f;", "test_data_parallel:np2 test_tp_dp:np4"),
+ ("zero: step skips the 1/dp scale", "src/parallel/distributed_optimizer.cpp", "scale_(ctx_, shard_grad_.view(), 1.0f / float(dp_->size()))", "scale_(ctx_, shard_grad_.view(), 1.0f)", "test_data_parallel:np2"),
+ ("zero: master shard taken from rank 0's slice", "src/parallel/distributed_optimizer.cpp", "o.flat_param_.ptr<float>() + dp.rank() * o.shard_", "o.flat_param_.ptr<float>()", "test_data_parallel:np2"),
 ]
 only = sys.argv[1:] 
+# The ctest environment of tests/CMakeLists.txt (VLPAR_MPI_TEST_ENV): root in containers, more ranks than cores.
+MPI_ENV = ("OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 OMPI_MCA_rmaps_base_oversubscribe=1 "
+           "PRTE_MCA_rmaps_default_mapping_policy=:oversubscribe OMPI_MCA_btl_vader_single_copy_mechanism=none "
+           "OMPI_MCA_hwloc_base_binding_policy=none OMP_NUM_THREADS=1")
 subprocess.run(f"cmake -S {ROOT} -B {ROOT}/build -DVLPAR_ENABLE_CUDA=OFF -DVLPAR_BUILD_BENCH=OFF -DCMAKE_BUILD_TYPE=Release > /dev/null", shell=True, check=True)
 for name, path, old, new, test in cases:
     if only and not any(o in name for o in only): continue
@@ -53,11 +72,16 @@ for name, path, old, new, test in cases:
     assert src.count(old) == 1, (name, old)
     open(p, 'w').write(src.replace(old, new))
     try:
-        b = subprocess.run(f"cmake --build {ROOT}/build -j2 --target {test}", shell=True, capture_output=True, text=True)
+        targets = [t.partition(":np")[0] for t in test.split()]
+        b = subprocess.run(f"cmake --build {ROOT}/build -j2 --target {' '.join(targets)}", shell=True, capture_output=True, text=True)
         if b.returncode != 0:
             print(f"{name}: BUILD FAILED", flush=True); continue
-        r = subprocess.run(f"{ROOT}/build/tests/{test} 2>&1 | grep -E '^\\[  FAILED  \\] [A-Za-z]' | sort -u", shell=True, capture_output=True, text=True)
-        caught = [l.split('] ')[1].split(' (')[0].split(',')[0] for l in r.stdout.splitlines() if 'FAILED' in l]
+        caught = []
+        for t in test.split():
+            target, _, np = t.partition(":np")
+            run = f"{ROOT}/build/tests/{target}" if not np else f"env {MPI_ENV} mpirun -np {np} {ROOT}/build/tests/{target} --gtest_color=no"
+            r = subprocess.run(f"{run} 2>&1 | grep -E '^\\[  FAILED  \\] [A-Za-z]' | sort -u", shell=True, capture_output=True, text=True)
+            caught += [l.split('] ')[1].split(' (')[0].split(',')[0] + (f" (np {np})" if np else "") for l in r.stdout.splitlines() if 'FAILED' in l]
         print(f"{name}: {'CAUGHT by ' + ', '.join(sorted(set(caught))) if caught else 'NOT CAUGHT'}", flush=True)
     finally:
         open(p, 'w').write(src)

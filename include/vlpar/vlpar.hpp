@@ -28,3 +28,10 @@
 #include "vlpar/parallel/parallel_config.hpp"  // provides: ParallelConfig (tp, cp, ep, etp, pp, dp, order, vision_tp), ModelDims, validate()
 #include "vlpar/parallel/mesh.hpp"             // provides: Mesh (rank <-> coordinates, groups per Axis, MoE folding, vision TP), RankGrid
 #include "vlpar/parallel/process_groups.hpp"   // provides: ProcessGroups (one Communicator per Axis, split from the world)
+#include "vlpar/nn/config.hpp"             // provides: TransformerConfig (validate, validate_tp)
+#include "vlpar/nn/shard.hpp"              // provides: even_shard, kv_head_shard, vocab_local_index, ParamShard, init_param_shard
+#include "vlpar/nn/tensor_parallel.hpp"    // provides: TensorParallel, region_enter/exit forward/backward (TP/SP boundaries)
+#include "vlpar/nn/attention_block.hpp"    // provides: AttentionBlock (TP by heads, GQA kv replication), AttentionWeights/Stash
+#include "vlpar/nn/mlp_block.hpp"          // provides: MlpBlock (fused gate/up column-parallel, down row-parallel)
+#include "vlpar/nn/vocab_parallel.hpp"     // provides: vocab-parallel embedding, LM head and cross-entropy
+#include "vlpar/nn/decoder.hpp"            // provides: DecoderModel (params/grads, forward/backward, param_layout), DecoderBatch

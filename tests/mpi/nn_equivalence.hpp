@@ -101,6 +101,14 @@ inline std::vector<std::vector<double>> gather_full(const nn::TransformerConfig&
   return out;
 }
 
+/// @brief True on every rank iff `ok` on every rank: lets a test stop a loop of collectives on all ranks together
+/// (one rank returning early would leave its peers waiting in the next collective until the watchdog fires).
+inline bool all_ranks_ok(comm::Communicator& c, bool ok) {
+  int32_t bad = ok ? 0 : 1;
+  EXPECT_TRUE(c.all_reduce(TensorView(&bad, DType::kI32, {1}), comm::ReduceOp::kSum).ok());
+  return bad == 0;
+}
+
 /// @brief Loss and every gradient of a parallel run against the single-process run (kParallelEquivalence).
 inline void expect_matches_single(const nn::TransformerConfig& cfg, const FullRun& single, const HostBatch& batch,
                                   double par_loss, const std::vector<std::vector<double>>& par_grads,

@@ -15,6 +15,17 @@
 namespace vlpar::test {
 namespace {
 
+// Compares every element and reports the first mismatch, without returning early: all ranks must go on issuing
+// the same collectives even when one rank's data is wrong (an early ASSERT would desynchronise the group).
+template <class Want>
+void expect_elements(const std::string& what, const Tensor& got, Want want) {
+  int64_t bad = 0, first = -1;
+  for (int64_t k = 0; k < got.numel(); ++k)
+    if (double(got.ptr<float>()[k]) != want(k) && bad++ == 0) first = k;
+  EXPECT_EQ(bad, 0) << what << ": first mismatch at element " << first << ": got "
+                    << (first >= 0 ? got.ptr<float>()[first] : 0.f) << ", want " << (first >= 0 ? want(first) : 0.0);
+}
+
 // Row i of rank r carries payload(r, i·H + c): after the boundary each row says where it came from.
 TEST(TpRegions, BoundariesMoveRankEncodedRows) {
   auto world = world_comm("tp");
@@ -31,10 +42,10 @@ TEST(TpRegions, BoundariesMoveRankEncodedRows) {
     // enter: SP all-gathers the token slices in rank order; without SP the input passes unchanged.
     Tensor full = Tensor::empty(alloc, {N, H}, DType::kF32).value();
     ASSERT_TRUE(nn::region_enter_forward(group, full, in).ok());
-    for (int64_t k = 0; k < N * H; ++k) {
-      const double want = sp ? payload(DType::kF32, int(k / (Nl * H)), k % (Nl * H)) : payload(DType::kF32, r, k);
-      ASSERT_EQ(full.ptr<float>()[k], want) << "enter sp=" << sp << " element " << k;
-    }
+    const std::string mode = sp ? " (sp)" : " (no sp)";
+    expect_elements("enter forward" + mode, full, [&](int64_t k) {
+      return sp ? payload(DType::kF32, int(k / (Nl * H)), k % (Nl * H)) : payload(DType::kF32, r, k);
+    });
     // exit: every rank contributes payload(q, k) to a [N, H] partial; the sum over ranks lands whole (no SP) or as
     // this rank's token slice (SP).
     Tensor partial = Tensor::empty(alloc, {N, H}, DType::kF32).value();
@@ -42,23 +53,20 @@ TEST(TpRegions, BoundariesMoveRankEncodedRows) {
     Tensor out = Tensor::empty(alloc, {Nl, H}, DType::kF32).value();
     ASSERT_TRUE(nn::region_exit_forward(group, out, partial).ok());
     const int64_t first = group.first_local_token(N) * H;
-    for (int64_t k = 0; k < Nl * H; ++k) {
+    auto summed = [&](int64_t k) {
       double want = 0;
       for (int q = 0; q < tp; ++q) want += payload(DType::kF32, q, first + k);
-      ASSERT_EQ(out.ptr<float>()[k], want) << "exit sp=" << sp << " element " << k;
-    }
+      return want;
+    };
+    expect_elements("exit forward" + mode, out, summed);
     // Conjugates: exit⁻¹ gathers (SP) or passes; enter⁻¹ sums over ranks, scattering the slices under SP.
     Tensor dpartial = Tensor::empty(alloc, {N, H}, DType::kF32).value();
     ASSERT_TRUE(nn::region_exit_backward(group, dpartial, in).ok());
-    for (int64_t k = 0; k < N * H; ++k) ASSERT_EQ(dpartial.ptr<float>()[k], full.ptr<float>()[k]) << k;
+    expect_elements("exit backward" + mode, dpartial, [&](int64_t k) { return double(full.ptr<float>()[k]); });
     for (int64_t k = 0; k < N * H; ++k) partial.ptr<float>()[k] = float(payload(DType::kF32, r, k));  // was scratch
     Tensor din = Tensor::empty(alloc, {Nl, H}, DType::kF32).value();
     ASSERT_TRUE(nn::region_enter_backward(group, din, partial).ok());
-    for (int64_t k = 0; k < Nl * H; ++k) {
-      double want = 0;
-      for (int q = 0; q < tp; ++q) want += payload(DType::kF32, q, first + k);
-      ASSERT_EQ(din.ptr<float>()[k], want) << "enter backward sp=" << sp << " element " << k;
-    }
+    expect_elements("enter backward" + mode, din, summed);
   }
 }
 

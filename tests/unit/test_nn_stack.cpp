@@ -104,16 +104,21 @@ TEST(NnStack, BackwardAccumulatesAndReportsGradientsInReverseOrder) {
   const nn::DecoderBatch b = batch_views(hb);
   nn::DecoderStash st;
   std::vector<size_t> order;
+  std::vector<std::vector<double>> at_ready(model.num_params());
   for (int rep = 0; rep < 2; ++rep) {
     ASSERT_TRUE(model.forward(ctx, b, st).ok());
     ASSERT_TRUE(model.backward(ctx, b, st, 1.f, [&](size_t i) {
                   if (rep == 0) order.push_back(i);
+                  at_ready[i] = to_f64(model.grads()[i]);  // what a DDP bucket would pack at this moment
                   return Status::Ok();
                 }).ok());
     if (rep == 0) {
       ASSERT_EQ(order.size(), model.num_params());
       for (size_t k = 0; k < order.size(); ++k) EXPECT_EQ(order[k], model.num_params() - 1 - k);
     }
+    // A gradient reported ready is final: nothing changes it later in the same backward.
+    for (size_t i = 0; i < model.num_params(); ++i)
+      EXPECT_EQ(at_ready[i], to_f64(model.grads()[i])) << model.layout()[i].name << " changed after ready()";
   }
   const StackRun once = run_tp1(cfg, hb, false);
   const auto twice = views_as<double>(model.grads());
