@@ -3,7 +3,7 @@
 test that should catch it and prints which tests failed. A breakage reported NOT CAUGHT means a test is too weak.
 Usage: tools/breakage_check.py [substring of case names ...]    (takes ~10 minutes for all cases on 2 cores)
 The last field of a case names the test binaries to run, space-separated; `name:npN` runs it under mpirun -np N."""
-import os, subprocess, sys, tempfile
+import os, re, subprocess, sys, tempfile
 ROOT = tempfile.mkdtemp(prefix="vlpar-breakage-")
 subprocess.run(f"git -C {os.path.dirname(os.path.abspath(__file__))}/.. archive HEAD | tar -x -C {ROOT}", shell=True, check=True)
 cases = [
@@ -59,6 +59,24 @@ cases = [
  ("dp: GradBuckets sums without averaging", "src/parallel/grad_buckets.cpp", "const float scale = 1.0f / float(dp_->size());", "const float scale = 1.0f;", "test_data_parallel:np2 test_tp_dp:np4"),
  ("zero: step skips the 1/dp scale", "src/parallel/distributed_optimizer.cpp", "scale_(ctx_, shard_grad_.view(), 1.0f / float(dp_->size()))", "scale_(ctx_, shard_grad_.view(), 1.0f)", "test_data_parallel:np2"),
  ("zero: master shard taken from rank 0's slice", "src/parallel/distributed_optimizer.cpp", "o.flat_param_.ptr<float>() + dp.rank() * o.shard_", "o.flat_param_.ptr<float>()", "test_data_parallel:np2"),
+ ("comm: every reduction uses MPI_MAX", "src/comm/mpi_communicator.cpp", "MPI_Op mpi_op(ReduceOp op) { return op == ReduceOp::kSum ? MPI_SUM : MPI_MAX; }", "MPI_Op mpi_op(ReduceOp) { return MPI_MAX; }", "test_collectives:np2 test_conjugate:np2"),
+ ("comm: bf16 all_reduce result truncated instead of rounded", "src/comm/mpi_communicator.cpp", "for (int64_t i = 0; i < n; ++i) d[i] = float_to_bf16(src[i]);", "for (int64_t i = 0; i < n; ++i) d[i] = bf16{uint16_t(float_bits(src[i]) >> 16)};", "test_collectives:np4"),
+ ("comm: 16-bit all_reduce result never written back", "src/comm/mpi_communicator.cpp", "w->set_on_complete([inout, &stage] { narrow(inout, stage.data()); });", "", "test_collectives:np2 test_conjugate:np2"),
+ ("comm: all_to_all send displacement off by one row", "src/comm/mpi_communicator.cpp", "b.send_displs[p] = sd;", "b.send_displs[p] = sd > 0 ? sd - 1 : 0;", "test_collectives:np4 test_conjugate:np2"),
+ ("comm: in-place reduce_scatter result left at block 0", "src/comm/mpi_communicator.cpp", "if (rank_ != 0) w->set_on_complete", "if (false) w->set_on_complete", "test_collectives:np2 test_conjugate:np2"),
+ ("comm: broadcast always from rank 0", "src/comm/mpi_communicator.cpp", "wire_type(inout.dtype), root, comm_", "wire_type(inout.dtype), 0, comm_", "test_collectives:np2"),
+ ("comm: split swaps color and key", "src/comm/mpi_communicator.cpp", "MPI_Comm_split(comm_, color, key, &sub)", "MPI_Comm_split(comm_, key, color, &sub)", "test_collectives:np4"),
+ ("comm: watchdog never times out", "src/comm/mpi_communicator.cpp", "if (Clock::now() >= deadline) return on_timeout();", "if (false && Clock::now() >= deadline) return on_timeout();", "test_watchdog:np2"),
+ ("comm: timeout message lists itself as a peer", "src/comm/mpi_communicator.cpp", "      if (r == rank) continue;\n      g.push_back(r);", "      g.push_back(r);", "test_watchdog:np2"),
+ ("comm: group stays usable after a collective timeout", "src/comm/mpi_communicator.cpp", "if (group_->broken_by.empty()) group_->broken_by = site;", "", "test_watchdog:np2"),
+ ("comm: all_gather in-place offset in elements, not bytes", "src/comm/comm_checks.cpp", "size_t(c.rank()) * in.nbytes();", "size_t(c.rank()) * size_t(in.numel());", "test_collectives:np2 test_conjugate:np2"),
+ ("comm: all_to_all accepts send_rows summing below the rows", "src/comm/comm_checks.cpp", "VLPAR_CHECK(send_total == in.size(0),", "VLPAR_CHECK(send_total <= in.size(0),", "test_collectives:np2"),
+ ("comm: copy_to_region backward forgets the all-reduce", "src/comm/conjugate.cpp", "  VLPAR_RETURN_IF_ERROR(copy_flat(grad_in, grad_out));\n  return c.all_reduce(grad_in, ReduceOp::kSum);", "  return copy_flat(grad_in, grad_out);", "test_conjugate:np2"),
+ ("comm: last-dim gather interleaves rank-major wrongly", "src/comm/conjugate.cpp", "stage.data() + size_t((p * rows + r) * w) * es", "stage.data() + size_t((r * n + p) * w) * es", "test_conjugate:np2"),
+ ("comm: scatter_to_region keeps chunk 0", "src/comm/conjugate.cpp", "  split_last_dim(out, in, c.rank());\n  return Status::Ok();\n}\nStatus ScatterToRegion::backward", "  split_last_dim(out, in, 0);\n  return Status::Ok();\n}\nStatus ScatterToRegion::backward", "test_conjugate:np2"),
+ ("comm: gather_from_sequence backward reduces with max", "src/comm/conjugate.cpp", "return c.reduce_scatter(grad_in, grad_out, ReduceOp::kSum);\n}\n\nStatus ReduceScatterToSequence", "return c.reduce_scatter(grad_in, grad_out, ReduceOp::kMax);\n}\n\nStatus ReduceScatterToSequence", "test_conjugate:np2"),
+ ("comm: all_to_all backward does not swap counts", "src/comm/conjugate.cpp", "return c.all_to_all(grad_in, counts.send_rows, grad_out, counts.recv_rows);", "return c.all_to_all(grad_in, counts.recv_rows, grad_out, counts.send_rows);", "test_conjugate:np2"),
+ ("comm: single-process all_to_all does not copy", "src/comm/single_communicator.cpp", "  VLPAR_RETURN_IF_ERROR(copy_flat(out, in));\n  return done();\n}\n\nResult<WorkHandle> SingleCommunicator::isend", "  return done();\n}\n\nResult<WorkHandle> SingleCommunicator::isend", "test_single_communicator"),
 ]
 only = sys.argv[1:] 
 # The ctest environment of tests/CMakeLists.txt (VLPAR_MPI_TEST_ENV): root in containers, more ranks than cores.
@@ -80,8 +98,11 @@ for name, path, old, new, test in cases:
         for t in test.split():
             target, _, np = t.partition(":np")
             run = f"{ROOT}/build/tests/{target}" if not np else f"env {MPI_ENV} mpirun -np {np} {ROOT}/build/tests/{target} --gtest_color=no"
-            r = subprocess.run(f"{run} 2>&1 | grep -E '^\\[  FAILED  \\] [A-Za-z]' | sort -u", shell=True, capture_output=True, text=True)
-            caught += [l.split('] ')[1].split(' (')[0].split(',')[0] + (f" (np {np})" if np else "") for l in r.stdout.splitlines() if 'FAILED' in l]
+            # A broken watchdog hangs instead of failing: `timeout` turns that into a catch (the ctest TIMEOUT's job).
+            r = subprocess.run(f"timeout 60 {run} 2>&1", shell=True, capture_output=True, text=True)
+            if r.returncode == 124: caught.append(f"{target} hung, killed after 60 s" + (f" (np {np})" if np else ""))
+            failed = sorted({l for l in r.stdout.splitlines() if re.match(r'^\[  FAILED  \] [A-Za-z]', l)})
+            caught += [l.split('] ')[1].split(' (')[0].split(',')[0] + (f" (np {np})" if np else "") for l in failed]
         print(f"{name}: {'CAUGHT by ' + ', '.join(sorted(set(caught))) if caught else 'NOT CAUGHT'}", flush=True)
     finally:
         open(p, 'w').write(src)

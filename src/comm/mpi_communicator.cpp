@@ -4,6 +4,7 @@
 #include "vlpar/comm/mpi_communicator.hpp"
 
 #include <chrono>
+#include <climits>
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>

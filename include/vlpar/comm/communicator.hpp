@@ -14,7 +14,8 @@
 // Conventions shared by every backend:
 //   - views are contiguous, non-null when non-empty, of one dtype, on the backend's device (CPU for MPI and
 //     single, the communicator's CUDA device for NCCL); f32, bf16, f16, i32, i64, f64 are accepted.
-//   - sums of bf16/f16 are accumulated in f32 and rounded to the storage dtype once, at the end.
+//   - sums of bf16/f16 are accumulated in f32 and rounded to the storage dtype once, at the end (MPI backend;
+//     NCCL uses its native 16-bit reductions for now, see nccl_communicator.hpp).
 //   - in-place forms: all_reduce and broadcast always; all_gather when `in` is this rank's block of `out`;
 //     reduce_scatter when `out` is this rank's block of `in` (then `in` is clobbered). Any other overlap of
 //     `out` and `in` is an error, as is any overlap in all_to_all.
