@@ -1,14 +1,16 @@
 // Exposed communication of a data-parallel step: the nn decoder stack (TP1 per rank) with GradBuckets all-reducing
 // gradients over the world while the backward runs. Reports, per mode, the step time (forward + backward +
 // finish), the time finish() spent blocked in wait() (GradBuckets::exposed_seconds) and their ratio, the
-// exposed-communication fraction. Modes:
+// exposed-communication fraction, the time spent inside the ready hooks (packing buckets and starting their
+// MPI_Iallreduce, which GradBuckets does not count as exposed) and the step's excess over compute alone. Modes:
 //   no-overlap : backward without the ready hook, every bucket launched and waited in finish() (all comm exposed)
 //   overlap    : buckets launched from the backward's ready hook (what the trainer does)
 //   overlap+poll: as overlap, and each ready hook also enters the MPI progress engine (MPI_Iprobe), standing in
 //                for a GradBuckets::poll(): Open MPI has no asynchronous progress thread, so a non-blocking
 //                collective advances only while its process is inside an MPI call
 //   compute    : forward + backward alone (no communication), the floor
-// Numbers are the median over the measured steps of the slowest rank.
+// Numbers are the median over the measured steps of the slowest rank; the modes run interleaved step by step.
+// The last line is the all-reduce of every bucket with no compute (what overlap could hide at most).
 // Run: mpirun -np 2 ./build/cpu/bench/bench_dp_overlap [steps] [bucket_MiB]
 #include <fmt/format.h>
 #include <mpi.h>
@@ -109,11 +111,15 @@ int main(int argc, char** argv) {
                dp.size(), N, double(numel) / 1e6, double(numel) * 4 / (1 << 20), buckets.num_buckets(), bucket_mib,
                ctx.num_threads);
   if (dp.rank() == 0)
-    fmt::print("{:<14}{:>12}{:>14}{:>12}{:>12}\n", "mode", "step(ms)", "exposed(ms)", "exposed%", "steps");
+    fmt::print("{:<14}{:>10}{:>13}{:>10}{:>12}{:>15}\n", "mode", "step(ms)", "exposed(ms)", "exposed%",
+               "launch(ms)", "step-compute");
 
-  for (Mode mode : {Mode::kCompute, Mode::kNoOverlap, Mode::kOverlap, Mode::kOverlapPoll}) {
-    std::vector<double> step_s, exposed_s;
-    for (int s = 0; s < steps + 1; ++s) {  // step 0 warms up
+  // Modes interleaved step by step, so machine noise (other processes on the cores) hits them alike.
+  const Mode modes[] = {Mode::kCompute, Mode::kNoOverlap, Mode::kOverlap, Mode::kOverlapPoll};
+  std::vector<double> step_s[4], exposed_s[4], launch_s[4], comm_s;
+  for (int s = 0; s < steps + 1; ++s) {  // step 0 warms up
+    for (int mi = 0; mi < 4; ++mi) {
+      const Mode mode = modes[mi];
       check(model.zero_grads());
       check(dp.barrier());
       const auto t0 = Clock::now();
@@ -121,27 +127,45 @@ int main(int argc, char** argv) {
       auto r = model.forward(ctx, batch, st);
       if (!r.ok()) comm::MpiSession::abort_job(r.status());
       nn::GradReadyFn ready;
-      if (mode == Mode::kOverlap) ready = [&](size_t i) { return buckets.mark_ready(last - i); };
-      if (mode == Mode::kOverlapPoll)
+      double launch = 0.0;  // time inside the ready hook: packing a bucket and starting its MPI_Iallreduce
+      if (mode == Mode::kOverlap || mode == Mode::kOverlapPoll)
         ready = [&](size_t i) {
+          const auto l0 = Clock::now();
           VLPAR_RETURN_IF_ERROR(buckets.mark_ready(last - i));
-          int flag = 0;
-          MPI_Iprobe(MPI_ANY_SOURCE, MPI_ANY_TAG, MPI_COMM_WORLD, &flag, MPI_STATUS_IGNORE);
+          if (mode == Mode::kOverlapPoll) {
+            int flag = 0;
+            MPI_Iprobe(MPI_ANY_SOURCE, MPI_ANY_TAG, MPI_COMM_WORLD, &flag, MPI_STATUS_IGNORE);
+          }
+          launch += std::chrono::duration<double>(Clock::now() - l0).count();
           return Status::Ok();
         };
       check(model.backward(ctx, batch, st, 1.f, ready));
       if (mode != Mode::kCompute) check(buckets.finish());
-      double times[2] = {std::chrono::duration<double>(Clock::now() - t0).count(),
-                         mode == Mode::kCompute ? 0.0 : buckets.exposed_seconds()};
-      check(dp.all_reduce(TensorView(times, DType::kF64, {2}), comm::ReduceOp::kMax));  // the slowest rank
+      double times[3] = {std::chrono::duration<double>(Clock::now() - t0).count(),
+                         mode == Mode::kCompute ? 0.0 : buckets.exposed_seconds(), launch};
+      check(dp.all_reduce(TensorView(times, DType::kF64, {3}), comm::ReduceOp::kMax));  // the slowest rank
       if (s == 0) continue;
-      step_s.push_back(times[0]);
-      exposed_s.push_back(times[1]);
+      step_s[mi].push_back(times[0]);
+      exposed_s[mi].push_back(times[1]);
+      launch_s[mi].push_back(times[2]);
     }
-    const double step = median(step_s), exposed = median(exposed_s);
-    if (dp.rank() == 0)
-      fmt::print("{:<14}{:>12.2f}{:>14.2f}{:>11.1f}%{:>12}\n", mode_name(mode), step * 1e3, exposed * 1e3,
-                 100.0 * exposed / step, steps);
+    // The communication alone: every bucket launched and waited with no compute in between.
+    check(dp.barrier());
+    const auto t0 = Clock::now();
+    check(buckets.finish());
+    double t = std::chrono::duration<double>(Clock::now() - t0).count();
+    check(dp.all_reduce(TensorView(&t, DType::kF64, {1}), comm::ReduceOp::kMax));
+    if (s > 0) comm_s.push_back(t);
+  }
+  if (dp.rank() == 0) {
+    const double compute = median(step_s[0]);
+    for (int mi = 0; mi < 4; ++mi) {
+      const double step = median(step_s[mi]), exposed = median(exposed_s[mi]), launch = median(launch_s[mi]);
+      fmt::print("{:<14}{:>10.2f}{:>13.2f}{:>9.1f}%{:>12.2f}{:>15.2f}\n", mode_name(modes[mi]), step * 1e3,
+                 exposed * 1e3, 100.0 * exposed / step, launch * 1e3, (step - compute) * 1e3);
+    }
+    fmt::print("# {} measured steps per mode\n", steps);
+    fmt::print("# all-reduce of every bucket alone (no compute): {:.2f} ms\n", median(comm_s) * 1e3);
   }
   return 0;
 }
