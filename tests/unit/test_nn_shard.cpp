@@ -6,6 +6,7 @@
 
 #include <vector>
 
+#include "nn_reference.hpp"
 #include "test_util.hpp"
 #include "vlpar/nn/config.hpp"
 #include "vlpar/nn/decoder.hpp"
@@ -13,19 +14,6 @@
 
 namespace vlpar::nn {
 namespace {
-
-TransformerConfig tiny_config() {
-  TransformerConfig c;
-  c.hidden = 32;
-  c.heads = 4;
-  c.kv_heads = 2;
-  c.head_dim = 8;
-  c.intermediate = 48;
-  c.vocab = 64;
-  c.num_layers = 2;
-  c.init_std = 0.1f;
-  return c;
-}
 
 TEST(NnShard, EvenShardTilesTheRange) {
   for (int tp : {1, 2, 3, 4, 6}) {
@@ -106,7 +94,7 @@ TEST(NnShard, FusedGateUpPiecesMatch) {
 // Same seed ⇒ same full weights at any tp: every rank's shard, put in its place, rebuilds the TP1 tensors exactly,
 // and the split parameters' pieces cover each full element exactly once.
 TEST(NnShard, LayoutInvariantInitAssemblesTheFullWeights) {
-  const TransformerConfig cfg = tiny_config();
+  const TransformerConfig cfg = test::tiny_decoder_config();
   Allocator alloc;
   const Context ctx = test::test_ctx(1);  // hundreds of tiny inits: thread start-up would dominate
   const uint64_t seed = 20240611;
@@ -144,7 +132,7 @@ TEST(NnShard, LayoutInvariantInitAssemblesTheFullWeights) {
 }
 
 TEST(NnShard, LayoutMarksPartialGradients) {
-  const TransformerConfig cfg = tiny_config();  // kv_heads 2
+  const TransformerConfig cfg = test::tiny_decoder_config();  // kv_heads 2
   for (const ParamShard& p : DecoderModel::param_layout(cfg, 4, 1, true)) {
     const bool norm = p.name.find("norm") != std::string::npos;
     const bool kv = p.name.find("k_proj") != std::string::npos || p.name.find("v_proj") != std::string::npos;
@@ -154,7 +142,7 @@ TEST(NnShard, LayoutMarksPartialGradients) {
 }
 
 TEST(NnShard, ConfigValidationExplainsInOneSentence) {
-  TransformerConfig c = tiny_config();
+  TransformerConfig c = test::tiny_decoder_config();
   EXPECT_TRUE(c.validate_tp(4).ok());
   Status s = c.validate_tp(3);
   ASSERT_FALSE(s.ok());
@@ -163,12 +151,12 @@ TEST(NnShard, ConfigValidationExplainsInOneSentence) {
   s = c.validate();
   ASSERT_FALSE(s.ok());
   EXPECT_NE(s.message().find("kv_heads 3 does not divide heads 4"), std::string::npos) << s.to_string();
-  c = tiny_config();
+  c = test::tiny_decoder_config();
   c.vocab = 66;
   s = c.validate_tp(4);
   ASSERT_FALSE(s.ok());
   EXPECT_NE(s.message().find("does not divide vocab 66"), std::string::npos) << s.to_string();
-  c = tiny_config();
+  c = test::tiny_decoder_config();
   c.heads = 8;
   c.kv_heads = 4;
   s = c.validate_tp(8);  // 8 > 4 kv heads but divides: replicated, fine
