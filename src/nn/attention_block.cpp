@@ -139,17 +139,7 @@ Status AttentionBlock::backward(const Context& ctx, TensorView dx, TensorView do
   VLPAR_RETURN_IF_ERROR(mark(1));
 
   // Back through region entry and the RMSNorm; under SP the norm weight gradient is a partial sum over tokens.
-  VLPAR_ASSIGN_OR_RETURN(Tensor dhn, scratch(ctx, {Nl, H}));
-  VLPAR_RETURN_IF_ERROR(region_enter_backward(tp_, dhn, dh));
-  if (tp_.sp()) {
-    VLPAR_ASSIGN_OR_RETURN(Tensor dnorm, scratch_zeros(ctx, {H}));
-    VLPAR_RETURN_IF_ERROR(rmsnorm_backward(ctx, dx, dnorm, dhn, st.x, w_.norm, st.rstd));
-    VLPAR_RETURN_IF_ERROR(tp_sum_partial_grad(tp_, dnorm));
-    VLPAR_RETURN_IF_ERROR(detail::add_(ctx, g_.norm, dnorm));
-  } else {
-    VLPAR_RETURN_IF_ERROR(rmsnorm_backward(ctx, dx, g_.norm, dhn, st.x, w_.norm, st.rstd));
-  }
-  VLPAR_RETURN_IF_ERROR(detail::add_(ctx, dx, dout));
+  VLPAR_RETURN_IF_ERROR(detail::pre_norm_residual_backward(ctx, tp_, dx, g_.norm, dh, dout, st.x, w_.norm, st.rstd));
   return mark(0);
 }
 

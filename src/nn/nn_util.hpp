@@ -3,6 +3,8 @@
 #include "vlpar/core/context.hpp"
 #include "vlpar/core/tensor.hpp"
 #include "vlpar/kernels/gemm.hpp"
+#include "vlpar/kernels/norm.hpp"
+#include "vlpar/nn/tensor_parallel.hpp"
 
 namespace vlpar::nn::detail {
 
@@ -45,6 +47,26 @@ inline Status check_shape(const char* block, const char* what, const TensorView&
   VLPAR_CHECK(v.shape == want && v.is_contiguous() && v.dtype == DType::kF32,
               "{}: {} is {} but must be a contiguous f32 {}", block, what, v.to_string(), want.to_string());
   return Status::Ok();
+}
+
+/// @brief The common tail of a pre-norm residual block's backward: dh [N, H] (the gradient at the TP region's
+/// input) goes back through the region entry and the RMSNorm into dx [Nl, H], the norm weight gradient is
+/// accumulated into dnorm_w (summed over the TP group under SP, where each rank saw only its tokens), and the
+/// residual branch's dout is added to dx.
+inline Status pre_norm_residual_backward(const Context& ctx, const TensorParallel& tp, TensorView dx,
+                                         TensorView dnorm_w, TensorView dh, TensorView dout, TensorView x,
+                                         TensorView norm_w, TensorView rstd) {
+  VLPAR_ASSIGN_OR_RETURN(Tensor dhn, scratch(ctx, x.shape));
+  VLPAR_RETURN_IF_ERROR(region_enter_backward(tp, dhn, dh));
+  if (tp.sp()) {
+    VLPAR_ASSIGN_OR_RETURN(Tensor dnorm, scratch_zeros(ctx, norm_w.shape));
+    VLPAR_RETURN_IF_ERROR(rmsnorm_backward(ctx, dx, dnorm, dhn, x, norm_w, rstd));
+    VLPAR_RETURN_IF_ERROR(tp_sum_partial_grad(tp, dnorm));
+    VLPAR_RETURN_IF_ERROR(add_(ctx, dnorm_w, dnorm));
+  } else {
+    VLPAR_RETURN_IF_ERROR(rmsnorm_backward(ctx, dx, dnorm_w, dhn, x, norm_w, rstd));
+  }
+  return add_(ctx, dx, dout);
 }
 
 }  // namespace vlpar::nn::detail
