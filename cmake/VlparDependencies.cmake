@@ -1,6 +1,7 @@
 # Third-party dependencies, all from Debian packages (scripts/install_deps.sh installs them).
 find_package(Eigen3 3.4 REQUIRED NO_MODULE)
 find_package(fmt REQUIRED)
+find_package(nlohmann_json 3.10 REQUIRED)   # JSON headers of safetensors, config.json, index files (src/ only)
 find_package(OpenMP REQUIRED COMPONENTS CXX)
 # MPI (Open MPI from libopenmpi-dev): the comm layer's CPU backend and the NCCL bootstrap; linked PUBLIC.
 # The C API through the CXX component: vlpar (and its consumers) enable only the CXX language, and FindMPI's C

@@ -5,7 +5,7 @@
 set -euo pipefail
 packages=(
   cmake g++ make pkg-config python3
-  libeigen3-dev libfmt-dev
+  libeigen3-dev libfmt-dev nlohmann-json3-dev
   libgtest-dev libgmock-dev libbenchmark-dev
   libopenmpi-dev openmpi-bin
 )
