@@ -67,29 +67,48 @@ Status init_param_shard(const Context& ctx, TensorView local, const ParamShard& 
   return Status::Ok();
 }
 
-Status scatter_shard_into_full(TensorView full, TensorView local, const ParamShard& p) {
+namespace {
+
+enum class ShardCopy { kShardToFull, kFullToShard };
+
+// Copies between this rank's shard `local` and its place inside `full`, piece by piece: both are viewed as
+// [outer, dim, inner] around the shard dim, so each piece is `outer` runs of length·inner contiguous elements.
+Status copy_shard(TensorView full, TensorView local, const ParamShard& p, ShardCopy dir) {
   VLPAR_CHECK(full.shape == p.full_shape && full.is_contiguous() && local.is_contiguous() &&
                   full.dtype == local.dtype && local.shape == p.local_shape(),
-              "scatter_shard_into_full: {}: full {} / shard {} do not match {} / {}", p.name, full.to_string(),
-              local.to_string(), p.full_shape.to_string(), p.local_shape().to_string());
+              "{}: full {} / shard {} do not match {} / {}", p.name, full.to_string(), local.to_string(),
+              p.full_shape.to_string(), p.local_shape().to_string());
   const size_t esize = dtype_size(full.dtype);
+  auto* f = static_cast<char*>(full.data);
+  auto* l = static_cast<char*>(local.data);
   if (p.shard_dim < 0) {
-    std::memcpy(full.data, local.data, local.nbytes());
+    if (dir == ShardCopy::kShardToFull) std::memcpy(f, l, local.nbytes());
+    else std::memcpy(l, f, local.nbytes());
     return Status::Ok();
   }
-  // View both as [outer, dim, inner] around the shard dim and copy each piece row by row.
   int64_t outer = 1, inner = 1;
   for (int d = 0; d < p.shard_dim; ++d) outer *= p.full_shape[d];
   for (int d = p.shard_dim + 1; d < p.full_shape.ndim; ++d) inner *= p.full_shape[d];
   const int64_t full_dim = p.full_shape[p.shard_dim], local_dim = local.size(p.shard_dim);
-  auto* dst = static_cast<char*>(full.data);
-  const auto* src = static_cast<const char*>(local.data);
   for (const ShardPiece& piece : p.pieces)
-    for (int64_t o = 0; o < outer; ++o)
-      std::memcpy(dst + size_t((o * full_dim + piece.full_begin) * inner) * esize,
-                  src + size_t((o * local_dim + piece.local_begin) * inner) * esize,
-                  size_t(piece.length * inner) * esize);
+    for (int64_t o = 0; o < outer; ++o) {
+      char* fp = f + size_t((o * full_dim + piece.full_begin) * inner) * esize;
+      char* lp = l + size_t((o * local_dim + piece.local_begin) * inner) * esize;
+      const size_t n = size_t(piece.length * inner) * esize;
+      if (dir == ShardCopy::kShardToFull) std::memcpy(fp, lp, n);
+      else std::memcpy(lp, fp, n);
+    }
   return Status::Ok();
+}
+
+}  // namespace
+
+Status scatter_shard_into_full(TensorView full, TensorView local, const ParamShard& p) {
+  return copy_shard(full, local, p, ShardCopy::kShardToFull);
+}
+
+Status gather_shard_from_full(TensorView local, TensorView full, const ParamShard& p) {
+  return copy_shard(full, local, p, ShardCopy::kFullToShard);
 }
 
 }  // namespace vlpar::nn

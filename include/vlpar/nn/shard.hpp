@@ -89,5 +89,8 @@ Status init_param_shard(const Context& ctx, TensorView local, const ParamShard& 
 /// @brief Copies this rank's shard `local` into its place inside `full` (full_shape, contiguous, f32 or f64).
 /// Elements outside this rank's pieces are left alone.
 Status scatter_shard_into_full(TensorView full, TensorView local, const ParamShard& p);
+/// @brief The inverse: fills this rank's shard `local` from the full tensor (checkpoint import, "convert then
+/// split": a full HF tensor is converted to vlpar's full layout first, then each rank takes its pieces).
+Status gather_shard_from_full(TensorView local, TensorView full, const ParamShard& p);
 
 }  // namespace vlpar::nn
