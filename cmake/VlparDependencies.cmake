@@ -3,6 +3,13 @@ find_package(Eigen3 3.4 REQUIRED NO_MODULE)
 find_package(fmt REQUIRED)
 find_package(nlohmann_json 3.10 REQUIRED)   # JSON headers of safetensors, config.json, index files (src/ only)
 find_package(OpenMP REQUIRED COMPONENTS CXX)
+# data/: JPEG through libjpeg-turbo (libjpeg62-turbo-dev provides libjpeg), PNG through libpng, the tokenizer's
+# split regex through PCRE2 (8-bit), Energon's YAML metadata through yaml-cpp. Linked privately (src/data only).
+find_package(JPEG REQUIRED)
+find_package(PNG REQUIRED)
+find_package(PkgConfig REQUIRED)
+pkg_check_modules(PCRE2 REQUIRED IMPORTED_TARGET libpcre2-8)
+find_package(yaml-cpp REQUIRED)
 # MPI (Open MPI from libopenmpi-dev): the comm layer's CPU backend and the NCCL bootstrap; linked PUBLIC.
 # The C API through the CXX component: vlpar (and its consumers) enable only the CXX language, and FindMPI's C
 # component demands an enabled C compiler. MPI_CXX_SKIP_MPICXX leaves out the deprecated C++ bindings.
