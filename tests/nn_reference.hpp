@@ -3,7 +3,10 @@
 // the include/vlpar/reference/ loops on full (unsharded) weights, templated on the scalar S: double is the fp64
 // reference, float the "naive" baseline of tests/tolerances.hpp. Never optimised.
 // Weights and gradients follow DecoderModel's parameter order (decoder.hpp), each a full row-major vector.
+// Covers the config switches: q/k norm (qk_norm), interleaved MRoPE (rope, positions [3, N_tok]) and the tied LM
+// head (tie_word_embeddings: the head reads w[0] and adds its gradient into grads[0]).
 // Used by tests/unit/test_nn_stack.cpp and the equivalence tests under tests/mpi/.
+#include <algorithm>
 #include <cstdint>
 #include <vector>
 
@@ -24,7 +27,35 @@ struct HostBatch {
   std::vector<int64_t> labels;      // [N_tok] shifted within each sample, ignore_index at each sample's end
   std::vector<int64_t> positions;   // [N_tok] 0.. within each sample
   std::vector<int32_t> cu_seqlens;  // [B + 1]
+  std::vector<int64_t> mrope;       // [3, N_tok] MRoPE rows T, H, W, or empty (1D: `positions`)
 };
+
+/// Gives every sample of b Qwen3-VL-style MRoPE positions (get_rope_index, spec §4.5): a text prefix of 2 tokens,
+/// then (if the sample is long enough) one image of grid_h × grid_w merged tokens whose rows are T = base,
+/// H = base + i, W = base + j, then text continuing from base + max(grid_h, grid_w). The three rows differ on the
+/// image tokens and the text after it, so an axis mix-up changes the result.
+inline void add_mrope_positions(HostBatch& b, int grid_h = 2, int grid_w = 3) {
+  const int64_t N = int64_t(b.ids.size());
+  b.mrope.assign(size_t(3 * N), 0);
+  for (size_t s = 0; s + 1 < b.cu_seqlens.size(); ++s) {
+    const int64_t t0 = b.cu_seqlens[s], len = b.cu_seqlens[s + 1] - t0, img = int64_t(grid_h) * grid_w;
+    const bool has_image = len >= 2 + img + 1;
+    int64_t next = 0;  // next text position
+    for (int64_t i = 0; i < len; ++i) {
+      int64_t p[3];
+      if (has_image && i >= 2 && i < 2 + img) {
+        const int64_t k = i - 2, base = 2;
+        p[0] = base;
+        p[1] = base + k / grid_w;
+        p[2] = base + k % grid_w;
+        next = base + std::max(grid_h, grid_w);
+      } else {
+        p[0] = p[1] = p[2] = next++;
+      }
+      for (int a = 0; a < 3; ++a) b.mrope[size_t(a * N + t0 + i)] = p[a];
+    }
+  }
+}
 
 /// Samples of the given lengths with ids from Philox(seed); labels shifted HF-style.
 inline HostBatch make_host_batch(const std::vector<int>& lengths, int64_t vocab, uint64_t seed, int64_t ignore) {
@@ -53,6 +84,18 @@ inline HostBatch concat_batches(const std::vector<HostBatch>& parts) {
     b.positions.insert(b.positions.end(), p.positions.begin(), p.positions.end());
     for (size_t i = 1; i < p.cu_seqlens.size(); ++i) b.cu_seqlens.push_back(off + p.cu_seqlens[i]);
   }
+  // MRoPE rows are concatenated row by row ([3, N_a] ‖ [3, N_b] → [3, N_a + N_b]); all parts or none have them.
+  if (!parts.empty() && !parts[0].mrope.empty()) {
+    const size_t N = b.ids.size();
+    b.mrope.assign(3 * N, 0);
+    size_t off = 0;
+    for (const HostBatch& p : parts) {
+      const size_t n = p.ids.size();
+      for (size_t a = 0; a < 3; ++a)
+        for (size_t t = 0; t < n; ++t) b.mrope[a * N + off + t] = p.mrope[a * n + t];
+      off += n;
+    }
+  }
   return b;
 }
 
@@ -72,11 +115,21 @@ ReferenceResult<S> reference_decoder(const nn::TransformerConfig& cfg, const std
                 V = cfg.vocab, Hq = cfg.heads, Hkv = cfg.kv_heads;
   const int L = cfg.num_layers;
   const S eps = S(cfg.eps);
-  auto lw = [&](int l, int k) -> const Vec& { return w[size_t(1 + 8 * l + k)]; };
+  // Per-layer parameter offsets (decoder.hpp): norm, q, k, v, [q_norm, k_norm,] o, post norm, gate_up, down.
+  const bool qkn = cfg.qk_norm;
+  const int P = qkn ? 10 : 8, kQn = 4, kKn = 5, kO = qkn ? 6 : 4, kPost = kO + 1, kGu = kO + 2, kDown = kO + 3;
+  auto lw = [&](int l, int k) -> const Vec& { return w[size_t(1 + P * l + k)]; };
+  // Rotary: MRoPE over the [3, N] rows when the batch has them (cfg.rope must be MRoPE then), else 1D.
   RotaryDesc rd;
   rd.kind = RotaryKind::k1D;
   rd.head_dim = int(D);
   rd.theta = cfg.rope_theta;
+  const int64_t* pos = batch.positions.data();
+  if (!batch.mrope.empty()) {
+    rd.kind = RotaryKind::kMRoPE;
+    for (int a = 0; a < 3; ++a) rd.mrope_section[a] = cfg.mrope_section[size_t(a)];
+    pos = batch.mrope.data();
+  }
   R::AttentionProblem ap;
   ap.cu_seqlens = batch.cu_seqlens.data();
   ap.num_seqs = int(batch.cu_seqlens.size()) - 1;
@@ -86,7 +139,7 @@ ReferenceResult<S> reference_decoder(const nn::TransformerConfig& cfg, const std
   ap.causal = true;
 
   struct Layer {
-    Vec x, rstd1, h1, q, k, v, attn, lse, x1, rstd2, h2, gu, act;
+    Vec x, rstd1, h1, q_raw, k_raw, q_rstd, k_rstd, q, k, v, attn, lse, x1, rstd2, h2, gu, act;
   };
   std::vector<Layer> st(static_cast<size_t>(L));
   Vec x(size_t(N * H));
@@ -98,55 +151,66 @@ ReferenceResult<S> reference_decoder(const nn::TransformerConfig& cfg, const std
     s.rstd1.resize(size_t(N));
     s.h1.resize(size_t(N * H));
     R::rmsnorm_forward(s.h1.data(), s.rstd1.data(), s.x.data(), lw(l, 0).data(), N, H, eps);
-    Vec q(size_t(N * Hq * D)), k(size_t(N * Hkv * D));
+    s.q_raw.resize(size_t(N * Hq * D));
+    s.k_raw.resize(size_t(N * Hkv * D));
     s.v.resize(size_t(N * Hkv * D));
-    R::linear_forward(q.data(), s.h1.data(), lw(l, 1).data(), (const S*)nullptr, N, H, Hq * D);
-    R::linear_forward(k.data(), s.h1.data(), lw(l, 2).data(), (const S*)nullptr, N, H, Hkv * D);
+    R::linear_forward(s.q_raw.data(), s.h1.data(), lw(l, 1).data(), (const S*)nullptr, N, H, Hq * D);
+    R::linear_forward(s.k_raw.data(), s.h1.data(), lw(l, 2).data(), (const S*)nullptr, N, H, Hkv * D);
     R::linear_forward(s.v.data(), s.h1.data(), lw(l, 3).data(), (const S*)nullptr, N, H, Hkv * D);
-    s.q.resize(q.size());
-    s.k.resize(k.size());
-    R::rotary_apply(s.q.data(), q.data(), batch.positions.data(), N, Hq, rd, +1);
-    R::rotary_apply(s.k.data(), k.data(), batch.positions.data(), N, Hkv, rd, +1);
+    // q/k norm: RMSNorm over D of each (token, head) row, one [D] weight for all q heads and one for all k heads.
+    Vec qn = s.q_raw, kn = s.k_raw;
+    if (qkn) {
+      s.q_rstd.resize(size_t(N * Hq));
+      s.k_rstd.resize(size_t(N * Hkv));
+      R::rmsnorm_forward(qn.data(), s.q_rstd.data(), s.q_raw.data(), lw(l, kQn).data(), N * Hq, D, eps);
+      R::rmsnorm_forward(kn.data(), s.k_rstd.data(), s.k_raw.data(), lw(l, kKn).data(), N * Hkv, D, eps);
+    }
+    s.q.resize(qn.size());
+    s.k.resize(kn.size());
+    R::rotary_apply(s.q.data(), qn.data(), pos, N, Hq, rd, +1);
+    R::rotary_apply(s.k.data(), kn.data(), pos, N, Hkv, rd, +1);
     s.attn.resize(size_t(N * Hq * D));
     s.lse.resize(size_t(Hq * N));
     R::attention_forward(s.attn.data(), s.lse.data(), s.q.data(), s.k.data(), s.v.data(), ap);
     Vec o(size_t(N * H));
-    R::linear_forward(o.data(), s.attn.data(), lw(l, 4).data(), (const S*)nullptr, N, Hq * D, H);
+    R::linear_forward(o.data(), s.attn.data(), lw(l, kO).data(), (const S*)nullptr, N, Hq * D, H);
     s.x1.resize(size_t(N * H));
     for (size_t i = 0; i < o.size(); ++i) s.x1[i] = s.x[i] + o[i];
     s.rstd2.resize(size_t(N));
     s.h2.resize(size_t(N * H));
-    R::rmsnorm_forward(s.h2.data(), s.rstd2.data(), s.x1.data(), lw(l, 5).data(), N, H, eps);
+    R::rmsnorm_forward(s.h2.data(), s.rstd2.data(), s.x1.data(), lw(l, kPost).data(), N, H, eps);
     s.gu.resize(size_t(N * 2 * I));
-    R::linear_forward(s.gu.data(), s.h2.data(), lw(l, 6).data(), (const S*)nullptr, N, H, 2 * I);
+    R::linear_forward(s.gu.data(), s.h2.data(), lw(l, kGu).data(), (const S*)nullptr, N, H, 2 * I);
     s.act.resize(size_t(N * I));
     for (int64_t n = 0; n < N; ++n)
       for (int64_t i = 0; i < I; ++i)
         s.act[size_t(n * I + i)] = R::swiglu(s.gu[size_t(n * 2 * I + i)], s.gu[size_t(n * 2 * I + I + i)]);
     Vec d(size_t(N * H));
-    R::linear_forward(d.data(), s.act.data(), lw(l, 7).data(), (const S*)nullptr, N, I, H);
+    R::linear_forward(d.data(), s.act.data(), lw(l, kDown).data(), (const S*)nullptr, N, I, H);
     for (size_t i = 0; i < d.size(); ++i) x[i] = s.x1[i] + d[i];
   }
-  const size_t fn = size_t(1 + 8 * L);
+  const size_t fn = size_t(1 + P * L), head = cfg.tie_word_embeddings ? 0 : fn + 1;
   Vec rstdf(static_cast<size_t>(N)), hf(size_t(N * H)), logits(size_t(N * V)), dlogits(size_t(N * V));
   R::rmsnorm_forward(hf.data(), rstdf.data(), x.data(), w[fn].data(), N, H, eps);
-  R::linear_forward(logits.data(), hf.data(), w[fn + 1].data(), (const S*)nullptr, N, H, V);
+  R::linear_forward(logits.data(), hf.data(), w[head].data(), (const S*)nullptr, N, H, V);
   ReferenceResult<S> r;
   r.loss = R::cross_entropy(dlogits.data(), logits.data(), batch.labels.data(), N, V, cfg.ignore_index, true);
 
   // Backward.
   r.grads.resize(w.size());
   for (size_t i = 0; i < w.size(); ++i) r.grads[i].assign(w[i].size(), S(0));
-  auto g = [&](int l, int k) -> Vec& { return r.grads[size_t(1 + 8 * l + k)]; };
+  auto g = [&](int l, int k) -> Vec& { return r.grads[size_t(1 + P * l + k)]; };
   Vec dhf(size_t(N * H)), dx(size_t(N * H));
-  R::linear_backward(dhf.data(), r.grads[fn + 1].data(), (S*)nullptr, dlogits.data(), hf.data(), w[fn + 1].data(), N,
+  // Tied: the head's weight gradient lands in grads[0], where the embedding's is added at the end.
+  R::linear_backward(dhf.data(), r.grads[head].data(), (S*)nullptr, dlogits.data(), hf.data(), w[head].data(), N,
                      H, V);
   R::rmsnorm_backward(dx.data(), r.grads[fn].data(), dhf.data(), x.data(), w[fn].data(), rstdf.data(), N, H);
   for (int l = L - 1; l >= 0; --l) {
     Layer& s = st[size_t(l)];
     // MLP: dx flows through the residual and into down.
     Vec dact(size_t(N * I)), dgu(size_t(N * 2 * I)), dh2(size_t(N * H)), dx1(size_t(N * H));
-    R::linear_backward(dact.data(), g(l, 7).data(), (S*)nullptr, dx.data(), s.act.data(), lw(l, 7).data(), N, I, H);
+    R::linear_backward(dact.data(), g(l, kDown).data(), (S*)nullptr, dx.data(), s.act.data(), lw(l, kDown).data(), N,
+                       I, H);
     for (int64_t n = 0; n < N; ++n)
       for (int64_t i = 0; i < I; ++i) {
         const S gate = s.gu[size_t(n * 2 * I + i)], up = s.gu[size_t(n * 2 * I + I + i)];
@@ -154,17 +218,29 @@ ReferenceResult<S> reference_decoder(const nn::TransformerConfig& cfg, const std
         dgu[size_t(n * 2 * I + i)] = dy * up * R::silu_grad(gate);
         dgu[size_t(n * 2 * I + I + i)] = dy * R::silu(gate);
       }
-    R::linear_backward(dh2.data(), g(l, 6).data(), (S*)nullptr, dgu.data(), s.h2.data(), lw(l, 6).data(), N, H, 2 * I);
-    R::rmsnorm_backward(dx1.data(), g(l, 5).data(), dh2.data(), s.x1.data(), lw(l, 5).data(), s.rstd2.data(), N, H);
+    R::linear_backward(dh2.data(), g(l, kGu).data(), (S*)nullptr, dgu.data(), s.h2.data(), lw(l, kGu).data(), N, H,
+                       2 * I);
+    R::rmsnorm_backward(dx1.data(), g(l, kPost).data(), dh2.data(), s.x1.data(), lw(l, kPost).data(),
+                        s.rstd2.data(), N, H);
     for (size_t i = 0; i < dx1.size(); ++i) dx1[i] += dx[i];
     // Attention.
     Vec dattn(size_t(N * Hq * D)), dq(size_t(N * Hq * D)), dk(size_t(N * Hkv * D)), dv(size_t(N * Hkv * D));
-    R::linear_backward(dattn.data(), g(l, 4).data(), (S*)nullptr, dx1.data(), s.attn.data(), lw(l, 4).data(), N,
+    R::linear_backward(dattn.data(), g(l, kO).data(), (S*)nullptr, dx1.data(), s.attn.data(), lw(l, kO).data(), N,
                        Hq * D, H);
     R::attention_backward(dq.data(), dk.data(), dv.data(), dattn.data(), s.q.data(), s.k.data(), s.v.data(), ap);
     Vec dq0(dq.size()), dk0(dk.size());
-    R::rotary_apply(dq0.data(), dq.data(), batch.positions.data(), N, Hq, rd, -1);
-    R::rotary_apply(dk0.data(), dk.data(), batch.positions.data(), N, Hkv, rd, -1);
+    R::rotary_apply(dq0.data(), dq.data(), pos, N, Hq, rd, -1);
+    R::rotary_apply(dk0.data(), dk.data(), pos, N, Hkv, rd, -1);
+    if (qkn) {
+      // The [D] weight gradients sum over every (token, head) row.
+      Vec dq_raw(dq0.size()), dk_raw(dk0.size());
+      R::rmsnorm_backward(dq_raw.data(), g(l, kQn).data(), dq0.data(), s.q_raw.data(), lw(l, kQn).data(),
+                          s.q_rstd.data(), N * Hq, D);
+      R::rmsnorm_backward(dk_raw.data(), g(l, kKn).data(), dk0.data(), s.k_raw.data(), lw(l, kKn).data(),
+                          s.k_rstd.data(), N * Hkv, D);
+      dq0 = dq_raw;
+      dk0 = dk_raw;
+    }
     Vec dh1(size_t(N * H)), tmp(size_t(N * H));
     R::linear_backward(dh1.data(), g(l, 1).data(), (S*)nullptr, dq0.data(), s.h1.data(), lw(l, 1).data(), N, H, Hq * D);
     R::linear_backward(tmp.data(), g(l, 2).data(), (S*)nullptr, dk0.data(), s.h1.data(), lw(l, 2).data(), N, H,
@@ -203,12 +279,28 @@ inline nn::TransformerConfig tiny_decoder_config() {
   return c;
 }
 
+/// tiny_decoder_config with Qwen3-VL's text switches: q/k norm, interleaved MRoPE and (optionally) the tied head.
+/// D = 16 gives 8 rotary frequencies; sections {4, 3, 1} put H on j = 1, 4, 7, W on j = 2 and T on j = 0, 3, 5, 6,
+/// so H and W have different sections and a row or section mix-up changes the result. theta 10⁴ keeps every
+/// frequency's angle well away from zero at the test's positions.
+inline nn::TransformerConfig tiny_qwen3_config(bool tied = true) {
+  nn::TransformerConfig c = tiny_decoder_config();
+  c.head_dim = 16;
+  c.qk_norm = true;
+  c.rope = nn::RopeKind::kMRoPE;
+  c.mrope_section = {4, 3, 1};
+  c.tie_word_embeddings = tied;
+  return c;
+}
+
 /// DecoderBatch views over a HostBatch (which must outlive them).
 inline nn::DecoderBatch batch_views(HostBatch& b) {
   nn::DecoderBatch v;
   v.ids = TensorView(b.ids.data(), DType::kI64, {int64_t(b.ids.size())});
   v.labels = TensorView(b.labels.data(), DType::kI64, {int64_t(b.labels.size())});
-  v.positions = TensorView(b.positions.data(), DType::kI64, {int64_t(b.positions.size())});
+  const int64_t N = int64_t(b.ids.size());
+  v.positions = b.mrope.empty() ? TensorView(b.positions.data(), DType::kI64, {int64_t(b.positions.size())})
+                                : TensorView(b.mrope.data(), DType::kI64, {3, N});
   v.cu_seqlens = TensorView(b.cu_seqlens.data(), DType::kI32, {int64_t(b.cu_seqlens.size())});
   return v;
 }

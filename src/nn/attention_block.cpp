@@ -11,7 +11,9 @@
 namespace vlpar::nn {
 
 using detail::as_shape;
+using detail::check_grad;
 using detail::check_shape;
+using detail::frozen;
 using detail::scratch;
 using detail::scratch_zeros;
 
@@ -25,12 +27,13 @@ AttentionBlock::AttentionBlock(const TransformerConfig& cfg, TensorParallel tp, 
 }
 
 namespace {
-RotaryDesc rotary_desc(const TransformerConfig& cfg) {
-  RotaryDesc d;
-  d.kind = RotaryKind::k1D;
-  d.head_dim = cfg.head_dim;
-  d.theta = cfg.rope_theta;
-  return d;
+VarlenAttentionDesc attention_desc(int hq, int hkv, int64_t D) {
+  VarlenAttentionDesc ad;
+  ad.num_heads = hq;
+  ad.num_kv_heads = hkv;
+  ad.head_dim = int(D);
+  ad.causal = true;
+  return ad;
 }
 }  // namespace
 
@@ -41,6 +44,7 @@ Status AttentionBlock::forward(const Context& ctx, TensorView out, TensorView x,
   const int64_t N = seq.num_tokens(), Nl = tp_.local_tokens(N), H = cfg_.hidden, D = cfg_.head_dim;
   VLPAR_CHECK(!tp_.sp() || N % tp_.size() == 0, "{}: {} tokens do not split evenly over tp={} for sequence "
               "parallelism", kName, N, tp_.size());
+  VLPAR_ASSIGN_OR_RETURN(const RotaryDesc rd, detail::rotary_desc_for(kName, cfg_, seq.positions, N));
   VLPAR_RETURN_IF_ERROR(check_shape(kName, "x", x, {Nl, H}));
   VLPAR_RETURN_IF_ERROR(check_shape(kName, "out", out, {Nl, H}));
   VLPAR_RETURN_IF_ERROR(check_shape(kName, "norm weight", w_.norm, {H}));
@@ -48,6 +52,10 @@ Status AttentionBlock::forward(const Context& ctx, TensorView out, TensorView x,
   VLPAR_RETURN_IF_ERROR(check_shape(kName, "k weight", w_.k, {hkv_ * D, H}));
   VLPAR_RETURN_IF_ERROR(check_shape(kName, "v weight", w_.v, {hkv_ * D, H}));
   VLPAR_RETURN_IF_ERROR(check_shape(kName, "o weight", w_.o, {H, hq_ * D}));
+  if (cfg_.qk_norm) {
+    VLPAR_RETURN_IF_ERROR(check_shape(kName, "q_norm weight", w_.q_norm, {D}));
+    VLPAR_RETURN_IF_ERROR(check_shape(kName, "k_norm weight", w_.k_norm, {D}));
+  }
 
   st.x = x;
   VLPAR_ASSIGN_OR_RETURN(st.rstd, scratch(ctx, {Nl}));
@@ -57,22 +65,38 @@ Status AttentionBlock::forward(const Context& ctx, TensorView out, TensorView x,
   VLPAR_ASSIGN_OR_RETURN(st.v, scratch(ctx, {N, hkv_, D}));
   VLPAR_ASSIGN_OR_RETURN(st.attn, scratch(ctx, {N, hq_, D}));
   VLPAR_ASSIGN_OR_RETURN(st.lse, scratch(ctx, {hq_, N}));
+  if (cfg_.qk_norm) {
+    VLPAR_ASSIGN_OR_RETURN(st.q_raw, scratch(ctx, {N, hq_, D}));
+    VLPAR_ASSIGN_OR_RETURN(st.k_raw, scratch(ctx, {N, hkv_, D}));
+    VLPAR_ASSIGN_OR_RETURN(st.q_rstd, scratch(ctx, {N * hq_}));
+    VLPAR_ASSIGN_OR_RETURN(st.k_rstd, scratch(ctx, {N * hkv_}));
+  } else {
+    st.q_raw = Tensor();
+    st.k_raw = Tensor();
+    st.q_rstd = Tensor();
+    st.k_rstd = Tensor();
+  }
   VLPAR_ASSIGN_OR_RETURN(Tensor hn, scratch(ctx, {Nl, H}));
   VLPAR_ASSIGN_OR_RETURN(Tensor partial, scratch(ctx, {N, H}));
 
   VLPAR_RETURN_IF_ERROR(rmsnorm_forward(ctx, hn, st.rstd, x, w_.norm, cfg_.eps));
   VLPAR_RETURN_IF_ERROR(region_enter_forward(tp_, st.h, hn));
-  VLPAR_RETURN_IF_ERROR(linear_forward(ctx, as_shape(st.q, {N, hq_ * D}), st.h, w_.q, {}));
-  VLPAR_RETURN_IF_ERROR(linear_forward(ctx, as_shape(st.k, {N, hkv_ * D}), st.h, w_.k, {}));
+  // With qk_norm the projections land in q_raw/k_raw and the per-head RMSNorm (rows = (token, head), width D)
+  // writes q/k; without it they land in q/k directly. Rotary then runs in place on q/k.
+  const TensorView q_proj = cfg_.qk_norm ? st.q_raw.view() : st.q.view();
+  const TensorView k_proj = cfg_.qk_norm ? st.k_raw.view() : st.k.view();
+  VLPAR_RETURN_IF_ERROR(linear_forward(ctx, as_shape(q_proj, {N, hq_ * D}), st.h, w_.q, {}));
+  VLPAR_RETURN_IF_ERROR(linear_forward(ctx, as_shape(k_proj, {N, hkv_ * D}), st.h, w_.k, {}));
   VLPAR_RETURN_IF_ERROR(linear_forward(ctx, as_shape(st.v, {N, hkv_ * D}), st.h, w_.v, {}));
-  const RotaryDesc rd = rotary_desc(cfg_);
+  if (cfg_.qk_norm) {
+    VLPAR_RETURN_IF_ERROR(rmsnorm_forward(ctx, as_shape(st.q, {N * hq_, D}), st.q_rstd,
+                                          as_shape(st.q_raw, {N * hq_, D}), w_.q_norm, cfg_.eps));
+    VLPAR_RETURN_IF_ERROR(rmsnorm_forward(ctx, as_shape(st.k, {N * hkv_, D}), st.k_rstd,
+                                          as_shape(st.k_raw, {N * hkv_, D}), w_.k_norm, cfg_.eps));
+  }
   VLPAR_RETURN_IF_ERROR(rotary_forward(ctx, st.q, st.q, seq.positions, rd));
   VLPAR_RETURN_IF_ERROR(rotary_forward(ctx, st.k, st.k, seq.positions, rd));
-  VarlenAttentionDesc ad;
-  ad.num_heads = hq_;
-  ad.num_kv_heads = hkv_;
-  ad.head_dim = int(D);
-  ad.causal = true;
+  const VarlenAttentionDesc ad = attention_desc(hq_, hkv_, D);
   VLPAR_RETURN_IF_ERROR(varlen_attention_forward(ctx, st.attn, st.lse, st.q, st.k, st.v, seq.cu_seqlens, ad));
   VLPAR_RETURN_IF_ERROR(linear_forward(ctx, partial, as_shape(st.attn, {N, hq_ * D}), w_.o, {}));
   VLPAR_RETURN_IF_ERROR(region_exit_forward(tp_, out, partial));
@@ -85,9 +109,23 @@ Status AttentionBlock::backward(const Context& ctx, TensorView dx, TensorView do
   const int64_t N = seq.num_tokens(), Nl = tp_.local_tokens(N), H = cfg_.hidden, D = cfg_.head_dim;
   VLPAR_RETURN_IF_ERROR(check_shape(kName, "dx", dx, {Nl, H}));
   VLPAR_RETURN_IF_ERROR(check_shape(kName, "dout", dout, {Nl, H}));
-  VLPAR_CHECK(st.attn.defined() && st.attn.shape() == Shape({N, hq_, D}),
-              "{}: the stash does not come from a forward over {} tokens", kName, N);
-  auto mark = [&](size_t k) { return ready ? ready(first_param_ + k) : Status::Ok(); };
+  VLPAR_CHECK(st.attn.defined() && st.attn.shape() == Shape({N, hq_, D}) &&
+                  st.q_raw.defined() == cfg_.qk_norm,
+              "{}: the stash does not come from a forward of this block over {} tokens", kName, N);
+  VLPAR_ASSIGN_OR_RETURN(const RotaryDesc rd, detail::rotary_desc_for(kName, cfg_, seq.positions, N));
+  VLPAR_RETURN_IF_ERROR(check_grad(kName, "norm grad", g_.norm, {H}));
+  VLPAR_RETURN_IF_ERROR(check_grad(kName, "q grad", g_.q, {hq_ * D, H}));
+  VLPAR_RETURN_IF_ERROR(check_grad(kName, "k grad", g_.k, {hkv_ * D, H}));
+  VLPAR_RETURN_IF_ERROR(check_grad(kName, "v grad", g_.v, {hkv_ * D, H}));
+  VLPAR_RETURN_IF_ERROR(check_grad(kName, "o grad", g_.o, {H, hq_ * D}));
+  if (cfg_.qk_norm) {
+    VLPAR_RETURN_IF_ERROR(check_grad(kName, "q_norm grad", g_.q_norm, {D}));
+    VLPAR_RETURN_IF_ERROR(check_grad(kName, "k_norm grad", g_.k_norm, {D}));
+  }
+  // ready(first_param + offset) once that gradient is final; never for a frozen parameter.
+  auto mark = [&](size_t offset, const TensorView& grad) {
+    return ready && !frozen(grad) ? ready(first_param_ + offset) : Status::Ok();
+  };
 
   // o projection (row-parallel): dpartial = exit⁻¹(dout); dattn = dpartial · Wo; dWo += dpartialᵀ · attn.
   VLPAR_ASSIGN_OR_RETURN(Tensor dpartial, scratch(ctx, {N, H}));
@@ -95,26 +133,42 @@ Status AttentionBlock::backward(const Context& ctx, TensorView dx, TensorView do
   VLPAR_RETURN_IF_ERROR(region_exit_backward(tp_, dpartial, dout));
   VLPAR_RETURN_IF_ERROR(linear_backward(ctx, as_shape(dattn, {N, hq_ * D}), g_.o, {}, dpartial,
                                         as_shape(st.attn, {N, hq_ * D}), w_.o));
-  VLPAR_RETURN_IF_ERROR(mark(4));
+  VLPAR_RETURN_IF_ERROR(mark(o_offset(cfg_), g_.o));
 
   VLPAR_ASSIGN_OR_RETURN(Tensor dq, scratch(ctx, {N, hq_, D}));
   VLPAR_ASSIGN_OR_RETURN(Tensor dk, scratch(ctx, {N, hkv_, D}));
   VLPAR_ASSIGN_OR_RETURN(Tensor dv, scratch(ctx, {N, hkv_, D}));
-  VarlenAttentionDesc ad;
-  ad.num_heads = hq_;
-  ad.num_kv_heads = hkv_;
-  ad.head_dim = int(D);
-  ad.causal = true;
+  const VarlenAttentionDesc ad = attention_desc(hq_, hkv_, D);
   VLPAR_RETURN_IF_ERROR(
       varlen_attention_backward(ctx, dq, dk, dv, dattn, st.q, st.k, st.v, st.attn, st.lse, seq.cu_seqlens, ad));
-  const RotaryDesc rd = rotary_desc(cfg_);
   VLPAR_RETURN_IF_ERROR(rotary_backward(ctx, dq, dq, seq.positions, rd));
   VLPAR_RETURN_IF_ERROR(rotary_backward(ctx, dk, dk, seq.positions, rd));
+
+  // q/k norms: dq_raw = RMSNorm⁻ᵀ(dq) row by row; the [D] weight gradients sum over every (token, head) row.
+  // This rank's rows are its heads only, so with tp > 1 the sums are partial and all-reduced over tp. For kv heads
+  // replicated over tp > H_kv, each replica's dk holds only its own query heads' part: the all-reduce adds those
+  // parts too (the weight gradient is linear in dk). dq_raw/dk_raw replace dq/dk as the projections' gradients.
+  Tensor dq_raw, dk_raw;
+  if (cfg_.qk_norm) {
+    VLPAR_ASSIGN_OR_RETURN(dq_raw, scratch(ctx, {N, hq_, D}));
+    VLPAR_ASSIGN_OR_RETURN(dk_raw, scratch(ctx, {N, hkv_, D}));
+    VLPAR_RETURN_IF_ERROR(detail::rmsnorm_backward_tp(ctx, tp_, as_shape(dk_raw, {N * hkv_, D}), g_.k_norm,
+                                                      as_shape(dk, {N * hkv_, D}), as_shape(st.k_raw, {N * hkv_, D}),
+                                                      w_.k_norm, st.k_rstd, true));
+    VLPAR_RETURN_IF_ERROR(mark(kKNormOffset, g_.k_norm));
+    VLPAR_RETURN_IF_ERROR(detail::rmsnorm_backward_tp(ctx, tp_, as_shape(dq_raw, {N * hq_, D}), g_.q_norm,
+                                                      as_shape(dq, {N * hq_, D}), as_shape(st.q_raw, {N * hq_, D}),
+                                                      w_.q_norm, st.q_rstd, true));
+    VLPAR_RETURN_IF_ERROR(mark(kQNormOffset, g_.q_norm));
+  }
+  const TensorView dq_proj = cfg_.qk_norm ? dq_raw.view() : dq.view();
+  const TensorView dk_proj = cfg_.qk_norm ? dk_raw.view() : dk.view();
 
   // k/v weight gradients: a replicated kv head (tp > H_kv) gets contributions from every rank whose query
   // heads read it, so the local contribution is placed in a full-size [H_kv·D, H] buffer and summed over tp.
   const bool kv_replicated = kv_head_replicas(cfg_.kv_heads, tp_.size()) > 1;
   auto kv_weight_grad = [&](TensorView dw_local, TensorView dy) -> Status {
+    if (frozen(dw_local)) return Status::Ok();
     if (!kv_replicated) return detail::weight_grad(ctx, dw_local, dy, st.h);
     VLPAR_ASSIGN_OR_RETURN(Tensor full, scratch_zeros(ctx, {int64_t(cfg_.kv_heads) * D, H}));
     TensorView mine = full.view().slice(0, kv_begin_ * D, (kv_begin_ + hkv_) * D);
@@ -124,23 +178,23 @@ Status AttentionBlock::backward(const Context& ctx, TensorView dx, TensorView do
   };
   // dh = dv·Wv + dk·Wk + dq·Wq (the column-parallel input gradient, partial over tp until region_enter⁻¹).
   VLPAR_ASSIGN_OR_RETURN(Tensor dh, scratch(ctx, {N, H}));
-  const TensorView dv2 = as_shape(dv, {N, hkv_ * D}), dk2 = as_shape(dk, {N, hkv_ * D}),
-                   dq2 = as_shape(dq, {N, hq_ * D});
+  const TensorView dv2 = as_shape(dv, {N, hkv_ * D}), dk2 = as_shape(dk_proj, {N, hkv_ * D}),
+                   dq2 = as_shape(dq_proj, {N, hq_ * D});
   GemmDesc acc;
   acc.beta = 1.f;
   VLPAR_RETURN_IF_ERROR(gemm(ctx, dh, dv2, w_.v, GemmDesc{}));
   VLPAR_RETURN_IF_ERROR(kv_weight_grad(g_.v, dv2));
-  VLPAR_RETURN_IF_ERROR(mark(3));
+  VLPAR_RETURN_IF_ERROR(mark(3, g_.v));
   VLPAR_RETURN_IF_ERROR(gemm(ctx, dh, dk2, w_.k, acc));
   VLPAR_RETURN_IF_ERROR(kv_weight_grad(g_.k, dk2));
-  VLPAR_RETURN_IF_ERROR(mark(2));
+  VLPAR_RETURN_IF_ERROR(mark(2, g_.k));
   VLPAR_RETURN_IF_ERROR(gemm(ctx, dh, dq2, w_.q, acc));
   VLPAR_RETURN_IF_ERROR(detail::weight_grad(ctx, g_.q, dq2, st.h));
-  VLPAR_RETURN_IF_ERROR(mark(1));
+  VLPAR_RETURN_IF_ERROR(mark(1, g_.q));
 
   // Back through region entry and the RMSNorm; under SP the norm weight gradient is a partial sum over tokens.
   VLPAR_RETURN_IF_ERROR(detail::pre_norm_residual_backward(ctx, tp_, dx, g_.norm, dh, dout, st.x, w_.norm, st.rstd));
-  return mark(0);
+  return mark(0, g_.norm);
 }
 
 }  // namespace vlpar::nn

@@ -15,6 +15,14 @@ Status TransformerConfig::validate() const {
   VLPAR_CHECK(init_std > 0.f, "transformer config: init_std must be positive, got {}", init_std);
   VLPAR_CHECK(ignore_index < 0 || ignore_index >= vocab,
               "transformer config: ignore_index {} is a valid token id of a vocab of {}", ignore_index, vocab);
+  VLPAR_CHECK(rope == RopeKind::k1D || rope == RopeKind::kMRoPE, "transformer config: rope kind {} is unknown",
+              int(rope));
+  // transformers 4.57.1 (apply_interleaved_mrope) only slices frequencies [1, 3·sec[1]) and [2, 3·sec[2]) with
+  // step 3, clamped to D/2; it checks nothing else, so neither do we: Σ sec = D/2 is a convention, not a rule.
+  if (rope == RopeKind::kMRoPE)
+    VLPAR_CHECK(mrope_section[0] >= 0 && mrope_section[1] >= 0 && mrope_section[2] >= 0,
+                "transformer config: mrope_section [{}, {}, {}] must be non-negative", mrope_section[0],
+                mrope_section[1], mrope_section[2]);
   return Status::Ok();
 }
 

@@ -4,16 +4,12 @@
 #include <fmt/format.h>
 
 #include "nn_util.hpp"
-#include "vlpar/kernels/norm.hpp"
 
 namespace vlpar::nn {
 
 using detail::scratch;
 
-namespace {
-constexpr size_t kPerLayer = 8;
-size_t layer_base(int l) { return 1 + kPerLayer * size_t(l); }
-}  // namespace
+size_t DecoderModel::params_per_layer(const TransformerConfig& cfg) { return AttentionBlock::num_params(cfg) + 3; }
 
 std::vector<ParamShard> DecoderModel::param_layout(const TransformerConfig& cfg, int tp, int rank,
                                                    bool sequence_parallel) {
@@ -36,6 +32,13 @@ std::vector<ParamShard> DecoderModel::param_layout(const TransformerConfig& cfg,
       out.push_back(make_split_param(p + name, {cfg.kv_heads * D, H}, 0, {kv.begin * D, kv.end * D}, id(), w));
       out.back().grad_summed_over_tp = kv_summed;
     }
+    if (cfg.qk_norm) {
+      // Each rank normalises only its own heads, so the [D] weight gradient is a partial sum whenever tp > 1.
+      for (const char* name : {"self_attn.q_norm.weight", "self_attn.k_norm.weight"}) {
+        out.push_back(make_replicated_param(p + name, {D}, id(), ones));
+        out.back().grad_summed_over_tp = tp > 1;
+      }
+    }
     out.push_back(make_split_param(p + "self_attn.o_proj.weight", {H, cfg.heads * D}, 1,
                                    {heads.begin * D, heads.end * D}, id(), w));
     out.push_back(make_replicated_param(p + "post_attention_layernorm.weight", {H}, id(), ones));
@@ -45,7 +48,7 @@ std::vector<ParamShard> DecoderModel::param_layout(const TransformerConfig& cfg,
   }
   out.push_back(make_replicated_param("model.norm.weight", {H}, id(), ones));
   out.back().grad_summed_over_tp = sp;
-  out.push_back(make_split_param("lm_head.weight", {V, H}, 0, vocab, id(), w));
+  if (!cfg.tie_word_embeddings) out.push_back(make_split_param("lm_head.weight", {V, H}, 0, vocab, id(), w));
   return out;
 }
 
@@ -85,26 +88,37 @@ Status DecoderModel::zero_grads() {
 }
 
 AttentionBlock DecoderModel::attention(int l) const {
-  const size_t b = layer_base(l);
+  const size_t b = layer_base(l), o = b + AttentionBlock::o_offset(cfg_);
   auto pick = [&](const std::vector<Tensor>& t) {
-    return AttentionWeights{t[b], t[b + 1], t[b + 2], t[b + 3], t[b + 4]};
+    AttentionWeights a{t[b], t[b + 1], t[b + 2], t[b + 3], t[o], {}, {}};
+    if (cfg_.qk_norm) {
+      a.q_norm = t[b + AttentionBlock::kQNormOffset];
+      a.k_norm = t[b + AttentionBlock::kKNormOffset];
+    }
+    return a;
   };
   return AttentionBlock(cfg_, tp_, pick(params_), pick(grads_), b);
 }
 
 MlpBlock DecoderModel::mlp(int l) const {
-  const size_t b = layer_base(l) + 5;
+  const size_t b = layer_base(l) + AttentionBlock::num_params(cfg_);
   auto pick = [&](const std::vector<Tensor>& t) { return MlpWeights{t[b], t[b + 1], t[b + 2]}; };
   return MlpBlock(cfg_, tp_, pick(params_), pick(grads_), b);
+}
+
+LmHead DecoderModel::head() const {
+  const size_t fn = layer_base(cfg_.num_layers), w = cfg_.tie_word_embeddings ? 0 : fn + 1;
+  return LmHead(cfg_, tp_, LmHeadWeights{params_[fn], params_[w]}, LmHeadWeights{grads_[fn], grads_[w]}, fn);
 }
 
 Result<CrossEntropyResult> DecoderModel::forward(const Context& ctx, const DecoderBatch& batch,
                                                  DecoderStash& st) const {
   const int64_t N = batch.ids.numel(), Nl = tp_.local_tokens(N), H = cfg_.hidden;
   const int L = cfg_.num_layers;
-  VLPAR_CHECK(batch.labels.numel() == N && batch.positions.numel() == N,
+  const PackedSeq s = seq(batch);
+  VLPAR_CHECK(batch.labels.numel() == N && s.num_tokens() == N,
               "decoder forward: ids ({}), labels ({}) and positions ({}) must have one entry per token", N,
-              batch.labels.numel(), batch.positions.numel());
+              batch.labels.numel(), batch.positions.to_string());
   VLPAR_CHECK(!tp_.sp() || N % tp_.size() == 0,
               "decoder forward: {} tokens do not split evenly over tp={} for sequence parallelism", N, tp_.size());
   st.residual.clear();
@@ -116,20 +130,13 @@ Result<CrossEntropyResult> DecoderModel::forward(const Context& ctx, const Decod
   }
   VLPAR_RETURN_IF_ERROR(vocab_parallel_embedding_forward(ctx, tp_, st.residual[0], params_[0], batch.ids,
                                                          vocab_block_, cfg_.vocab));
-  const PackedSeq s = seq(batch);
   for (int l = 0; l < L; ++l) {
     VLPAR_RETURN_IF_ERROR(attention(l).forward(ctx, st.residual[size_t(2 * l + 1)], st.residual[size_t(2 * l)], s,
                                                st.attn[size_t(l)]));
     VLPAR_RETURN_IF_ERROR(mlp(l).forward(ctx, st.residual[size_t(2 * l + 2)], st.residual[size_t(2 * l + 1)], N,
                                          st.mlp[size_t(l)]));
   }
-  VLPAR_ASSIGN_OR_RETURN(st.final_rstd, scratch(ctx, {Nl}));
-  VLPAR_ASSIGN_OR_RETURN(st.final_h, scratch(ctx, {Nl, H}));
-  const size_t fn = layer_base(L);
-  VLPAR_RETURN_IF_ERROR(
-      rmsnorm_forward(ctx, st.final_h, st.final_rstd, st.residual.back(), params_[fn], cfg_.eps));
-  return lm_head_loss_forward(ctx, tp_, st.final_h, params_[fn + 1], batch.labels, vocab_block_, cfg_.ignore_index,
-                              st.head);
+  return head().forward(ctx, st.residual.back(), batch.labels, st.head);
 }
 
 Status DecoderModel::backward(const Context& ctx, const DecoderBatch& batch, DecoderStash& st, float grad_loss,
@@ -138,24 +145,10 @@ Status DecoderModel::backward(const Context& ctx, const DecoderBatch& batch, Dec
   const int L = cfg_.num_layers;
   VLPAR_CHECK(st.residual.size() == size_t(2 * L + 1) && st.residual[0].shape() == Shape({Nl, H}),
               "decoder backward: the stash does not come from a forward over this batch");
-  auto mark = [&](size_t i) { return ready ? ready(i) : Status::Ok(); };
-  const size_t fn = layer_base(L);
-  VLPAR_ASSIGN_OR_RETURN(Tensor dh, scratch(ctx, {Nl, H}));
-  VLPAR_RETURN_IF_ERROR(lm_head_loss_backward(ctx, tp_, dh, grads_[fn + 1], params_[fn + 1], batch.labels,
-                                              vocab_block_, cfg_.ignore_index, st.head, grad_loss));
-  VLPAR_RETURN_IF_ERROR(mark(fn + 1));
   // Two residual-gradient buffers used alternately: each block reads one and writes the other.
   VLPAR_ASSIGN_OR_RETURN(Tensor ga, scratch(ctx, {Nl, H}));
   VLPAR_ASSIGN_OR_RETURN(Tensor gb, scratch(ctx, {Nl, H}));
-  if (tp_.sp()) {
-    VLPAR_ASSIGN_OR_RETURN(Tensor dnorm, detail::scratch_zeros(ctx, {H}));
-    VLPAR_RETURN_IF_ERROR(rmsnorm_backward(ctx, ga, dnorm, dh, st.residual.back(), params_[fn], st.final_rstd));
-    VLPAR_RETURN_IF_ERROR(tp_sum_partial_grad(tp_, dnorm));
-    VLPAR_RETURN_IF_ERROR(detail::add_(ctx, grads_[fn], dnorm));
-  } else {
-    VLPAR_RETURN_IF_ERROR(rmsnorm_backward(ctx, ga, grads_[fn], dh, st.residual.back(), params_[fn], st.final_rstd));
-  }
-  VLPAR_RETURN_IF_ERROR(mark(fn));
+  VLPAR_RETURN_IF_ERROR(head().backward(ctx, ga, batch.labels, st.head, grad_loss, ready));
   const PackedSeq s = seq(batch);
   Tensor* cur = &ga;
   Tensor* next = &gb;
@@ -166,7 +159,7 @@ Status DecoderModel::backward(const Context& ctx, const DecoderBatch& batch, Dec
     std::swap(cur, next);
   }
   VLPAR_RETURN_IF_ERROR(vocab_parallel_embedding_backward(ctx, tp_, grads_[0], *cur, batch.ids, vocab_block_));
-  return mark(0);
+  return ready ? ready(0) : Status::Ok();
 }
 
 }  // namespace vlpar::nn

@@ -8,7 +8,9 @@
 
 namespace vlpar::nn {
 
+using detail::check_grad;
 using detail::check_shape;
+using detail::frozen;
 using detail::scratch;
 using detail::scratch_zeros;
 
@@ -54,13 +56,19 @@ Status MlpBlock::backward(const Context& ctx, TensorView dx, TensorView dout, in
   VLPAR_RETURN_IF_ERROR(check_shape(kName, "dout", dout, {Nl, H}));
   VLPAR_CHECK(st.gu.defined() && st.gu.shape() == Shape({N, 2 * il_}),
               "{}: the stash does not come from a forward over {} tokens", kName, N);
-  auto mark = [&](size_t k) { return ready ? ready(first_param_ + k) : Status::Ok(); };
+  VLPAR_RETURN_IF_ERROR(check_grad(kName, "norm grad", g_.norm, {H}));
+  VLPAR_RETURN_IF_ERROR(check_grad(kName, "gate_up grad", g_.gate_up, {2 * il_, H}));
+  VLPAR_RETURN_IF_ERROR(check_grad(kName, "down grad", g_.down, {H, il_}));
+  // ready(first_param + k) once that gradient is final; never for a frozen parameter (empty gradient view).
+  auto mark = [&](size_t k, const TensorView& grad) {
+    return ready && !frozen(grad) ? ready(first_param_ + k) : Status::Ok();
+  };
 
   VLPAR_ASSIGN_OR_RETURN(Tensor dpartial, scratch(ctx, {N, H}));
   VLPAR_ASSIGN_OR_RETURN(Tensor dact, scratch(ctx, {N, il_}));
   VLPAR_RETURN_IF_ERROR(region_exit_backward(tp_, dpartial, dout));
   VLPAR_RETURN_IF_ERROR(linear_backward(ctx, dact, g_.down, {}, dpartial, st.act, w_.down));
-  VLPAR_RETURN_IF_ERROR(mark(2));
+  VLPAR_RETURN_IF_ERROR(mark(2, g_.down));
 
   VLPAR_ASSIGN_OR_RETURN(Tensor dgu, scratch(ctx, {N, 2 * il_}));
   const TensorView gate = st.gu.view().slice(1, 0, il_), up = st.gu.view().slice(1, il_, 2 * il_);
@@ -68,10 +76,10 @@ Status MlpBlock::backward(const Context& ctx, TensorView dx, TensorView dout, in
                                         gate, up));
   VLPAR_ASSIGN_OR_RETURN(Tensor dh, scratch(ctx, {N, H}));
   VLPAR_RETURN_IF_ERROR(linear_backward(ctx, dh, g_.gate_up, {}, dgu, st.h, w_.gate_up));
-  VLPAR_RETURN_IF_ERROR(mark(1));
+  VLPAR_RETURN_IF_ERROR(mark(1, g_.gate_up));
 
   VLPAR_RETURN_IF_ERROR(detail::pre_norm_residual_backward(ctx, tp_, dx, g_.norm, dh, dout, st.x, w_.norm, st.rstd));
-  return mark(0);
+  return mark(0, g_.norm);
 }
 
 }  // namespace vlpar::nn

@@ -1,9 +1,12 @@
-// Private helpers of the nn blocks: scratch tensors from ctx.allocator, residual add, reshapes.
+// Private helpers of the nn blocks: scratch tensors from ctx.allocator, residual add, reshapes, the rotary
+// descriptor of a config, and the frozen-parameter convention (an empty gradient view: see nn/block.hpp).
 #pragma once
 #include "vlpar/core/context.hpp"
 #include "vlpar/core/tensor.hpp"
 #include "vlpar/kernels/gemm.hpp"
 #include "vlpar/kernels/norm.hpp"
+#include "vlpar/kernels/rotary_math.hpp"
+#include "vlpar/nn/config.hpp"
 #include "vlpar/nn/tensor_parallel.hpp"
 
 namespace vlpar::nn::detail {
@@ -31,9 +34,48 @@ inline Status add_(const Context& ctx, TensorView dst, TensorView src) {
   return Status::Ok();
 }
 
-/// @brief dw [out, in] += dyᵀ [out, N] · x [N, in] (a linear layer's weight gradient alone).
+/// @brief True when a parameter's gradient view is empty, i.e. the parameter is frozen (nn/block.hpp).
+inline bool frozen(const TensorView& grad) { return grad.empty(); }
+
+/// @brief dw [out, in] += dyᵀ [out, N] · x [N, in] (a linear layer's weight gradient alone); nothing when dw is
+/// empty (frozen weight: the GEMM is skipped).
 inline Status weight_grad(const Context& ctx, TensorView dw, TensorView dy, TensorView x) {
+  if (frozen(dw)) return Status::Ok();
   return gemm(ctx, dw, dy, x, GemmDesc{true, false, 1.f, 1.f});
+}
+
+/// @brief rmsnorm_backward (dx [rows, D] written, dw [D] accumulated) for a replicated weight whose rows are split
+/// over the tp group when `summed_over_tp` (tokens under SP, heads under TP): each rank's weight gradient is then a
+/// partial sum, reduced locally into a scratch, all-reduced over tp and added to dw. An empty dw (frozen weight)
+/// computes no weight gradient and communicates nothing; every rank of the group must agree on that.
+inline Status rmsnorm_backward_tp(const Context& ctx, const TensorParallel& tp, TensorView dx, TensorView dw,
+                                  TensorView dy, TensorView x, TensorView w, TensorView rstd, bool summed_over_tp) {
+  if (!summed_over_tp || !tp.active() || frozen(dw)) return rmsnorm_backward(ctx, dx, dw, dy, x, w, rstd);
+  VLPAR_ASSIGN_OR_RETURN(Tensor partial, scratch_zeros(ctx, w.shape));
+  VLPAR_RETURN_IF_ERROR(rmsnorm_backward(ctx, dx, partial, dy, x, w, rstd));
+  VLPAR_RETURN_IF_ERROR(tp_sum_partial_grad(tp, partial));
+  return add_(ctx, dw, partial);
+}
+
+/// @brief The rotary descriptor of cfg for a positions view of N_tok tokens, checking the view's shape against
+/// cfg.rope: 1D takes [N_tok]; MRoPE takes [3, N_tok] (rows T, H, W) or [N_tok] (pure text: three equal rows,
+/// for which MRoPE is 1D rotary bit for bit, so the 1D kernel runs).
+inline Result<RotaryDesc> rotary_desc_for(const char* block, const TransformerConfig& cfg, const TensorView& pos,
+                                          int64_t n_tok) {
+  RotaryDesc d;
+  d.kind = RotaryKind::k1D;
+  d.head_dim = cfg.head_dim;
+  d.theta = cfg.rope_theta;
+  if (pos.ndim() == 1 && pos.size(0) == n_tok) return d;
+  VLPAR_CHECK(cfg.rope == RopeKind::kMRoPE,
+              "{}: positions are {} but 1D rotary takes [{}] (3-row positions need rope = kMRoPE)", block,
+              pos.to_string(), n_tok);
+  VLPAR_CHECK(pos.ndim() == 2 && pos.size(0) == 3 && pos.size(1) == n_tok,
+              "{}: positions are {} but MRoPE takes [3, {}] (rows T, H, W) or [{}]", block, pos.to_string(), n_tok,
+              n_tok);
+  d.kind = RotaryKind::kMRoPE;
+  for (int a = 0; a < 3; ++a) d.mrope_section[a] = cfg.mrope_section[size_t(a)];
+  return d;
 }
 
 /// @brief The same contiguous memory as [d0, d1] or [d0, d1, d2].
@@ -49,23 +91,22 @@ inline Status check_shape(const char* block, const char* what, const TensorView&
   return Status::Ok();
 }
 
+/// @brief Checks a gradient view: empty (frozen parameter) or shaped like its weight.
+inline Status check_grad(const char* block, const char* what, const TensorView& g, const Shape& want) {
+  if (frozen(g)) return Status::Ok();
+  return check_shape(block, what, g, want);
+}
+
 /// @brief The common tail of a pre-norm residual block's backward: dh [N, H] (the gradient at the TP region's
 /// input) goes back through the region entry and the RMSNorm into dx [Nl, H], the norm weight gradient is
 /// accumulated into dnorm_w (summed over the TP group under SP, where each rank saw only its tokens), and the
-/// residual branch's dout is added to dx.
+/// residual branch's dout is added to dx. An empty dnorm_w (frozen norm weight) skips that gradient.
 inline Status pre_norm_residual_backward(const Context& ctx, const TensorParallel& tp, TensorView dx,
                                          TensorView dnorm_w, TensorView dh, TensorView dout, TensorView x,
                                          TensorView norm_w, TensorView rstd) {
   VLPAR_ASSIGN_OR_RETURN(Tensor dhn, scratch(ctx, x.shape));
   VLPAR_RETURN_IF_ERROR(region_enter_backward(tp, dhn, dh));
-  if (tp.sp()) {
-    VLPAR_ASSIGN_OR_RETURN(Tensor dnorm, scratch_zeros(ctx, norm_w.shape));
-    VLPAR_RETURN_IF_ERROR(rmsnorm_backward(ctx, dx, dnorm, dhn, x, norm_w, rstd));
-    VLPAR_RETURN_IF_ERROR(tp_sum_partial_grad(tp, dnorm));
-    VLPAR_RETURN_IF_ERROR(add_(ctx, dnorm_w, dnorm));
-  } else {
-    VLPAR_RETURN_IF_ERROR(rmsnorm_backward(ctx, dx, dnorm_w, dhn, x, norm_w, rstd));
-  }
+  VLPAR_RETURN_IF_ERROR(rmsnorm_backward_tp(ctx, tp, dx, dnorm_w, dhn, x, norm_w, rstd, tp.sp()));
   return add_(ctx, dx, dout);
 }
 

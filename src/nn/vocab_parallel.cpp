@@ -50,12 +50,20 @@ Status vocab_parallel_embedding_forward(const Context& ctx, const TensorParallel
 }
 
 Status vocab_parallel_embedding_backward(const Context& ctx, const TensorParallel& tp, TensorView dtable,
-                                         TensorView dout, TensorView ids, Range block) {
+                                         TensorView dout, TensorView ids, Range block, TensorView overwritten) {
   const char* kName = "vocab_parallel_embedding_backward";
-  VLPAR_ASSIGN_OR_RETURN(const std::vector<int64_t> id, read_ids(kName, "ids", ids));
+  if (detail::frozen(dtable)) return Status::Ok();
+  VLPAR_ASSIGN_OR_RETURN(std::vector<int64_t> id, read_ids(kName, "ids", ids));
   const int64_t N = int64_t(id.size()), H = dtable.size(-1);
   VLPAR_RETURN_IF_ERROR(check_shape(kName, "dtable", dtable, {block.size(), H}));
   VLPAR_RETURN_IF_ERROR(check_shape(kName, "dout", dout, {tp.local_tokens(N), H}));
+  if (!overwritten.empty()) {
+    VLPAR_ASSIGN_OR_RETURN(const std::vector<int64_t> skip, read_ids(kName, "overwritten", overwritten));
+    VLPAR_CHECK(int64_t(skip.size()) == N, "{}: overwritten has {} entries but there are {} tokens", kName,
+                skip.size(), N);
+    for (int64_t n = 0; n < N; ++n)
+      if (skip[size_t(n)] != 0) id[size_t(n)] = -1;  // owned by no rank: contributes nothing
+  }
   VLPAR_ASSIGN_OR_RETURN(Tensor dpartial, scratch(ctx, {N, H}));
   VLPAR_RETURN_IF_ERROR(region_exit_backward(tp, dpartial, dout));
   float* dt = dtable.ptr<float>();
@@ -152,7 +160,7 @@ Status vocab_parallel_cross_entropy_backward(const Context& ctx, TensorView dlog
 
 Result<CrossEntropyResult> lm_head_loss_forward(const Context& ctx, const TensorParallel& tp, TensorView x,
                                                 TensorView weight, TensorView labels, Range block,
-                                                int64_t ignore_index, LmHeadStash& st) {
+                                                int64_t ignore_index, LmHeadLossStash& st) {
   const char* kName = "lm_head_loss_forward";
   const int64_t N = labels.numel(), H = x.size(-1);
   VLPAR_RETURN_IF_ERROR(check_shape(kName, "x", x, {tp.local_tokens(N), H}));
@@ -170,7 +178,7 @@ Result<CrossEntropyResult> lm_head_loss_forward(const Context& ctx, const Tensor
 
 Status lm_head_loss_backward(const Context& ctx, const TensorParallel& tp, TensorView dx, TensorView dweight,
                              TensorView weight, TensorView labels, Range block, int64_t ignore_index,
-                             LmHeadStash& st, float grad_loss) {
+                             LmHeadLossStash& st, float grad_loss) {
   const int64_t N = labels.numel(), H = weight.size(-1);
   VLPAR_RETURN_IF_ERROR(check_shape("lm_head_loss_backward", "dx", dx, {tp.local_tokens(N), H}));
   VLPAR_CHECK(st.logits.defined() && st.logits.shape() == Shape({N, block.size()}),

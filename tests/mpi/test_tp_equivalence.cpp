@@ -1,6 +1,7 @@
 // Tensor (and sequence) parallelism over the whole world (mpirun -np 2: TP2; -np 4: TP4, where the 2 kv heads are
 // replicated on 2 ranks each): the 2-layer decoder stack gives the loss and every gradient (gathered to full
-// shape) of the single-process run within kParallelEquivalence (tests/tolerances.hpp), with and without SP; the
+// shape) of the single-process run within kParallelEquivalence (tests/tolerances.hpp), with and without SP, also
+// with Qwen3-VL's q/k norm, MRoPE and tied head; the
 // TP region boundaries move rank-encoded rows where they should; vocab-parallel cross-entropy equals the
 // full-vocab one; the same seed gives the same full weights.
 // Run: ctest --preset cpu -L mpi   (or: mpirun -np 2 ./build/cpu/tests/test_tp_equivalence)
@@ -131,11 +132,11 @@ TEST(TpEquivalence, VocabParallelCrossEntropyEqualsFullVocab) {
                                  TolOp::kCrossEntropy, DType::kF32));
 }
 
-void run_tp_equivalence(bool sp) {
+void run_tp_equivalence(bool sp, const nn::TransformerConfig& cfg = tiny_decoder_config(), bool mrope = false) {
   auto world = world_comm("tp");
   ASSERT_TRUE(world);
-  const nn::TransformerConfig cfg = tiny_decoder_config();
   HostBatch batch = make_host_batch({11, 9}, cfg.vocab, 3, cfg.ignore_index);
+  if (mrope) add_mrope_positions(batch);
   const FullRun single = single_process_run(cfg, batch);
   Allocator alloc;
   Context ctx = test_ctx(1);
@@ -147,13 +148,22 @@ void run_tp_equivalence(bool sp) {
   auto r = model->forward(ctx, b, st);
   ASSERT_TRUE(r.ok()) << r.status().to_string();
   ASSERT_TRUE(model->backward(ctx, b, st).ok());
-  const std::string what = "tp" + std::to_string(world->size()) + (sp ? "+sp" : "");
+  const std::string what = "tp" + std::to_string(world->size()) + (sp ? "+sp" : "") + (cfg.qk_norm ? " qk_norm" : "") +
+                           (mrope ? " mrope" : "") + (cfg.tie_word_embeddings ? " tied" : "");
   const auto grads = gather_full(cfg, world.get(), sp, model->grads(), what);
   expect_matches_single(cfg, single, batch, r->loss, grads, what);
 }
 
 TEST(TpEquivalence, MatchesSingleProcess) { run_tp_equivalence(false); }
 TEST(TpEquivalence, WithSequenceParallelMatchesSingleProcess) { run_tp_equivalence(true); }
+
+// Qwen3-VL text switches under TP: q_norm/k_norm weight gradients are partial sums over each rank's heads (and, at
+// tp 4 > 2 kv heads, over the replicas of a kv head) that backward all-reduces; MRoPE rows; the tied head's
+// gradient adds into the vocab-split embedding shard.
+TEST(TpEquivalence, Qwen3TextMatchesSingleProcess) {
+  run_tp_equivalence(false, tiny_qwen3_config(true), true);
+  run_tp_equivalence(true, tiny_qwen3_config(false), true);
+}
 
 }  // namespace
 }  // namespace vlpar::test

@@ -141,6 +141,35 @@ TEST(NnShard, LayoutMarksPartialGradients) {
   for (const ParamShard& p : DecoderModel::param_layout(cfg, 2, 1, false)) EXPECT_FALSE(p.grad_summed_over_tp) << p.name;
 }
 
+// q_norm/k_norm sit between v_proj and o_proj, replicated [D], their gradient a partial sum at any tp > 1 (each rank
+// normalises only its heads); a tied model has no lm_head.weight.
+TEST(NnShard, Qwen3LayoutHasQkNormsAndTiesTheHead) {
+  for (bool tied : {true, false}) {
+    const TransformerConfig cfg = test::tiny_qwen3_config(tied);
+    EXPECT_EQ(DecoderModel::params_per_layer(cfg), 10u);
+    for (int tp : {1, 2, 4}) {
+      const std::vector<ParamShard> l = DecoderModel::param_layout(cfg, tp, tp - 1, false);
+      ASSERT_EQ(l.size(), size_t(1 + 10 * cfg.num_layers + (tied ? 1 : 2)));
+      for (int layer = 0; layer < cfg.num_layers; ++layer) {
+        const size_t b = 1 + 10 * size_t(layer);
+        const std::string p = "model.layers." + std::to_string(layer) + ".self_attn.";
+        EXPECT_EQ(l[b + 3].name, p + "v_proj.weight");
+        EXPECT_EQ(l[b + 4].name, p + "q_norm.weight");
+        EXPECT_EQ(l[b + 5].name, p + "k_norm.weight");
+        EXPECT_EQ(l[b + 6].name, p + "o_proj.weight");
+        for (size_t k : {b + 4, b + 5}) {
+          EXPECT_EQ(l[k].full_shape, Shape({cfg.head_dim}));
+          EXPECT_EQ(l[k].local_shape(), Shape({cfg.head_dim}));
+          EXPECT_EQ(l[k].shard_dim, -1);
+          EXPECT_EQ(l[k].grad_summed_over_tp, tp > 1) << l[k].name << " tp " << tp;
+        }
+      }
+      EXPECT_EQ(l.back().name, tied ? "model.norm.weight" : "lm_head.weight");
+      for (size_t i = 0; i < l.size(); ++i) EXPECT_EQ(l[i].param_id, uint32_t(i));
+    }
+  }
+}
+
 TEST(NnShard, ConfigValidationExplainsInOneSentence) {
   TransformerConfig c = test::tiny_decoder_config();
   EXPECT_TRUE(c.validate_tp(4).ok());
@@ -166,6 +195,22 @@ TEST(NnShard, ConfigValidationExplainsInOneSentence) {
   s = c.validate_tp(6);  // 6 and 8 kv heads: neither divides the other
   ASSERT_FALSE(s.ok());
   EXPECT_NE(s.message().find("one must divide the other"), std::string::npos) << s.to_string();
+  // MRoPE sections: only negatives are rejected (transformers 4.57.1 slices whatever it gets; Σ = D/2 is a
+  // convention), and only when MRoPE is on.
+  c = test::tiny_qwen3_config();
+  c.mrope_section = {4, -1, 1};
+  s = c.validate();
+  ASSERT_FALSE(s.ok());
+  EXPECT_NE(s.message().find("mrope_section [4, -1, 1] must be non-negative"), std::string::npos) << s.to_string();
+  c.rope = RopeKind::k1D;
+  EXPECT_TRUE(c.validate().ok());
+  c = test::tiny_qwen3_config();
+  c.mrope_section = {8, 8, 8};  // Σ 24 > D/2 = 8: accepted, as HF does (the extra indices are dropped)
+  EXPECT_TRUE(c.validate().ok());
+  c.rope = static_cast<RopeKind>(7);
+  s = c.validate();
+  ASSERT_FALSE(s.ok());
+  EXPECT_NE(s.message().find("rope kind 7 is unknown"), std::string::npos) << s.to_string();
 }
 
 }  // namespace

@@ -1,23 +1,28 @@
 #pragma once
 // A decoder-only transformer stack built from the nn blocks, with owned parameters and gradients:
-//   vocab-parallel embedding → num_layers × (AttentionBlock → MlpBlock) → final RMSNorm → vocab-parallel
-//   LM head + cross-entropy (mean over labels != ignore_index).
-// Parameters, in this order (the model-wide param index used by GradReadyFn and every list below):
+//   vocab-parallel embedding → num_layers × (AttentionBlock → MlpBlock) → LmHead (final RMSNorm → vocab-parallel
+//   LM head + cross-entropy, mean over labels != ignore_index).
+// Parameters, in this order (the model-wide param index used by GradReadyFn and every list below), with
+// P = 8 per layer, or 10 with cfg.qk_norm (q_norm/k_norm sit between v_proj and o_proj, and o_proj and the MLP
+// move up by 2):
 //   0                  model.embed_tokens.weight                   [V, H]        rows split over tp
-//   1 + 8l + 0         model.layers.l.input_layernorm.weight       [H]           replicated
-//   1 + 8l + 1..3      model.layers.l.self_attn.{q,k,v}_proj.weight [·, H]       column-parallel (GQA kv heads)
-//   1 + 8l + 4         model.layers.l.self_attn.o_proj.weight      [H, heads·D]  row-parallel
-//   1 + 8l + 5         model.layers.l.post_attention_layernorm.weight [H]        replicated
-//   1 + 8l + 6         model.layers.l.mlp.gate_up_proj.weight      [2I, H]       fused column-parallel (gate rows
+//   1 + Pl + 0         model.layers.l.input_layernorm.weight       [H]           replicated
+//   1 + Pl + 1..3      model.layers.l.self_attn.{q,k,v}_proj.weight [·, H]       column-parallel (GQA kv heads)
+//  (1 + Pl + 4, 5      model.layers.l.self_attn.{q,k}_norm.weight  [D]           replicated; qk_norm only)
+//   1 + Pl + 4 (6)     model.layers.l.self_attn.o_proj.weight      [H, heads·D]  row-parallel
+//   1 + Pl + 5 (7)     model.layers.l.post_attention_layernorm.weight [H]        replicated
+//   1 + Pl + 6 (8)     model.layers.l.mlp.gate_up_proj.weight      [2I, H]       fused column-parallel (gate rows
 //                                                                                 0..I, up rows I..2I of HF's two)
-//   1 + 8l + 7         model.layers.l.mlp.down_proj.weight         [H, I]        row-parallel
-//   1 + 8L             model.norm.weight                           [H]           replicated
-//   2 + 8L             lm_head.weight                              [V, H]        rows split over tp
+//   1 + Pl + 7 (9)     model.layers.l.mlp.down_proj.weight         [H, I]        row-parallel
+//   1 + PL             model.norm.weight                           [H]           replicated
+//   2 + PL             lm_head.weight                              [V, H]        rows split over tp; absent when
+//                                                                                 cfg.tie_word_embeddings (the head
+//                                                                                 then uses embed_tokens.weight)
 // Init: every parameter is init_param_shard(seed, param index) of its full logical shape (norms ones, the rest
 // normal(0, init_std)), so the same seed gives the same full model at any tp. backward() reports gradients in
-// exactly the reverse of this order (the order DDP buckets want).
-// Test: tests/unit/test_nn_stack.cpp (TP1 vs an fp64 reference and finite differences),
-//       tests/mpi/test_tp_equivalence.cpp, tests/mpi/test_data_parallel.cpp, tests/mpi/test_tp_dp.cpp.
+// exactly the reverse of this order (the order DDP buckets want); tied, embed_tokens is reported last, once both
+// its uses have added their gradients.
+// Rotary: cfg.rope (1D, or interleaved MRoPE with positions [3, N_tok]).
 #include <cstdint>
 #include <vector>
 
@@ -28,6 +33,7 @@
 #include "vlpar/nn/attention_block.hpp"
 #include "vlpar/nn/block.hpp"
 #include "vlpar/nn/config.hpp"
+#include "vlpar/nn/lm_head.hpp"
 #include "vlpar/nn/mlp_block.hpp"
 #include "vlpar/nn/shard.hpp"
 #include "vlpar/nn/tensor_parallel.hpp"
@@ -39,7 +45,7 @@ namespace vlpar::nn {
 struct DecoderBatch {
   TensorView ids;         // i32/i64 [N_tok] token ids
   TensorView labels;      // i32/i64 [N_tok] aligned with rows (shift_labels_for_causal_lm), or ignore_index
-  TensorView positions;   // i32/i64 [N_tok] rotary position within each sample
+  TensorView positions;   // i32/i64 [N_tok] rotary position within each sample, or [3, N_tok] (MRoPE rows T, H, W)
   TensorView cu_seqlens;  // i32 [B + 1]
 };
 
@@ -48,9 +54,7 @@ struct DecoderStash {
   std::vector<Tensor> residual;  // [2L + 1] residual stream [N_loc, H]: embedding out, then each block's out
   std::vector<AttentionStash> attn;
   std::vector<MlpStash> mlp;
-  Tensor final_rstd;  // [N_loc] f32
-  Tensor final_h;     // [N_loc, H] final RMSNorm output
-  LmHeadStash head;
+  LmHeadStash head;              // final norm, LM head and loss
 };
 
 class DecoderModel {
@@ -58,6 +62,8 @@ class DecoderModel {
   /// @brief Allocates and initialises this rank's parameter shards and zeroed gradients.
   static Result<DecoderModel> create(const Context& ctx, const TransformerConfig& cfg, TensorParallel tp,
                                      uint64_t seed, Allocator& alloc);
+  /// @brief Parameters per decoder layer: 8, or 10 with qk_norm.
+  static size_t params_per_layer(const TransformerConfig& cfg);
   /// @brief The parameter layout of rank `rank` of a tp group of size `tp` (pure; what create() allocates).
   static std::vector<ParamShard> param_layout(const TransformerConfig& cfg, int tp, int rank, bool sequence_parallel);
 
@@ -80,6 +86,8 @@ class DecoderModel {
   PackedSeq seq(const DecoderBatch& b) const { return PackedSeq{b.cu_seqlens, b.positions}; }
   AttentionBlock attention(int layer) const;
   MlpBlock mlp(int layer) const;
+  LmHead head() const;
+  size_t layer_base(int layer) const { return 1 + params_per_layer(cfg_) * size_t(layer); }
 
   TransformerConfig cfg_;
   TensorParallel tp_;

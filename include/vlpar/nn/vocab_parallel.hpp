@@ -9,6 +9,10 @@
 //                    dz = grad·(exp(z − lse) − onehot)/num_valid.
 //   LM head        : region_enter (all-gather under SP) → local logits → CE; backward dh = dz·W_loc, partial
 //                    over tp until region_enter⁻¹ (all-reduce or reduce-scatter).
+// The embedding and the LM head split the vocab the same way, so a tied LM head (tie_word_embeddings) passes the
+// embedding table's shard as its weight and the embedding gradient's shard as its gradient: both backwards
+// accumulate into it and the gradients add. An empty gradient view freezes the table / head (no gradient, no
+// weight-gradient GEMM, no communication for it). The final RMSNorm + LM head + loss as one block: nn/lm_head.hpp.
 // Storage f32 (CPU). Test: tests/unit/test_nn_shard.cpp (index arithmetic), tests/unit/test_nn_stack.cpp,
 // tests/mpi/test_tp_equivalence.cpp.
 #include <cstddef>
@@ -27,9 +31,17 @@ namespace vlpar::nn {
 /// @param table [V/tp, H] this rank's rows;  ids i32/i64 [N_tok], every id in [0, V) (checked)
 Status vocab_parallel_embedding_forward(const Context& ctx, const TensorParallel& tp, TensorView out,
                                         TensorView table, TensorView ids, Range block, int64_t vocab);
-/// @brief dtable [V/tp, H] += rows of region_exit⁻¹(dout) for the ids in block.
+/// @brief dtable [V/tp, H] += rows of region_exit⁻¹(dout) for the ids in block, skipping overwritten tokens.
+/// @param dtable      [V/tp, H] accumulated; an empty view means a frozen table: nothing is done (no communication;
+///                    every tp rank must agree)
+/// @param dout        [N_loc, H] gradient of the forward's output
+/// @param ids         i32/i64 [N_tok], the forward's ids
+/// @param overwritten i32/i64 [N_tok] or an empty view: a non-zero entry marks a token whose embedding the caller
+///                    replaced after the lookup (Qwen3-VL masked_scatter of visual embeddings, spec §4.1); its row
+///                    of dout then adds nothing to dtable. (Zeroing those rows of dout before the call is equivalent.)
 Status vocab_parallel_embedding_backward(const Context& ctx, const TensorParallel& tp, TensorView dtable,
-                                         TensorView dout, TensorView ids, Range block);
+                                         TensorView dout, TensorView ids, Range block,
+                                         TensorView overwritten = TensorView{});
 
 /// @brief Mean (over labels != ignore_index) cross-entropy of logits split by vocab over tp.
 /// @param lse    [N_tok] f32 written: the full-vocab log-sum-exp of each row (stash for backward)
@@ -44,8 +56,8 @@ Status vocab_parallel_cross_entropy_backward(const Context& ctx, TensorView dlog
                                              TensorView labels, TensorView lse, Range block, int64_t ignore_index,
                                              int64_t num_valid, float grad_loss);
 
-/// What the LM head's backward needs.
-struct LmHeadStash {
+/// What lm_head_loss_backward needs.
+struct LmHeadLossStash {
   Tensor h;       // [N_tok, H]    final hidden states after region entry
   Tensor logits;  // [N_tok, V/tp] f32 (overwritten by dlogits in backward)
   Tensor lse;     // [N_tok] f32
@@ -56,10 +68,11 @@ struct LmHeadStash {
 /// @param x [N_loc, H] final normed hidden states; weight [V/tp, H]
 Result<CrossEntropyResult> lm_head_loss_forward(const Context& ctx, const TensorParallel& tp, TensorView x,
                                                 TensorView weight, TensorView labels, Range block,
-                                                int64_t ignore_index, LmHeadStash& stash);
-/// @brief dx [N_loc, H] written; dweight [V/tp, H] accumulated. Consumes the stash's logits.
+                                                int64_t ignore_index, LmHeadLossStash& stash);
+/// @brief dx [N_loc, H] written; dweight [V/tp, H] accumulated (empty view: frozen head, its GEMM skipped).
+/// Consumes the stash's logits.
 Status lm_head_loss_backward(const Context& ctx, const TensorParallel& tp, TensorView dx, TensorView dweight,
                              TensorView weight, TensorView labels, Range block, int64_t ignore_index,
-                             LmHeadStash& stash, float grad_loss);
+                             LmHeadLossStash& stash, float grad_loss);
 
 }  // namespace vlpar::nn
