@@ -1,0 +1,103 @@
+#pragma once
+// MoE token dispatch, grouped expert GEMMs and combine (spec qwen3vl.md §5), on the permuted-row layout:
+//
+//   assignment a = t·K + k           token t's k-th top-k choice (indices[t, k] = expert e)
+//   permuted rows r ∈ [0, R), R = T·K, grouped by expert in ascending id; inside an expert, ascending a
+//   (ascending token), i.e. a stable counting sort of the assignments by expert.
+//   offsets[e] .. offsets[e+1]       the rows of expert e (the grouped GEMM's groups; empty experts allowed)
+//
+//   moe_dispatch_plan   indices [T, K]   → MoeDispatch (offsets, row → assignment, assignment → row)
+//   moe_permute         out[r]  = (w_a ·) in[t(r)]                          [R, F] ← [T, F]
+//   moe_unpermute       out[t]  = Σ_{k, ascending expert} (w_{t,k} ·) rows[row(t, k)]   [T, F] ← [R, F]
+//                       (the combine; also the backward of moe_permute). A token's rows in ascending expert
+//                       order are its rows in ascending row order, so the sum order is HF's train-mode
+//                       index_add_ order: 0 + w·y_{e1} + w·y_{e2} + … with e1 < e2 < ….
+//   moe_row_dot         dweights[t, k] = <a[row(t,k)], b[row(t,k)]>       (routing-weight gradient)
+//   moe_scale_rows      rows[r] *= w_{a(r)}                               (in place)
+//   grouped_gemm        c[rows of g] = alpha · a[rows of g] · op(b[g]) + beta · c[rows of g]
+//   grouped_weight_grad dw[g] += a[rows of g]ᵀ · dc[rows of g]
+//
+// The plan is host metadata (std::vector): building it is the host sync point of the dispatch (the per-expert
+// counts size the grouped GEMM). Expert parallelism (an all-to-all between permute and the grouped GEMM,
+// STYLE §23's dispatch/combine phases) is not implemented yet: every rank holds all E experts.
+//
+// Determinism: every output element is computed by exactly one work item with a fixed sum order. The grouped
+// GEMMs cut each group into fixed tiles (kMoeTileRows × kMoeTileCols of the output, independent of the thread
+// count), each tile one serial Eigen GEMM over the full inner dimension, tiles handed out dynamically. So results
+// are bitwise identical for any num_threads. No float atomics.
+// Storage: f32 on the CPU (other dtypes and devices return kNotSupported naming the argument).
+// Test: tests/unit/test_moe.cpp (./build/cpu/tests/test_moe).
+#include <cstdint>
+#include <span>
+#include <vector>
+
+#include "vlpar/core/context.hpp"
+#include "vlpar/core/tensor.hpp"
+#include "vlpar/kernels/gemm.hpp"
+
+namespace vlpar {
+
+/// Output tile of the grouped GEMMs: rows × cols. Fixed (not derived from num_threads) so that the Eigen call
+/// computing each element, and hence its rounding, never depends on the thread count.
+inline constexpr int64_t kMoeTileRows = 128;
+inline constexpr int64_t kMoeTileCols = 512;
+
+/// The routing handle: which permuted row serves which (token, slot). Host memory.
+struct MoeDispatch {
+  int num_experts = 0;            // E
+  int top_k = 0;                  // K
+  int64_t num_tokens = 0;         // T
+  std::vector<int64_t> offsets;   // [E + 1] prefix sums of the per-expert row counts; offsets[E] = T·K
+  std::vector<int32_t> row_assignment;  // [T·K] permuted row r → assignment a = t·K + k
+  std::vector<int32_t> assignment_row;  // [T·K] assignment a → permuted row r (inverse permutation)
+
+  int64_t num_rows() const { return num_tokens * top_k; }  // R
+  int64_t expert_rows(int e) const { return offsets[size_t(e) + 1] - offsets[size_t(e)]; }
+};
+
+/// @brief Builds the plan from the router's choices.
+/// @param indices [T, K] i32, contiguous; every id in [0, E), the K ids of a row distinct.
+Status moe_dispatch_plan(MoeDispatch& plan, TensorView indices, int num_experts);
+
+/// @brief out[r] = w[a(r)] · in[t(r)], or in[t(r)] when weights is empty.
+/// @param out     [R, F] f32 written
+/// @param in      [T, F] f32
+/// @param weights [T, K] f32 or an empty view
+Status moe_permute(const Context& ctx, TensorView out, TensorView in, TensorView weights, const MoeDispatch& plan);
+
+/// @brief out[t] = Σ over t's rows in ascending expert order of w[t, k] · rows[row(t, k)] (1 when weights empty),
+/// starting from 0 (out is overwritten).
+/// @param out     [T, F] f32 written
+/// @param rows    [R, F] f32
+/// @param weights [T, K] f32 or an empty view
+Status moe_unpermute(const Context& ctx, TensorView out, TensorView rows, TensorView weights,
+                     const MoeDispatch& plan);
+
+/// @brief dweights[t, k] = Σ_f a[r, f] · b[r, f] with r = row(t, k) (fp32, ascending f).
+/// @param dweights [T, K] f32 written
+/// @param a, b     [R, F] f32
+Status moe_row_dot(const Context& ctx, TensorView dweights, TensorView a, TensorView b, const MoeDispatch& plan);
+
+/// @brief rows[r] *= weights[a(r)] in place.
+/// @param rows    [R, F] f32
+/// @param weights [T, K] f32
+Status moe_scale_rows(const Context& ctx, TensorView rows, TensorView weights, const MoeDispatch& plan);
+
+/// @brief Grouped GEMM over row groups: for every g, rows [offsets[g], offsets[g+1]) of c and a use b[g]
+/// (b[0] for every group when b has batch 1). Rows outside [offsets[0], offsets[G]) are not touched.
+/// @param c       [R, N] f32
+/// @param a       [R, Kd] f32 (trans_a must be false)
+/// @param b       [G or 1, Kd, N] f32, or [G or 1, N, Kd] with desc.trans_b
+/// @param offsets G + 1 non-decreasing row offsets within [0, R]
+Status grouped_gemm(const Context& ctx, TensorView c, TensorView a, TensorView b, std::span<const int64_t> offsets,
+                    GemmDesc desc);
+
+/// @brief Grouped weight gradient: dw[g] += a[rows of g]ᵀ · dc[rows of g] (a group with no rows adds nothing).
+/// @param dw      [G, Kd, N] f32 accumulated
+/// @param a       [R, Kd] f32
+/// @param dc      [R, N] f32
+/// @param offsets G + 1 non-decreasing row offsets within [0, R]
+Status grouped_weight_grad(const Context& ctx, TensorView dw, TensorView a, TensorView dc,
+                           std::span<const int64_t> offsets);
+
+}  // namespace vlpar

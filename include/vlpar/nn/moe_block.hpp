@@ -1,0 +1,107 @@
+#pragma once
+// Pre-norm sparse MoE block with its residual (Qwen3-VL-MoE text layer MLP, spec qwen3vl.md §5):
+//   h = RMSNorm(x);  logits = h · Wrᵀ;  p = softmax(logits) (fp32);  (w, idx) = top-k(p) (descending, ties to
+//   the lower expert id);  w /= Σw (always; norm_topk_prob is ignored, as in HF);
+//   out[t] = x[t] + Σ_{k, ascending expert e = idx[t,k]} w[t,k] · ( silu(h[t]·G_e) ⊙ (h[t]·U_e) ) · D_e
+// No shared expert, no routed scaling factor. The expert sum starts from 0 and adds experts in ascending id, the
+// order of HF v4.57's train-mode loop (index_add_ per hit expert); the residual is added after it.
+// Weights use the HF v4.57 on-disk layout, so checkpoints load without reshuffling, applied as x @ W:
+//   mlp.gate.weight [E, H], mlp.experts.gate_up_proj [E, H, 2I] (gate = [..., :I], up = [..., I:]),
+//   mlp.experts.down_proj [E, I, H].
+// Token path (kernels/moe.hpp): router → dispatch plan (stable sort of (token, slot) by expert) → permute h →
+// grouped GEMM gate_up → SwiGLU → grouped GEMM down → unpermute with the routing weights (combine) → + x.
+//
+// Load-balancing loss (Switch, spec §5): forward adds this layer's probs and top-k counts to a RouterAuxStats
+// shared by every MoE layer of the step, so aux = router_aux_loss(stats) = E · Σ_e f_e · P̄_e with f and P̄ means
+// over all layers' rows. The model defines the total loss = CE + coef · aux and passes grad_aux = coef · dL/dloss
+// to every MoE block's backward, which adds grad_aux · ∂aux/∂logits (through P̄ only) to the router gradient.
+// Backward needs the finished statistics: run every layer's forward before the first MoE backward.
+//
+// Gradients: every parameter by hand (router through the renormalised top-k weights and the aux term; an expert
+// gets weight gradients only from the rows routed to it, so an unused expert's gradient is untouched). An empty
+// gradient view freezes that parameter: its weight-gradient GEMMs are skipped, input gradients still flow.
+// Determinism: fixed work items (kernels/moe.hpp tiles, fixed 64-row chunks for the norm weight gradient), no
+// float atomics: outputs and gradients are bitwise identical for any ctx.num_threads.
+//
+// Parallelism: no expert parallelism yet (every rank holds all E experts; EP needs the dispatch all-to-all of
+// STYLE §23). Under tensor parallelism without SP the residual stream is replicated, so the block runs replicated
+// on every tp rank (same inputs, same weights, same gradients). Sequence parallelism is rejected (kNotSupported):
+// its token-split rows would need the aux statistics and every weight gradient summed over the tp group.
+// Storage f32 (CPU). Test: tests/unit/test_moe.cpp (./build/cpu/tests/test_moe).
+#include <cstddef>
+#include <cstdint>
+
+#include "vlpar/core/context.hpp"
+#include "vlpar/core/tensor.hpp"
+#include "vlpar/kernels/moe.hpp"
+#include "vlpar/kernels/router.hpp"
+#include "vlpar/nn/block.hpp"
+#include "vlpar/nn/config.hpp"
+#include "vlpar/nn/tensor_parallel.hpp"
+
+namespace vlpar::nn {
+
+/// Sizes of one sparse MoE MLP (HF Qwen3VLMoeTextConfig: num_experts, num_experts_per_tok, moe_intermediate_size).
+struct MoeConfig {
+  int num_experts = 0;       // E
+  int top_k = 0;             // K, 1 <= K <= E
+  int64_t intermediate = 0;  // I, per-expert SwiGLU width
+
+  /// @brief "top_k 5 exceeds num_experts 4", ...
+  Status validate() const;
+};
+
+/// Weights (or gradients, same shapes; an empty gradient view = frozen) of one MoE block, HF v4.57 layout.
+struct MoeWeights {
+  TensorView norm;     // [H]          post_attention_layernorm.weight
+  TensorView router;   // [E, H]       mlp.gate.weight (logits = h · routerᵀ)
+  TensorView gate_up;  // [E, H, 2I]   mlp.experts.gate_up_proj: h @ gate_up[e] = [gate | up]
+  TensorView down;     // [E, I, H]    mlp.experts.down_proj: act @ down[e]
+};
+
+/// What backward needs from forward. x is the caller's input view: it must stay alive until backward.
+/// R = N·K permuted rows (kernels/moe.hpp).
+struct MoeStash {
+  TensorView x;      // [N, H]    block input
+  Tensor rstd;       // [N] f32   RMSNorm statistics
+  Tensor h;          // [N, H]    normed input
+  Tensor probs;      // [N, E]    router softmax
+  Tensor weights;    // [N, K]    renormalised top-k weights
+  Tensor indices;    // [N, K]    i32 top-k expert ids, descending probability
+  MoeDispatch plan;  //           permuted-row layout of the (token, slot) assignments
+  Tensor gu;         // [R, 2I]   expert gate | up pre-activations, permuted rows
+  Tensor act;        // [R, I]    silu(gate) ⊙ up
+};
+
+class MoeBlock {
+ public:
+  /// Parameters as offsets from first_param: norm 0, router 1, gate_up 2, down 3 (backward reports them ready in
+  /// the reverse order).
+  static constexpr size_t kNumParams = 4;
+
+  MoeBlock(const TransformerConfig& cfg, const MoeConfig& moe, TensorParallel tp, MoeWeights w, MoeWeights grads,
+           size_t first_param);
+
+  /// @param out [N, H] written (x + MoE(RMSNorm(x))); x [N, H], N = num_tokens
+  /// @param aux if not null, this layer's router statistics are added to it (the load-balancing loss)
+  Status forward(const Context& ctx, TensorView out, TensorView x, int64_t num_tokens, MoeStash& stash,
+                 RouterAuxStats* aux = nullptr) const;
+  /// @brief dx [N, H] written (= dout + MoE path); gradients accumulated; ready(down, gate_up, router, norm).
+  /// @param aux      the finished statistics of every MoE layer of the step (needed when grad_aux != 0)
+  /// @param grad_aux dLoss/daux (= aux coefficient · dLoss/dloss); 0 = no load-balancing term
+  Status backward(const Context& ctx, TensorView dx, TensorView dout, int64_t num_tokens, const MoeStash& stash,
+                  const GradReadyFn& ready, const RouterAuxStats* aux = nullptr, float grad_aux = 0.f) const;
+
+  const MoeConfig& moe_config() const { return moe_; }
+
+ private:
+  Status check(const char* name, int64_t num_tokens) const;
+
+  TransformerConfig cfg_;
+  MoeConfig moe_;
+  TensorParallel tp_;
+  MoeWeights w_, g_;
+  size_t first_param_ = 0;
+};
+
+}  // namespace vlpar::nn

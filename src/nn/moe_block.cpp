@@ -1,0 +1,188 @@
+// Pre-norm sparse MoE block (router, top-k experts, combine, residual). See include/vlpar/nn/moe_block.hpp.
+#include "vlpar/nn/moe_block.hpp"
+
+#include <algorithm>
+#include <vector>
+
+#include "nn_util.hpp"
+#include "vlpar/kernels/activation.hpp"
+#include "vlpar/kernels/norm.hpp"
+
+namespace vlpar::nn {
+
+using detail::check_shape;
+using detail::scratch;
+
+namespace {
+
+/// Rows per work item of the norm weight-gradient reduction: fixed, so the sum order never depends on the
+/// thread count (rmsnorm_backward's own dw partitions by num_threads).
+constexpr int64_t kNormChunkRows = 64;
+
+/// @brief dw[i] += Σ_t dy[t, i] · x[t, i] · rstd[t]: per-chunk partial sums, added in chunk order.
+void rmsnorm_weight_grad(const Context& ctx, TensorView dw, TensorView dy, TensorView x, TensorView rstd) {
+  const int64_t N = x.size(0), H = x.size(1), chunks = (N + kNormChunkRows - 1) / kNormChunkRows;
+  std::vector<float> partial(static_cast<size_t>(chunks * H), 0.f);
+  parallel_for_dynamic(ctx, chunks, [&](int64_t c) {
+    float* acc = partial.data() + c * H;
+    for (int64_t t = c * kNormChunkRows; t < std::min(N, (c + 1) * kNormChunkRows); ++t) {
+      const float* g = dy.ptr<float>() + t * H;
+      const float* xr = x.ptr<float>() + t * H;
+      const float rs = rstd.ptr<float>()[t];
+      for (int64_t i = 0; i < H; ++i) acc[i] += g[i] * xr[i] * rs;
+    }
+  });
+  float* out = dw.ptr<float>();
+  for (int64_t i = 0; i < H; ++i) {
+    float s = 0.f;
+    for (int64_t c = 0; c < chunks; ++c) s += partial[size_t(c * H + i)];
+    out[i] += s;
+  }
+}
+
+/// The one group covering all N rows (the router's dense GEMMs run through the grouped GEMM, which is
+/// thread-count invariant).
+std::vector<int64_t> one_group(int64_t n) { return {0, n}; }
+
+}  // namespace
+
+Status MoeConfig::validate() const {
+  VLPAR_CHECK(num_experts > 0, "moe config: num_experts must be positive, got {}", num_experts);
+  VLPAR_CHECK(top_k > 0, "moe config: top_k must be positive, got {}", top_k);
+  VLPAR_CHECK(top_k <= num_experts, "moe config: top_k {} exceeds num_experts {}", top_k, num_experts);
+  VLPAR_CHECK(intermediate > 0, "moe config: intermediate (per-expert width) must be positive, got {}", intermediate);
+  return Status::Ok();
+}
+
+MoeBlock::MoeBlock(const TransformerConfig& cfg, const MoeConfig& moe, TensorParallel tp, MoeWeights w,
+                   MoeWeights grads, size_t first_param)
+    : cfg_(cfg), moe_(moe), tp_(tp), w_(w), g_(grads), first_param_(first_param) {}
+
+Status MoeBlock::check(const char* name, int64_t N) const {
+  VLPAR_RETURN_IF_ERROR(moe_.validate());
+  VLPAR_CHECK(cfg_.hidden > 0 && cfg_.eps > 0.f, "{}: hidden {} and eps {} must be positive", name, cfg_.hidden,
+              cfg_.eps);
+  VLPAR_CHECK_CODE(!tp_.sp(), StatusCode::kNotSupported, "{}: sequence parallelism (tp={}) is not supported by the "
+                   "MoE block yet (its aux statistics and gradients would need a sum over tp)", name, tp_.size());
+  VLPAR_CHECK(N >= 0, "{}: num_tokens must be non-negative, got {}", name, N);
+  const int64_t H = cfg_.hidden, E = moe_.num_experts, I = moe_.intermediate;
+  VLPAR_RETURN_IF_ERROR(check_shape(name, "norm weight", w_.norm, {H}));
+  VLPAR_RETURN_IF_ERROR(check_shape(name, "router weight", w_.router, {E, H}));
+  VLPAR_RETURN_IF_ERROR(check_shape(name, "gate_up weight", w_.gate_up, {E, H, 2 * I}));
+  VLPAR_RETURN_IF_ERROR(check_shape(name, "down weight", w_.down, {E, I, H}));
+  if (!g_.norm.empty()) VLPAR_RETURN_IF_ERROR(check_shape(name, "norm gradient", g_.norm, {H}));
+  if (!g_.router.empty()) VLPAR_RETURN_IF_ERROR(check_shape(name, "router gradient", g_.router, {E, H}));
+  if (!g_.gate_up.empty()) VLPAR_RETURN_IF_ERROR(check_shape(name, "gate_up gradient", g_.gate_up, {E, H, 2 * I}));
+  if (!g_.down.empty()) VLPAR_RETURN_IF_ERROR(check_shape(name, "down gradient", g_.down, {E, I, H}));
+  return Status::Ok();
+}
+
+Status MoeBlock::forward(const Context& ctx, TensorView out, TensorView x, int64_t N, MoeStash& st,
+                         RouterAuxStats* aux) const {
+  const char* kName = "moe block forward";
+  VLPAR_RETURN_IF_ERROR(check(kName, N));
+  const int64_t H = cfg_.hidden, E = moe_.num_experts, K = moe_.top_k, I = moe_.intermediate, R = N * K;
+  VLPAR_RETURN_IF_ERROR(check_shape(kName, "x", x, {N, H}));
+  VLPAR_RETURN_IF_ERROR(check_shape(kName, "out", out, {N, H}));
+  const RouterDesc rdesc{int(E), int(K)};
+
+  st.x = x;
+  VLPAR_ASSIGN_OR_RETURN(st.rstd, scratch(ctx, {N}));
+  VLPAR_ASSIGN_OR_RETURN(st.h, scratch(ctx, {N, H}));
+  VLPAR_ASSIGN_OR_RETURN(st.probs, scratch(ctx, {N, E}));
+  VLPAR_ASSIGN_OR_RETURN(st.weights, scratch(ctx, {N, K}));
+  VLPAR_ASSIGN_OR_RETURN(st.indices, scratch(ctx, {N, K}, DType::kI32));
+  VLPAR_ASSIGN_OR_RETURN(st.gu, scratch(ctx, {R, 2 * I}));
+  VLPAR_ASSIGN_OR_RETURN(st.act, scratch(ctx, {R, I}));
+  VLPAR_ASSIGN_OR_RETURN(Tensor logits, scratch(ctx, {N, E}));
+  VLPAR_ASSIGN_OR_RETURN(Tensor hp, scratch(ctx, {R, H}));
+  VLPAR_ASSIGN_OR_RETURN(Tensor y, scratch(ctx, {R, H}));
+
+  // Router: logits [N, E] = h · routerᵀ, then fp32 softmax, top-k, renormalisation.
+  VLPAR_RETURN_IF_ERROR(rmsnorm_forward(ctx, st.h, st.rstd, x, w_.norm, cfg_.eps));
+  const TensorView router3 = detail::as_shape(w_.router, {1, E, H});
+  VLPAR_RETURN_IF_ERROR(grouped_gemm(ctx, logits, st.h, router3, one_group(N), GemmDesc{false, true, 1.f, 0.f}));
+  VLPAR_RETURN_IF_ERROR(router_forward(ctx, st.weights, st.indices, st.probs, logits, rdesc));
+  if (aux) VLPAR_RETURN_IF_ERROR(router_aux_accumulate(*aux, st.probs, st.indices, rdesc));
+
+  // Experts on the permuted rows, then the weighted combine in ascending expert order and the residual.
+  VLPAR_RETURN_IF_ERROR(moe_dispatch_plan(st.plan, st.indices, int(E)));
+  VLPAR_RETURN_IF_ERROR(moe_permute(ctx, hp, st.h, {}, st.plan));
+  VLPAR_RETURN_IF_ERROR(grouped_gemm(ctx, st.gu, hp, w_.gate_up, st.plan.offsets, GemmDesc{}));
+  const TensorView gate = st.gu.view().slice(1, 0, I), up = st.gu.view().slice(1, I, 2 * I);
+  VLPAR_RETURN_IF_ERROR(swiglu_forward(ctx, st.act, gate, up));
+  VLPAR_RETURN_IF_ERROR(grouped_gemm(ctx, y, st.act, w_.down, st.plan.offsets, GemmDesc{}));
+  VLPAR_RETURN_IF_ERROR(moe_unpermute(ctx, out, y, st.weights, st.plan));
+  return detail::add_(ctx, out, x);
+}
+
+Status MoeBlock::backward(const Context& ctx, TensorView dx, TensorView dout, int64_t N, const MoeStash& st,
+                          const GradReadyFn& ready, const RouterAuxStats* aux, float grad_aux) const {
+  const char* kName = "moe block backward";
+  VLPAR_RETURN_IF_ERROR(check(kName, N));
+  const int64_t H = cfg_.hidden, E = moe_.num_experts, K = moe_.top_k, I = moe_.intermediate, R = N * K;
+  VLPAR_RETURN_IF_ERROR(check_shape(kName, "dx", dx, {N, H}));
+  VLPAR_RETURN_IF_ERROR(check_shape(kName, "dout", dout, {N, H}));
+  VLPAR_CHECK(st.gu.defined() && st.gu.shape() == Shape({R, 2 * I}) && st.plan.num_tokens == N &&
+                  st.x.shape == Shape({N, H}),
+              "{}: the stash does not come from a forward over {} tokens", kName, N);
+  VLPAR_CHECK(grad_aux == 0.f || (aux != nullptr && aux->rows >= N),
+              "{}: grad_aux = {} needs the finished aux statistics of every MoE layer (got {})", kName, grad_aux,
+              aux ? fmt::format("{} rows", aux->rows) : std::string("none"));
+  auto mark = [&](size_t k) { return ready ? ready(first_param_ + k) : Status::Ok(); };
+  const RouterDesc rdesc{int(E), int(K)};
+  const auto& offsets = st.plan.offsets;
+
+  // Down projection. dyp = dout gathered per row (unweighted); dact_u = dyp · D_eᵀ gives both the routing-weight
+  // gradient dw[t,k] = <dout[t], y_r> = <dact_u[r], act[r]> and, scaled by w, the activation gradient.
+  VLPAR_ASSIGN_OR_RETURN(Tensor dyp, scratch(ctx, {R, H}));
+  VLPAR_ASSIGN_OR_RETURN(Tensor dact, scratch(ctx, {R, I}));
+  VLPAR_ASSIGN_OR_RETURN(Tensor dweights, scratch(ctx, {N, K}));
+  VLPAR_RETURN_IF_ERROR(moe_permute(ctx, dyp, dout, {}, st.plan));
+  VLPAR_RETURN_IF_ERROR(grouped_gemm(ctx, dact, dyp, w_.down, offsets, GemmDesc{false, true, 1.f, 0.f}));
+  VLPAR_RETURN_IF_ERROR(moe_row_dot(ctx, dweights, dact, st.act, st.plan));
+  VLPAR_RETURN_IF_ERROR(moe_scale_rows(ctx, dact, st.weights, st.plan));
+  if (!g_.down.empty()) {  // dD_e += act_eᵀ · (w ⊙ dout)_e
+    VLPAR_RETURN_IF_ERROR(moe_scale_rows(ctx, dyp, st.weights, st.plan));
+    VLPAR_RETURN_IF_ERROR(grouped_weight_grad(ctx, g_.down, st.act, dyp, offsets));
+  }
+  VLPAR_RETURN_IF_ERROR(mark(3));
+
+  // SwiGLU and gate/up projection; the input gradient is summed back per token in ascending expert order.
+  Tensor dgu = std::move(dyp);  // reuse [R, H] storage only if it fits; otherwise allocate
+  if (dgu.numel() < R * 2 * I) {
+    VLPAR_ASSIGN_OR_RETURN(dgu, scratch(ctx, {R, 2 * I}));
+  }
+  const TensorView dgu_v = detail::as_shape(dgu.view(), {R, 2 * I});
+  const TensorView gate = st.gu.view().slice(1, 0, I), up = st.gu.view().slice(1, I, 2 * I);
+  VLPAR_RETURN_IF_ERROR(swiglu_backward(ctx, dgu_v.slice(1, 0, I), dgu_v.slice(1, I, 2 * I), dact, gate, up));
+  if (!g_.gate_up.empty()) {  // dGU_e += h_eᵀ · dgu_e
+    VLPAR_ASSIGN_OR_RETURN(Tensor hp, scratch(ctx, {R, H}));
+    VLPAR_RETURN_IF_ERROR(moe_permute(ctx, hp, st.h, {}, st.plan));
+    VLPAR_RETURN_IF_ERROR(grouped_weight_grad(ctx, g_.gate_up, hp, dgu_v, offsets));
+  }
+  VLPAR_RETURN_IF_ERROR(mark(2));
+  VLPAR_ASSIGN_OR_RETURN(Tensor dhp, scratch(ctx, {R, H}));
+  VLPAR_ASSIGN_OR_RETURN(Tensor dh, scratch(ctx, {N, H}));
+  VLPAR_RETURN_IF_ERROR(grouped_gemm(ctx, dhp, dgu_v, w_.gate_up, offsets, GemmDesc{false, true, 1.f, 0.f}));
+  VLPAR_RETURN_IF_ERROR(moe_unpermute(ctx, dh, dhp, {}, st.plan));
+
+  // Router: through the renormalised top-k weights and softmax, plus grad_aux · ∂aux/∂logits.
+  VLPAR_ASSIGN_OR_RETURN(Tensor dlogits, scratch(ctx, {N, E}));
+  VLPAR_RETURN_IF_ERROR(router_backward(ctx, dlogits, dweights, st.probs, st.indices, st.weights, rdesc));
+  if (grad_aux != 0.f) VLPAR_RETURN_IF_ERROR(router_aux_backward(ctx, dlogits, st.probs, *aux, grad_aux));
+  if (!g_.router.empty())  // drouter [E, H] += dlogitsᵀ · h
+    VLPAR_RETURN_IF_ERROR(
+        grouped_weight_grad(ctx, detail::as_shape(g_.router, {1, E, H}), dlogits, st.h, one_group(N)));
+  VLPAR_RETURN_IF_ERROR(mark(1));
+  VLPAR_RETURN_IF_ERROR(grouped_gemm(ctx, dh, dlogits, detail::as_shape(w_.router, {1, E, H}), one_group(N),
+                                     GemmDesc{false, false, 1.f, 1.f}));  // dh += dlogits · router
+
+  // RMSNorm (input gradient per row; weight gradient in fixed chunks) and the residual.
+  VLPAR_RETURN_IF_ERROR(rmsnorm_backward(ctx, dx, {}, dh, st.x, w_.norm, st.rstd));
+  if (!g_.norm.empty()) rmsnorm_weight_grad(ctx, g_.norm, dh, st.x, st.rstd);
+  VLPAR_RETURN_IF_ERROR(detail::add_(ctx, dx, dout));
+  return mark(0);
+}
+
+}  // namespace vlpar::nn
