@@ -1,0 +1,149 @@
+// CPU bilinear position-embedding interpolation (Qwen3-VL vision, spec §3.2), forward and backward.
+// Forward: each thread computes whole output rows of frame 0 of a grid; the other frames copy them.
+// Backward: threads own column ranges of dtable and walk every patch in the fixed patch order, so each
+// element's accumulation order is independent of the thread count (bitwise reproducible, no atomics).
+// Test: tests/unit/test_pos_embed.cpp
+#include "vlpar/kernels/pos_embed.hpp"
+
+#include <cstring>
+#include <limits>
+#include <vector>
+
+#include "vlpar/core/checks.hpp"
+
+namespace vlpar {
+namespace {
+
+Status check_matrix(const char* op, const char* name, const TensorView& v, int64_t rows, int64_t cols) {
+  VLPAR_CHECK(v.ndim() == 2 && v.size(0) == rows && v.size(1) == cols, "{}: {} must be [{}, {}], got {}", op, name,
+              rows, cols, v.to_string());
+  VLPAR_CHECK(v.dtype == DType::kF32, "{}: {} must be f32 (the bf16 interpolation of HF v4.57 is not implemented), "
+              "got {}", op, name, v.to_string());
+  VLPAR_CHECK(v.is_contiguous(), "{}: {} must be contiguous, got {}", op, name, v.to_string());
+  VLPAR_CHECK_CODE(v.device.is_cpu(), StatusCode::kNotSupported, "{}: {} is on {} but there is no CUDA kernel yet",
+                   op, name, v.device.to_string());
+  VLPAR_CHECK(v.data != nullptr || v.numel() == 0, "{}: {} has null data", op, name);
+  return Status::Ok();
+}
+
+Status check_args(const char* op, const char* pe_name, const TensorView& pe, const char* table_name,
+                  const TensorView& table, std::span<const VisionGrid> grids, const PosEmbedDesc& d) {
+  VLPAR_CHECK(d.side >= 1 && d.side <= 46340, "{}: table side G = {} must be in [1, 46340] (G² indexes fit i32)", op,
+              d.side);
+  VLPAR_CHECK(d.merge >= 1, "{}: merge size must be positive, got {}", op, d.merge);
+  VLPAR_RETURN_IF_ERROR(check_vision_grids(op, grids, d.merge));
+  VLPAR_CHECK(table.ndim() == 2, "{}: {} must be [G², Hv], got {}", op, table_name, table.to_string());
+  VLPAR_CHECK(pe.ndim() == 2, "{}: {} must be [Np, Hv], got {}", op, pe_name, pe.to_string());
+  int64_t np = 0;
+  for (const VisionGrid& g : grids) np += g.patches();
+  const int64_t hv = table.size(1);
+  VLPAR_RETURN_IF_ERROR(check_matrix(op, table_name, table, d.side * d.side, hv));
+  return check_matrix(op, pe_name, pe, np, hv);
+}
+
+/// Corners of every frame position of every grid, in patch order (frame 0 of each grid only).
+std::vector<PosEmbedCorners> frame_corners(std::span<const VisionGrid> grids, const PosEmbedDesc& d) {
+  std::vector<PosEmbedCorners> out;
+  std::vector<PosEmbedAxis> rows, cols;
+  for (const VisionGrid& g : grids) {
+    rows.resize(size_t(g.h));
+    cols.resize(size_t(g.w));
+    for (int64_t i = 0; i < g.h; ++i) rows[size_t(i)] = pos_embed_axis(i, g.h, d.side, d.linspace);
+    for (int64_t i = 0; i < g.w; ++i) cols[size_t(i)] = pos_embed_axis(i, g.w, d.side, d.linspace);
+    for (int64_t q = 0; q < g.frame_patches(); ++q) {
+      int64_t r = 0, c = 0;
+      merge_window_coords(q, g.w, d.merge, r, c);
+      out.push_back(pos_embed_corners(rows[size_t(r)], cols[size_t(c)], d.side));
+    }
+  }
+  return out;
+}
+
+}  // namespace
+
+Status check_vision_grids(const char* who, std::span<const VisionGrid> grids, int64_t merge) {
+  int64_t total = 0;
+  for (size_t i = 0; i < grids.size(); ++i) {
+    const VisionGrid& g = grids[i];
+    VLPAR_CHECK(g.t >= 1 && g.h >= 1 && g.w >= 1, "{}: grid {} (t={}, h={}, w={}) must have t, h, w >= 1", who, i,
+                g.t, g.h, g.w);
+    VLPAR_CHECK(g.h % merge == 0, "{}: grid {} (t={}, h={}, w={}): h={} is not divisible by the merge size {}", who,
+                i, g.t, g.h, g.w, g.h, merge);
+    VLPAR_CHECK(g.w % merge == 0, "{}: grid {} (t={}, h={}, w={}): w={} is not divisible by the merge size {}", who,
+                i, g.t, g.h, g.w, g.w, merge);
+    VLPAR_CHECK(g.h <= std::numeric_limits<int32_t>::max() / g.w &&
+                    g.t <= (std::numeric_limits<int32_t>::max() - total) / (g.h * g.w),
+                "{}: grid {} (t={}, h={}, w={}) takes the patch count past the i32 range of vision cu_seqlens", who,
+                i, g.t, g.h, g.w);
+    total += g.patches();
+  }
+  return Status::Ok();
+}
+
+Status pos_embed_forward(const Context& ctx, TensorView pe, TensorView table, std::span<const VisionGrid> grids,
+                         const PosEmbedDesc& desc) {
+  const char* op = "pos_embed_forward";
+  VLPAR_RETURN_IF_ERROR(check_args(op, "pe", pe, "table", table, grids, desc));
+  const int64_t hv = table.size(1);
+  const std::vector<PosEmbedCorners> corners = frame_corners(grids, desc);
+  const float* T = table.ptr<float>();
+  float* out = pe.ptr<float>();
+  int64_t row0 = 0;    // first output row of the grid
+  size_t corner0 = 0;  // first corner entry of the grid
+  for (const VisionGrid& g : grids) {
+    const int64_t hw = g.frame_patches();
+    parallel_for(ctx, hw, [&](int64_t begin, int64_t end) {
+      for (int64_t q = begin; q < end; ++q) {
+        const PosEmbedCorners& k = corners[corner0 + size_t(q)];
+        const float* t0 = T + int64_t(k.index[0]) * hv;
+        const float* t1 = T + int64_t(k.index[1]) * hv;
+        const float* t2 = T + int64_t(k.index[2]) * hv;
+        const float* t3 = T + int64_t(k.index[3]) * hv;
+        float* y = out + (row0 + q) * hv;
+        for (int64_t c = 0; c < hv; ++c) {
+          // HF order: four products, then ((p0 + p1) + p2) + p3, every step rounded to fp32.
+          y[c] = ((f32_mul(k.weight[0], t0[c]) + f32_mul(k.weight[1], t1[c])) + f32_mul(k.weight[2], t2[c])) +
+                 f32_mul(k.weight[3], t3[c]);
+        }
+      }
+    });
+    // Every frame of a grid has the same embedding (HF: pos_embed.repeat(t, 1)).
+    for (int64_t f = 1; f < g.t; ++f)
+      std::memcpy(out + (row0 + f * hw) * hv, out + row0 * hv, size_t(hw * hv) * sizeof(float));
+    row0 += g.patches();
+    corner0 += size_t(hw);
+  }
+  return Status::Ok();
+}
+
+Status pos_embed_backward(const Context& ctx, TensorView dtable, TensorView dpe, std::span<const VisionGrid> grids,
+                          const PosEmbedDesc& desc) {
+  const char* op = "pos_embed_backward";
+  VLPAR_RETURN_IF_ERROR(check_args(op, "dpe", dpe, "dtable", dtable, grids, desc));
+  const int64_t hv = dtable.size(1);
+  const std::vector<PosEmbedCorners> corners = frame_corners(grids, desc);
+  float* dT = dtable.ptr<float>();
+  const float* dy = dpe.ptr<float>();
+  parallel_for(ctx, hv, [&](int64_t c0, int64_t c1) {
+    int64_t row0 = 0;
+    size_t corner0 = 0;
+    for (const VisionGrid& g : grids) {
+      const int64_t hw = g.frame_patches();
+      for (int64_t f = 0; f < g.t; ++f)
+        for (int64_t q = 0; q < hw; ++q) {
+          const PosEmbedCorners& k = corners[corner0 + size_t(q)];
+          const float* src = dy + (row0 + f * hw + q) * hv;
+          for (int j = 0; j < 4; ++j) {
+            float* dst = dT + int64_t(k.index[j]) * hv;
+            const float w = k.weight[j];
+            for (int64_t c = c0; c < c1; ++c) dst[c] += w * src[c];
+          }
+        }
+      row0 += g.patches();
+      corner0 += size_t(hw);
+    }
+  });
+  return Status::Ok();
+}
+
+}  // namespace vlpar
