@@ -3,6 +3,7 @@
 // transformers 4.57.1 builds (counted on the meta device) and the spec §8 table.
 // Run: ctest --test-dir build/<dir> -R Config   (or ./build/<dir>/examples/qwen3vl/tests/test_config)
 #include <gtest/gtest.h>
+#include <unistd.h>
 
 #include <cmath>
 #include <filesystem>
@@ -216,10 +217,10 @@ TEST(Config, MoeDefaultsFollowTransformers) {
 }
 
 TEST(Config, NullKvHeadsMeansAllHeads) {
-  auto r = qwen3vl::parse_hf_config(tiny_json(R"("head_dim": 32)").replace(
-                                        tiny_json(R"("head_dim": 32)").find("\"num_key_value_heads\": 2"), 24,
-                                        "\"num_key_value_heads\": null"),
-                                    "n");
+  std::string j = tiny_json(R"("head_dim": 32)");
+  const std::string kv = "\"num_key_value_heads\": 2";
+  j.replace(j.find(kv), kv.size(), "\"num_key_value_heads\": null");
+  auto r = qwen3vl::parse_hf_config(j, "n");
   ASSERT_TRUE(r.ok()) << r.status().message();
   EXPECT_EQ(r->text.kv_heads, 4);
 }
