@@ -1,0 +1,128 @@
+// Qwen3-VL HF weight import/export. See hf_weights.hpp.
+#include "hf_weights.hpp"
+
+#include <filesystem>
+#include <fstream>
+#include <set>
+
+#include "vlpar/io/hf_checkpoint.hpp"
+#include "vlpar/io/safetensors.hpp"
+
+namespace qwen3vl {
+
+using vlpar::DType;
+using vlpar::Shape;
+namespace nn = vlpar::nn;
+namespace io = vlpar::io;
+
+namespace {
+
+// The parameter's full tensor seen as [rows, rest] so HF parts are row blocks of it.
+int64_t row_width(const Shape& s) { return s.ndim == 0 ? 1 : s.numel() / s[0]; }
+
+// Rows [row, row + shape.numel()/width) of `full` (contiguous, viewed as [rows, width]) seen with `shape`.
+Result<TensorView> part_view(TensorView full, int64_t row, const Shape& shape) {
+  const int64_t width = row_width(full.shape);
+  VLPAR_ASSIGN_OR_RETURN(TensorView as_rows, full.reshape(Shape{full.shape[0], width}));
+  return as_rows.slice(0, row, row + shape.numel() / width).reshape(shape);
+}
+
+}  // namespace
+
+std::vector<HfPart> hf_parts(const Model& model, size_t index) {
+  const nn::ParamShard& p = model.registry().entry(index).shard;
+  const std::string& name = p.name;
+  const std::string fused = "mlp.gate_up_proj.weight";
+  if (name.ends_with(fused)) {
+    const std::string stem = name.substr(0, name.size() - fused.size());
+    const int64_t I = p.full_shape[0] / 2, H = p.full_shape[1];
+    return {{stem + "mlp.gate_proj.weight", Shape{I, H}}, {stem + "mlp.up_proj.weight", Shape{I, H}}};
+  }
+  if (name == "model.visual.patch_embed.proj.weight") {
+    const VisionConfig& v = model.config().vision;
+    return {{name, Shape{v.hidden, v.in_channels, v.temporal_patch, v.patch, v.patch}}};
+  }
+  return {{name, p.full_shape}};
+}
+
+Status load_hf_weights(Model& model, const std::string& dir) {
+  VLPAR_ASSIGN_OR_RETURN(io::HfTensorSource src, io::HfTensorSource::open(dir));
+  nn::ParamRegistry& reg = model.registry();
+  vlpar::Allocator scratch;
+  std::set<std::string> used;
+  for (size_t i = 0; i < reg.size(); ++i) {
+    const nn::ParamShard& p = reg.entry(i).shard;
+    VLPAR_ASSIGN_OR_RETURN(Tensor full, Tensor::empty(scratch, p.full_shape, reg.entry(i).dtype));
+    const int64_t width = row_width(p.full_shape);
+    int64_t row = 0;
+    for (const HfPart& part : hf_parts(model, i)) {
+      const io::TensorInfo* info = src.find(part.name);
+      VLPAR_CHECK(info != nullptr, "{}: tensor {} is missing (the model needs it for {})", dir, part.name, p.name);
+      VLPAR_CHECK(info->supported && info->shape == part.shape, "{}: tensor {} has shape [{}] but the config gives {}",
+                  *src.file_of(part.name), part.name, fmt::join(info->dims, ", "), part.shape.to_string());
+      VLPAR_ASSIGN_OR_RETURN(TensorView dst, part_view(full, row, part.shape));
+      VLPAR_RETURN_IF_ERROR(src.read(part.name, dst));
+      row += part.shape.numel() / width;
+      used.insert(part.name);
+    }
+    VLPAR_RETURN_IF_ERROR(nn::gather_shard_from_full(reg.value(i), full, p));
+  }
+  for (const std::string& name : src.names()) {
+    if (used.contains(name)) continue;
+    if (name == "lm_head.weight" && model.config().text.tie_word_embeddings) continue;  // tied: HF ignores it
+    return VLPAR_STATUS(vlpar::StatusCode::kInvalidArgument,
+                        "{}: tensor {} (in {}) is not a parameter of this {} model", dir, name, *src.file_of(name),
+                        model.config().moe ? "Qwen3-VL-MoE" : "Qwen3-VL");
+  }
+  return Status::Ok();
+}
+
+Result<Model> load_hf_model(const Context& ctx, const std::string& dir, const Freeze& freeze, Allocator& alloc) {
+  VLPAR_ASSIGN_OR_RETURN(Config cfg, load_hf_config(dir));
+  VLPAR_ASSIGN_OR_RETURN(Model model, Model::create(ctx, cfg, freeze, /*seed=*/0, alloc));
+  VLPAR_RETURN_IF_ERROR(load_hf_weights(model, dir));
+  return model;
+}
+
+Result<std::vector<io::NamedTensor>> hf_tensors(const Model& model, HfWhich which, const std::string& prefix) {
+  const nn::ParamRegistry& reg = model.registry();
+  std::vector<io::NamedTensor> out;
+  for (size_t i = 0; i < reg.size(); ++i) {
+    const nn::ParamShard& p = reg.entry(i).shard;
+    VLPAR_CHECK(p.local_shape() == p.full_shape, "{} is sharded over tensor parallelism; gather it first", p.name);
+    const TensorView full = which == HfWhich::kValues ? reg.value(i) : reg.grad(i);
+    if (full.empty()) continue;  // a frozen parameter has no gradient
+    int64_t row = 0;
+    for (const HfPart& part : hf_parts(model, i)) {
+      VLPAR_ASSIGN_OR_RETURN(TensorView view, part_view(full, row, part.shape));
+      out.push_back({prefix + part.name, view});
+      row += part.shape.numel() / row_width(p.full_shape);
+    }
+  }
+  return out;
+}
+
+Status export_hf(const Model& model, const std::string& dir, DType dtype, uint64_t max_shard_bytes) {
+  VLPAR_CHECK(dtype == DType::kF32 || dtype == DType::kBF16 || dtype == DType::kF16,
+              "export_hf: storage dtype {} is not F32, BF16 or F16", vlpar::dtype_name(dtype));
+  VLPAR_ASSIGN_OR_RETURN(std::vector<io::NamedTensor> out, hf_tensors(model, HfWhich::kValues));
+  vlpar::Allocator scratch;
+  std::vector<Tensor> converted;  // keeps converted copies alive until written
+  for (io::NamedTensor& t : out) {
+    if (t.view.dtype == dtype) continue;
+    VLPAR_ASSIGN_OR_RETURN(Tensor c, Tensor::empty(scratch, t.view.shape, dtype));
+    VLPAR_RETURN_IF_ERROR(vlpar::convert_(c, t.view));
+    t.view = c.view();
+    converted.push_back(std::move(c));
+  }
+  std::error_code ec;
+  std::filesystem::create_directories(dir, ec);
+  VLPAR_CHECK_CODE(!ec, vlpar::StatusCode::kIoError, "export_hf: cannot create {}: {}", dir, ec.message());
+  VLPAR_RETURN_IF_ERROR(io::write_hf_safetensors(dir, out, max_shard_bytes));
+  const std::string json = to_hf_config_json(model.config());
+  const std::span<const std::byte> bytes(reinterpret_cast<const std::byte*>(json.data()), json.size());
+  const std::span<const std::byte> pieces[] = {bytes};
+  return io::atomic_write_file(dir + "/config.json", pieces);
+}
+
+}  // namespace qwen3vl

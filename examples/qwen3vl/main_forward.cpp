@@ -1,0 +1,100 @@
+// qwen3vl-forward: one forward (and, on request, backward) of a Qwen3-VL model from an HF directory over a packed
+// batch file, writing logits, losses and gradients under HF names to a safetensors file.
+//   qwen3vl-forward --model DIR --input BATCH.safetensors --output OUT.safetensors [--grads] [--threads N]
+// OUT holds logits F32 [N, V]; loss, ce_loss, aux_loss F32 []; num_label_tokens I64 []; position_ids I64 [3, N];
+// with --grads, grad.<hf name> F32 for every parameter (tied models: the shared weight under embed_tokens).
+// The batch format is in README.md (batch_io.hpp). Exit status 0 on success, 1 with a one-line error otherwise.
+#include <fmt/format.h>
+
+#include <cstdlib>
+#include <string>
+#include <string_view>
+
+#include "batch_io.hpp"
+#include "hf_weights.hpp"
+#include "vlpar/io/safetensors.hpp"
+
+namespace {
+
+struct Args {
+  std::string model, input, output;
+  bool grads = false;
+  int threads = 0;  // 0 = every hardware thread
+};
+
+constexpr std::string_view kUsage =
+    "usage: qwen3vl-forward --model DIR --input BATCH.safetensors --output OUT.safetensors [--grads] [--threads N]";
+
+vlpar::Result<Args> parse(int argc, char** argv) {
+  Args a;
+  for (int i = 1; i < argc; ++i) {
+    const std::string_view arg = argv[i];
+    auto value = [&]() -> vlpar::Result<std::string> {
+      VLPAR_CHECK(i + 1 < argc, "{} needs a value\n{}", arg, kUsage);
+      return std::string(argv[++i]);
+    };
+    if (arg == "--model") {
+      VLPAR_ASSIGN_OR_RETURN(a.model, value());
+    } else if (arg == "--input") {
+      VLPAR_ASSIGN_OR_RETURN(a.input, value());
+    } else if (arg == "--output") {
+      VLPAR_ASSIGN_OR_RETURN(a.output, value());
+    } else if (arg == "--grads") {
+      a.grads = true;
+    } else if (arg == "--threads") {
+      VLPAR_ASSIGN_OR_RETURN(std::string v, value());
+      a.threads = std::atoi(v.c_str());
+      VLPAR_CHECK(a.threads > 0, "--threads must be a positive integer, got '{}'", v);
+    } else {
+      return VLPAR_STATUS(vlpar::StatusCode::kInvalidArgument, "unknown argument '{}'\n{}", arg, kUsage);
+    }
+  }
+  VLPAR_CHECK(!a.model.empty() && !a.input.empty() && !a.output.empty(), "--model, --input and --output are required\n{}",
+              kUsage);
+  return a;
+}
+
+vlpar::Status run(const Args& args) {
+  vlpar::Allocator alloc;
+  vlpar::Context ctx = vlpar::Context::cpu_default();
+  if (args.threads > 0) ctx.num_threads = args.threads;
+  ctx.allocator = &alloc;
+  VLPAR_ASSIGN_OR_RETURN(qwen3vl::Model model, qwen3vl::load_hf_model(ctx, args.model, qwen3vl::Freeze{}, alloc));
+  VLPAR_ASSIGN_OR_RETURN(qwen3vl::LoadedBatch lb, qwen3vl::load_batch(args.input, alloc));
+  qwen3vl::Stash stash;
+  VLPAR_ASSIGN_OR_RETURN(qwen3vl::StepLoss loss, model.forward(ctx, lb.batch, stash));
+  VLPAR_ASSIGN_OR_RETURN(vlpar::Tensor logits, model.logits(ctx, stash, alloc));
+  if (args.grads) VLPAR_RETURN_IF_ERROR(model.backward(ctx, lb.batch, stash));
+
+  float scalars[3] = {float(loss.loss), float(loss.ce_loss), float(loss.aux_loss)};
+  int64_t count = loss.num_label_tokens;
+  std::vector<vlpar::io::NamedTensor> out = {
+      {"logits", logits},
+      {"loss", vlpar::TensorView(&scalars[0], vlpar::DType::kF32, vlpar::Shape{})},
+      {"ce_loss", vlpar::TensorView(&scalars[1], vlpar::DType::kF32, vlpar::Shape{})},
+      {"aux_loss", vlpar::TensorView(&scalars[2], vlpar::DType::kF32, vlpar::Shape{})},
+      {"num_label_tokens", vlpar::TensorView(&count, vlpar::DType::kI64, vlpar::Shape{})},
+      {"position_ids", stash.positions}};
+  if (args.grads) {
+    VLPAR_ASSIGN_OR_RETURN(std::vector<vlpar::io::NamedTensor> grads,
+                           qwen3vl::hf_tensors(model, qwen3vl::HfWhich::kGrads, "grad."));
+    out.insert(out.end(), grads.begin(), grads.end());
+  }
+  VLPAR_RETURN_IF_ERROR(vlpar::io::write_safetensors(args.output, out, {{"program", "qwen3vl-forward"}}));
+  fmt::print("loss {:.6f} (ce {:.6f}, aux {:.6f}) over {} label tokens; {} tokens, logits [{}, {}] -> {}\n", loss.loss,
+             loss.ce_loss, loss.aux_loss, loss.num_label_tokens, lb.input_ids.numel(), logits.view().size(0),
+             logits.view().size(1), args.output);
+  return vlpar::Status::Ok();
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  vlpar::Result<Args> args = parse(argc, argv);
+  vlpar::Status s = args.ok() ? run(args.value()) : args.status();
+  if (!s.ok()) {
+    fmt::print(stderr, "qwen3vl-forward: {}\n", s.message());
+    return 1;
+  }
+  return 0;
+}

@@ -1,0 +1,505 @@
+// Qwen3-VL forward and backward over the nn blocks. See model.hpp.
+#include "model.hpp"
+
+#include <fmt/format.h>
+
+#include <cstring>
+
+#include "vlpar/data/mrope_positions.hpp"
+#include "vlpar/kernels/cross_entropy.hpp"
+#include "vlpar/kernels/gemm.hpp"
+#include "vlpar/nn/vocab_parallel.hpp"
+
+namespace qwen3vl {
+
+using vlpar::DType;
+using vlpar::InitRule;
+using vlpar::Shape;
+using vlpar::StatusCode;
+namespace nn = vlpar::nn;
+
+namespace {
+
+constexpr int64_t kIgnore = -100;
+constexpr size_t kVisionBlockParams = 12;  // norm1 w/b, qkv w/b, proj w/b, norm2 w/b, fc1 w/b, fc2 w/b
+constexpr size_t kMergerParams = 6;        // norm w/b, fc1 w/b, fc2 w/b
+
+int64_t id_at(TensorView ids, int64_t i) { return static_cast<const int64_t*>(ids.data)[i]; }
+
+// Rows of `ids` equal to `pad_id`, in order.
+std::vector<int64_t> rows_of(TensorView ids, int64_t pad_id) {
+  std::vector<int64_t> rows;
+  for (int64_t i = 0; i < ids.numel(); ++i)
+    if (id_at(ids, i) == pad_id) rows.push_back(i);
+  return rows;
+}
+
+// dst[rows[i], :] = src[i, :]  (rows of [*, H] f32 tensors)
+void scatter_rows(TensorView dst, TensorView src, const std::vector<int64_t>& rows) {
+  const int64_t h = dst.size(1);
+  for (size_t i = 0; i < rows.size(); ++i)
+    std::memcpy(dst.ptr<float>() + rows[i] * h, src.ptr<float>() + int64_t(i) * h, size_t(h) * sizeof(float));
+}
+
+// dst[i, :] = src[rows[i], :]
+void gather_rows(TensorView dst, TensorView src, const std::vector<int64_t>& rows) {
+  const int64_t h = src.size(1);
+  for (size_t i = 0; i < rows.size(); ++i)
+    std::memcpy(dst.ptr<float>() + int64_t(i) * h, src.ptr<float>() + rows[i] * h, size_t(h) * sizeof(float));
+}
+
+// dst[rows[i], :] += src[i, :]
+void add_rows(TensorView dst, TensorView src, const std::vector<int64_t>& rows) {
+  const int64_t h = dst.size(1);
+  for (size_t i = 0; i < rows.size(); ++i) {
+    float* d = dst.ptr<float>() + rows[i] * h;
+    const float* s = src.ptr<float>() + int64_t(i) * h;
+    for (int64_t j = 0; j < h; ++j) d[j] += s[j];
+  }
+}
+
+void zero_rows(TensorView t, const std::vector<int64_t>& rows) {
+  const int64_t h = t.size(1);
+  for (int64_t r : rows) std::memset(t.ptr<float>() + r * h, 0, size_t(h) * sizeof(float));
+}
+
+}  // namespace
+
+// ---- parameters ------------------------------------------------------------------------------------------
+
+nn::TransformerConfig Model::text_block_config() const {
+  const TextConfig& t = cfg_.text;
+  nn::TransformerConfig c;
+  c.hidden = t.hidden;
+  c.heads = t.heads;
+  c.kv_heads = t.kv_heads;
+  c.head_dim = t.head_dim;
+  c.intermediate = t.intermediate;
+  c.vocab = t.vocab;
+  c.num_layers = t.layers;
+  c.eps = float(t.rms_eps);
+  c.rope_theta = float(t.rope_theta);
+  c.init_std = float(t.initializer_range);
+  c.ignore_index = kIgnore;
+  c.qk_norm = true;
+  c.rope = nn::RopeKind::kMRoPE;
+  c.mrope_section = t.mrope_section;
+  c.tie_word_embeddings = t.tie_word_embeddings;
+  return c;
+}
+
+Status Model::register_params() {
+  const TextConfig& t = cfg_.text;
+  const VisionConfig& v = cfg_.vision;
+  const InitRule w = InitRule::normal(0.f, float(t.initializer_range));
+  const InitRule wv = InitRule::normal(0.f, float(v.initializer_range));
+  const InitRule ones = InitRule::ones(), zeros = InitRule::zeros();
+  // Vision and mergers: replicated on every tp rank.
+  auto add = [&](std::string name, Shape shape, InitRule init, const char* group) -> Result<size_t> {
+    const auto id = uint32_t(reg_.size());
+    return reg_.add(nn::make_replicated_param(std::move(name), shape, id, init), group);
+  };
+  // Vision tower (HF order of Qwen3VLVisionModel's state dict).
+  const int64_t Hv = v.hidden, Iv = v.intermediate, D = v.out_hidden, Hm = 4 * v.hidden;
+  const std::string vp = "model.visual.";
+  VLPAR_ASSIGN_OR_RETURN(vis_.patch_w, add(vp + "patch_embed.proj.weight", Shape{Hv, v.patch_dim()}, wv, "vision"));
+  VLPAR_ASSIGN_OR_RETURN(vis_.patch_b, add(vp + "patch_embed.proj.bias", Shape{Hv}, zeros, "vision"));
+  VLPAR_ASSIGN_OR_RETURN(vis_.pos_embed, add(vp + "pos_embed.weight", Shape{v.num_position_embeddings, Hv}, wv,
+                                             "vision"));
+  for (int b = 0; b < v.depth; ++b) {
+    const std::string p = fmt::format("{}blocks.{}.", vp, b);
+    vis_.blocks.push_back(reg_.size());
+    const std::pair<const char*, Shape> block[] = {
+        {"norm1.weight", Shape{Hv}},       {"norm1.bias", Shape{Hv}},           {"attn.qkv.weight", Shape{3 * Hv, Hv}},
+        {"attn.qkv.bias", Shape{3 * Hv}},  {"attn.proj.weight", Shape{Hv, Hv}}, {"attn.proj.bias", Shape{Hv}},
+        {"norm2.weight", Shape{Hv}},       {"norm2.bias", Shape{Hv}},           {"mlp.linear_fc1.weight", Shape{Iv, Hv}},
+        {"mlp.linear_fc1.bias", Shape{Iv}}, {"mlp.linear_fc2.weight", Shape{Hv, Iv}}, {"mlp.linear_fc2.bias", Shape{Hv}}};
+    for (const auto& [name, shape] : block) {
+      const std::string_view n(name);
+      const InitRule init = n.ends_with("norm1.weight") || n.ends_with("norm2.weight") ? ones
+                            : n.ends_with(".bias")                                    ? zeros
+                                                                                      : wv;
+      VLPAR_RETURN_IF_ERROR(add(p + name, shape, init, "vision").status());
+    }
+  }
+  auto add_merger = [&](const std::string& p, int64_t norm_width) -> Result<size_t> {
+    const size_t first = reg_.size();
+    VLPAR_RETURN_IF_ERROR(add(p + "norm.weight", Shape{norm_width}, ones, "merger").status());
+    VLPAR_RETURN_IF_ERROR(add(p + "norm.bias", Shape{norm_width}, zeros, "merger").status());
+    VLPAR_RETURN_IF_ERROR(add(p + "linear_fc1.weight", Shape{Hm, Hm}, wv, "merger").status());
+    VLPAR_RETURN_IF_ERROR(add(p + "linear_fc1.bias", Shape{Hm}, zeros, "merger").status());
+    VLPAR_RETURN_IF_ERROR(add(p + "linear_fc2.weight", Shape{D, Hm}, wv, "merger").status());
+    VLPAR_RETURN_IF_ERROR(add(p + "linear_fc2.bias", Shape{D}, zeros, "merger").status());
+    return first;
+  };
+  VLPAR_ASSIGN_OR_RETURN(vis_.merger, add_merger(vp + "merger.", Hv));
+  for (size_t j = 0; j < v.deepstack_indexes.size(); ++j) {
+    VLPAR_ASSIGN_OR_RETURN(size_t first, add_merger(fmt::format("{}deepstack_merger_list.{}.", vp, j), Hm));
+    vis_.deepstack.push_back(first);
+  }
+  // Language model, in the order each block's parameter indices expect (AttentionBlock::num_params etc.), sharded
+  // over tp as the blocks expect (nn/shard.hpp): q/o by query heads, k/v by kv heads (replicated when tp > nKV),
+  // the dense SwiGLU by its width, embed_tokens/lm_head by vocab rows; norms, q/k norms and MoE replicated.
+  const int64_t H = t.hidden, hd = t.head_dim;
+  const int tp = tp_.size(), rank = tp_.rank();
+  const nn::Range heads = nn::even_shard(t.heads, tp, rank), kv = nn::kv_head_shard(t.kv_heads, tp, rank);
+  const bool kv_summed = nn::kv_head_replicas(t.kv_heads, tp) > 1;
+  const std::string lp = "model.language_model.";
+  auto add_shard = [&](nn::ParamShard shard, bool summed) -> Result<size_t> {
+    shard.grad_summed_over_tp = summed;
+    return reg_.add(std::move(shard), "language_model");
+  };
+  auto id = [&]() { return uint32_t(reg_.size()); };
+  auto text = [&](std::string name, Shape shape, InitRule init, bool summed = false) {
+    return add_shard(nn::make_replicated_param(std::move(name), shape, id(), init), summed);
+  };
+  VLPAR_ASSIGN_OR_RETURN(embed_, add_shard(nn::make_split_param(lp + "embed_tokens.weight", Shape{t.vocab, H}, 0,
+                                                                vocab_block_, id(), w), false));
+  for (int l = 0; l < t.layers; ++l) {
+    const std::string p = fmt::format("{}layers.{}.", lp, l);
+    LayerParams lay;
+    lay.attn = reg_.size();
+    VLPAR_RETURN_IF_ERROR(text(p + "input_layernorm.weight", Shape{H}, ones).status());
+    VLPAR_RETURN_IF_ERROR(add_shard(nn::make_split_param(p + "self_attn.q_proj.weight", Shape{t.heads * hd, H}, 0,
+                                                         {heads.begin * hd, heads.end * hd}, id(), w), false)
+                              .status());
+    for (const char* kvname : {"self_attn.k_proj.weight", "self_attn.v_proj.weight"})
+      VLPAR_RETURN_IF_ERROR(add_shard(nn::make_split_param(p + kvname, Shape{t.kv_heads * hd, H}, 0,
+                                                           {kv.begin * hd, kv.end * hd}, id(), w), kv_summed)
+                                .status());
+    // Each rank normalises only its own heads: the [hd] q/k norm gradients are partial sums when tp > 1.
+    VLPAR_RETURN_IF_ERROR(text(p + "self_attn.q_norm.weight", Shape{hd}, ones, tp > 1).status());
+    VLPAR_RETURN_IF_ERROR(text(p + "self_attn.k_norm.weight", Shape{hd}, ones, tp > 1).status());
+    VLPAR_RETURN_IF_ERROR(add_shard(nn::make_split_param(p + "self_attn.o_proj.weight", Shape{H, t.heads * hd}, 1,
+                                                         {heads.begin * hd, heads.end * hd}, id(), w), false)
+                              .status());
+    lay.mlp = reg_.size();
+    lay.moe = t.is_moe_layer(l);
+    VLPAR_RETURN_IF_ERROR(text(p + "post_attention_layernorm.weight", Shape{H}, ones).status());
+    if (lay.moe) {
+      const int64_t E = t.num_experts, I = t.moe_intermediate;
+      VLPAR_RETURN_IF_ERROR(text(p + "mlp.gate.weight", Shape{E, H}, w).status());
+      VLPAR_RETURN_IF_ERROR(text(p + "mlp.experts.gate_up_proj", Shape{E, H, 2 * I}, w).status());
+      VLPAR_RETURN_IF_ERROR(text(p + "mlp.experts.down_proj", Shape{E, I, H}, w).status());
+    } else {
+      const int64_t I = t.intermediate;
+      const nn::Range inter = nn::even_shard(I, tp, rank);
+      VLPAR_RETURN_IF_ERROR(
+          add_shard(nn::make_fused_gate_up_param(p + "mlp.gate_up_proj.weight", I, H, inter, id(), w), false)
+              .status());
+      VLPAR_RETURN_IF_ERROR(
+          add_shard(nn::make_split_param(p + "mlp.down_proj.weight", Shape{H, I}, 1, inter, id(), w), false).status());
+    }
+    layers_.push_back(lay);
+  }
+  VLPAR_ASSIGN_OR_RETURN(final_norm_, text(lp + "norm.weight", Shape{H}, ones));
+  if (t.tie_word_embeddings) {
+    lm_head_ = embed_;
+  } else {
+    VLPAR_ASSIGN_OR_RETURN(lm_head_, add_shard(nn::make_split_param("lm_head.weight", Shape{t.vocab, H}, 0,
+                                                                    vocab_block_, id(), w), false));
+  }
+  return Status::Ok();
+}
+
+Result<Model> Model::create(const Context& ctx, const Config& cfg, const Freeze& freeze, uint64_t seed,
+                            Allocator& alloc, nn::TensorParallel tp) {
+  VLPAR_RETURN_IF_ERROR(cfg.validate());
+  VLPAR_CHECK_CODE(!tp.sp(), StatusCode::kNotSupported,
+                   "Qwen3-VL: sequence parallelism is not supported yet (the MoE blocks, the visual scatter and the "
+                   "deepstack adds need the full token range on every rank)");
+  Model m;
+  m.cfg_ = cfg;
+  m.tp_ = tp;
+  m.vocab_block_ = nn::even_shard(cfg.text.vocab, tp.size(), tp.rank());
+  const VisionConfig& v = cfg.vision;
+  nn::VisionConfig& vc = m.vision_cfg_;
+  vc.hidden = v.hidden;
+  vc.heads = v.heads;
+  vc.intermediate = v.intermediate;
+  vc.depth = v.depth;
+  vc.patch = v.patch;
+  vc.temporal_patch = v.temporal_patch;
+  vc.merge = v.merge;
+  vc.in_channels = v.in_channels;
+  vc.out_hidden = v.out_hidden;
+  vc.num_position_embeddings = v.num_position_embeddings;
+  vc.deepstack_indexes = v.deepstack_indexes;
+  VLPAR_RETURN_IF_ERROR(vc.validate());
+  VLPAR_RETURN_IF_ERROR(m.text_block_config().validate());
+  VLPAR_RETURN_IF_ERROR(m.text_block_config().validate_tp(tp.size()));
+  VLPAR_RETURN_IF_ERROR(m.register_params());
+  if (freeze.vision) VLPAR_RETURN_IF_ERROR(m.reg_.freeze_group("vision"));
+  if (freeze.merger) VLPAR_RETURN_IF_ERROR(m.reg_.freeze_group("merger"));
+  if (freeze.language_model) VLPAR_RETURN_IF_ERROR(m.reg_.freeze_group("language_model"));
+  VLPAR_RETURN_IF_ERROR(m.reg_.materialize(ctx, alloc, seed));
+  return m;
+}
+
+// ---- blocks over registry views ----------------------------------------------------------------------------
+
+nn::AttentionBlock Model::attention(int layer) const {
+  const size_t i = layers_[size_t(layer)].attn;
+  auto views = [&](auto get) {
+    nn::AttentionWeights w;
+    w.norm = get(i + 0);
+    w.q = get(i + 1);
+    w.k = get(i + 2);
+    w.v = get(i + 3);
+    w.q_norm = get(i + 4);
+    w.k_norm = get(i + 5);
+    w.o = get(i + 6);
+    return w;
+  };
+  return nn::AttentionBlock(text_block_config(), tp_, views([&](size_t k) { return reg_.value(k); }),
+                            views([&](size_t k) { return reg_.grad(k); }), i);
+}
+
+nn::MlpBlock Model::mlp(int layer) const {
+  const size_t i = layers_[size_t(layer)].mlp;
+  return nn::MlpBlock(text_block_config(), tp_,
+                      nn::MlpWeights{reg_.value(i), reg_.value(i + 1), reg_.value(i + 2)},
+                      nn::MlpWeights{reg_.grad(i), reg_.grad(i + 1), reg_.grad(i + 2)}, i);
+}
+
+nn::MoeBlock Model::moe(int layer) const {
+  const size_t i = layers_[size_t(layer)].mlp;
+  const nn::MoeConfig mc{cfg_.text.num_experts, cfg_.text.top_k, cfg_.text.moe_intermediate};
+  return nn::MoeBlock(text_block_config(), mc, tp_,
+                      nn::MoeWeights{reg_.value(i), reg_.value(i + 1), reg_.value(i + 2), reg_.value(i + 3)},
+                      nn::MoeWeights{reg_.grad(i), reg_.grad(i + 1), reg_.grad(i + 2), reg_.grad(i + 3)}, i);
+}
+
+nn::LmHead Model::head() const {
+  return nn::LmHead(text_block_config(), tp_,
+                    nn::LmHeadWeights{reg_.value(final_norm_), reg_.value(lm_head_)},
+                    nn::LmHeadWeights{reg_.grad(final_norm_), reg_.grad(lm_head_)}, final_norm_);
+}
+
+nn::VisionEncoder Model::vision() const {
+  auto views = [&](auto get) {
+    nn::VisionEncoderWeights w;
+    w.patch_w = get(vis_.patch_w);
+    w.patch_b = get(vis_.patch_b);
+    w.pos_embed = get(vis_.pos_embed);
+    for (size_t b : vis_.blocks)
+      w.blocks.push_back(nn::VisionBlockWeights{get(b + 0), get(b + 1), get(b + 2), get(b + 3), get(b + 4),
+                                                get(b + 5), get(b + 6), get(b + 7), get(b + 8), get(b + 9),
+                                                get(b + 10), get(b + 11)});
+    auto merger = [&](size_t m) {
+      return nn::PatchMergerWeights{get(m + 0), get(m + 1), get(m + 2), get(m + 3), get(m + 4), get(m + 5)};
+    };
+    w.merger = merger(vis_.merger);
+    for (size_t m : vis_.deepstack) w.deepstack.push_back(merger(m));
+    return w;
+  };
+  return nn::VisionEncoder(vision_cfg_, views([&](size_t k) { return reg_.value(k); }),
+                           views([&](size_t k) { return reg_.grad(k); }));
+}
+
+// ---- forward -----------------------------------------------------------------------------------------------
+
+Status Model::encode(const Context& ctx, TensorView pixels, const std::vector<nn::VisionGrid>& grids,
+                     int64_t pad_id, TensorView ids, std::optional<VisionPass>& pass) const {
+  std::vector<int64_t> rows = rows_of(ids, pad_id);
+  int64_t expected = 0;
+  for (const nn::VisionGrid& g : grids) expected += g.t * g.h * g.w / (int64_t(cfg_.vision.merge) * cfg_.vision.merge);
+  VLPAR_CHECK(int64_t(rows.size()) == expected,
+              "the batch has {} tokens with id {} but its {} grids give {} merged vision tokens", rows.size(), pad_id,
+              grids.size(), expected);
+  if (grids.empty()) return Status::Ok();
+  pass.emplace();
+  pass->grids = grids;
+  pass->rows = std::move(rows);
+  return vision().forward(ctx, pixels, pass->grids, pass->stash, pass->out);
+}
+
+Result<StepLoss> Model::forward(const Context& ctx, const Batch& batch, Stash& stash) const {
+  VLPAR_CHECK(ctx.allocator != nullptr, "Model::forward: ctx.allocator must be set");
+  Allocator& alloc = *ctx.allocator;
+  const TextConfig& t = cfg_.text;
+  TensorView ids = batch.input_ids;
+  VLPAR_CHECK(ids.dtype == DType::kI64 && ids.ndim() == 1 && ids.is_contiguous(),
+              "input_ids must be a contiguous i64 [N] tensor, got {}", ids.to_string());
+  VLPAR_CHECK(batch.labels.dtype == DType::kI64 && batch.labels.shape == ids.shape,
+              "labels must be i64 shaped like input_ids {}, got {}", ids.shape.to_string(), batch.labels.to_string());
+  const int64_t N = ids.numel(), H = t.hidden;
+  for (int64_t i = 0; i < N; ++i)
+    VLPAR_CHECK(id_at(ids, i) >= 0 && id_at(ids, i) < t.vocab, "input_ids[{}] = {} is outside the vocabulary [0, {})",
+                i, id_at(ids, i), t.vocab);
+
+  // Sample boundaries as i32 (attention), MRoPE positions, labels shifted within each sample.
+  const int64_t B = batch.cu_seqlens.numel() - 1;
+  VLPAR_CHECK(B >= 1 && batch.cu_seqlens.ndim() == 1, "cu_seqlens must be [B + 1] with B >= 1, got {}",
+              batch.cu_seqlens.to_string());
+  VLPAR_ASSIGN_OR_RETURN(stash.cu_seqlens, Tensor::empty(alloc, Shape{B + 1}, DType::kI32));
+  std::vector<int64_t> cu(static_cast<size_t>(B + 1));
+  for (int64_t i = 0; i <= B; ++i) {
+    cu[size_t(i)] = batch.cu_seqlens.dtype == DType::kI64 ? batch.cu_seqlens.ptr<int64_t>()[i]
+                                                          : batch.cu_seqlens.ptr<int32_t>()[i];
+    VLPAR_CHECK(i == 0 ? cu[0] == 0 : cu[size_t(i)] > cu[size_t(i - 1)],
+                "cu_seqlens must start at 0 and increase strictly, got {} at index {}", cu[size_t(i)], i);
+    stash.cu_seqlens.ptr<int32_t>()[i] = int32_t(cu[size_t(i)]);
+  }
+  VLPAR_CHECK(cu.back() == N, "cu_seqlens ends at {} but input_ids has {} tokens", cu.back(), N);
+  VLPAR_ASSIGN_OR_RETURN(stash.positions, Tensor::empty(alloc, Shape{3, N}, DType::kI64));
+  const vlpar::data::MropeDesc desc{cfg_.image_token_id, cfg_.video_token_id, cfg_.vision_start_token_id,
+                                    cfg_.vision.merge};
+  std::vector<int64_t> rope_deltas(static_cast<size_t>(B));
+  VLPAR_RETURN_IF_ERROR(vlpar::data::compute_mrope_positions(
+      {stash.positions.ptr<int64_t>(), size_t(3 * N)}, rope_deltas, {ids.ptr<int64_t>(), size_t(N)}, cu,
+      batch.image_grids, batch.video_grids, desc));
+  VLPAR_ASSIGN_OR_RETURN(stash.labels, Tensor::empty(alloc, Shape{N}, DType::kI64));
+  VLPAR_RETURN_IF_ERROR(vlpar::shift_labels_for_causal_lm(stash.labels, batch.labels, stash.cu_seqlens, kIgnore));
+
+  // Vision: images and videos in separate passes, then their merged tokens scattered into the embeddings.
+  VLPAR_RETURN_IF_ERROR(encode(ctx, batch.pixel_values, batch.image_grids, cfg_.image_token_id, ids, stash.image));
+  VLPAR_RETURN_IF_ERROR(
+      encode(ctx, batch.pixel_values_videos, batch.video_grids, cfg_.video_token_id, ids, stash.video));
+  VLPAR_ASSIGN_OR_RETURN(stash.embeds, Tensor::empty(alloc, Shape{N, H}, DType::kF32));
+  VLPAR_RETURN_IF_ERROR(nn::vocab_parallel_embedding_forward(ctx, tp_, stash.embeds, reg_.value(embed_), ids,
+                                                             vocab_block_, t.vocab));
+  if (stash.image) scatter_rows(stash.embeds, stash.image->out.merged, stash.image->rows);
+  if (stash.video) scatter_rows(stash.embeds, stash.video->out.merged, stash.video->rows);
+
+  // Deepstack features over the visual rows in sequence order (image rows from the image pass, video rows from
+  // the video pass), one [n_visual, D] tensor per level.
+  const size_t levels = cfg_.vision.deepstack_indexes.size();
+  stash.visual_rows.clear();
+  stash.deepstack.clear();
+  std::vector<std::pair<const VisionPass*, int64_t>> source;  // per visual row: pass and its row in the pass
+  {
+    size_t ii = 0, vi = 0;
+    const std::vector<int64_t> none;
+    const std::vector<int64_t>& ir = stash.image ? stash.image->rows : none;
+    const std::vector<int64_t>& vr = stash.video ? stash.video->rows : none;
+    while (ii < ir.size() || vi < vr.size()) {
+      if (vi == vr.size() || (ii < ir.size() && ir[ii] < vr[vi])) {
+        stash.visual_rows.push_back(ir[ii]);
+        source.emplace_back(&*stash.image, int64_t(ii++));
+      } else {
+        stash.visual_rows.push_back(vr[vi]);
+        source.emplace_back(&*stash.video, int64_t(vi++));
+      }
+    }
+  }
+  const auto n_vis = int64_t(stash.visual_rows.size());
+  for (size_t j = 0; j < levels && n_vis > 0; ++j) {
+    VLPAR_ASSIGN_OR_RETURN(Tensor ds, Tensor::empty(alloc, Shape{n_vis, H}, DType::kF32));
+    for (int64_t r = 0; r < n_vis; ++r)
+      std::memcpy(ds.ptr<float>() + r * H, source[size_t(r)].first->out.deepstack[j].ptr<float>() + source[size_t(r)].second * H,
+                  size_t(H) * sizeof(float));
+    stash.deepstack.push_back(std::move(ds));
+  }
+
+  // Decoder layers.
+  const nn::PackedSeq seq{stash.cu_seqlens, stash.positions};
+  stash.aux = vlpar::RouterAuxStats{};
+  stash.layers.assign(size_t(t.layers), LayerStash{});
+  TensorView x = stash.embeds;
+  for (int l = 0; l < t.layers; ++l) {
+    LayerStash& ls = stash.layers[size_t(l)];
+    VLPAR_ASSIGN_OR_RETURN(ls.after_attn, Tensor::empty(alloc, Shape{N, H}, DType::kF32));
+    VLPAR_ASSIGN_OR_RETURN(ls.out, Tensor::empty(alloc, Shape{N, H}, DType::kF32));
+    VLPAR_RETURN_IF_ERROR(attention(l).forward(ctx, ls.after_attn, x, seq, ls.attn));
+    if (layers_[size_t(l)].moe) {
+      VLPAR_RETURN_IF_ERROR(moe(l).forward(ctx, ls.out, ls.after_attn, N, ls.moe, &stash.aux));
+    } else {
+      VLPAR_RETURN_IF_ERROR(mlp(l).forward(ctx, ls.out, ls.after_attn, N, ls.mlp));
+    }
+    if (size_t(l) < stash.deepstack.size()) add_rows(ls.out, stash.deepstack[size_t(l)], stash.visual_rows);
+    x = ls.out;
+  }
+
+  VLPAR_ASSIGN_OR_RETURN(vlpar::CrossEntropyResult ce, head().forward(ctx, x, stash.labels, stash.head));
+  StepLoss out;
+  out.ce_loss = ce.loss;
+  out.num_label_tokens = ce.num_valid;
+  if (t.num_moe_layers() > 0) {
+    VLPAR_ASSIGN_OR_RETURN(out.aux_loss, vlpar::router_aux_loss(stash.aux));
+  }
+  out.loss = out.ce_loss + t.router_aux_loss_coef * out.aux_loss;
+  stash.loss = out;
+  return out;
+}
+
+Result<Tensor> Model::logits(const Context& ctx, const Stash& stash, Allocator& alloc) const {
+  const TensorView hn = stash.head.hn;
+  VLPAR_CHECK(!hn.empty(), "Model::logits: run forward first");
+  VLPAR_ASSIGN_OR_RETURN(Tensor out, Tensor::empty(alloc, Shape{hn.size(0), vocab_block_.size()}, DType::kF32));
+  VLPAR_RETURN_IF_ERROR(vlpar::linear_forward(ctx, out, hn, reg_.value(lm_head_), TensorView{}));
+  return out;
+}
+
+// ---- backward ----------------------------------------------------------------------------------------------
+
+Status Model::vision_backward(const Context& ctx, const Stash& stash, VisionPass& pass, TensorView d_embeds,
+                              const std::vector<Tensor>& d_deepstack) const {
+  Allocator& alloc = *ctx.allocator;
+  const int64_t n = int64_t(pass.rows.size()), D = cfg_.vision.out_hidden;
+  VLPAR_ASSIGN_OR_RETURN(Tensor d_merged, Tensor::empty(alloc, Shape{n, D}, DType::kF32));
+  gather_rows(d_merged, d_embeds, pass.rows);
+  // This pass's rows of each deepstack level's gradient (d_deepstack rows follow stash.visual_rows).
+  std::vector<Tensor> d_ds;
+  std::vector<TensorView> d_ds_views;
+  for (const Tensor& g : d_deepstack) {
+    VLPAR_ASSIGN_OR_RETURN(Tensor mine, Tensor::empty(alloc, Shape{n, D}, DType::kF32));
+    int64_t k = 0;
+    for (size_t r = 0; r < stash.visual_rows.size(); ++r) {
+      if (k < n && stash.visual_rows[r] == pass.rows[size_t(k)]) {
+        std::memcpy(mine.ptr<float>() + k * D, g.ptr<float>() + int64_t(r) * D, size_t(D) * sizeof(float));
+        ++k;
+      }
+    }
+    d_ds_views.push_back(mine);
+    d_ds.push_back(std::move(mine));
+  }
+  return vision().backward(ctx, pass.stash, d_merged, d_ds_views);
+}
+
+Status Model::backward(const Context& ctx, const Batch& batch, Stash& stash, float grad_loss) const {
+  VLPAR_CHECK(ctx.allocator != nullptr, "Model::backward: ctx.allocator must be set");
+  VLPAR_CHECK(!stash.layers.empty(), "Model::backward: run forward first");
+  Allocator& alloc = *ctx.allocator;
+  const TextConfig& t = cfg_.text;
+  const int64_t N = batch.input_ids.numel(), H = t.hidden;
+  const nn::PackedSeq seq{stash.cu_seqlens, stash.positions};
+  const nn::GradReadyFn none;
+  const float grad_aux = float(t.router_aux_loss_coef) * grad_loss;
+
+  VLPAR_ASSIGN_OR_RETURN(Tensor dx, Tensor::empty(alloc, Shape{N, H}, DType::kF32));
+  VLPAR_ASSIGN_OR_RETURN(Tensor dmid, Tensor::empty(alloc, Shape{N, H}, DType::kF32));
+  VLPAR_ASSIGN_OR_RETURN(Tensor dtmp, Tensor::empty(alloc, Shape{N, H}, DType::kF32));
+  VLPAR_RETURN_IF_ERROR(head().backward(ctx, dx, stash.labels, stash.head, grad_loss, none));
+
+  std::vector<Tensor> d_deepstack(stash.deepstack.size());
+  for (int l = t.layers - 1; l >= 0; --l) {
+    LayerStash& ls = stash.layers[size_t(l)];
+    if (size_t(l) < stash.deepstack.size()) {
+      // The deepstack add after layer l: its input gradient is dx at the visual rows.
+      VLPAR_ASSIGN_OR_RETURN(d_deepstack[size_t(l)],
+                             Tensor::empty(alloc, Shape{int64_t(stash.visual_rows.size()), H}, DType::kF32));
+      gather_rows(d_deepstack[size_t(l)], dx, stash.visual_rows);
+    }
+    if (layers_[size_t(l)].moe) {
+      VLPAR_RETURN_IF_ERROR(moe(l).backward(ctx, dmid, dx, N, ls.moe, none, &stash.aux, grad_aux));
+    } else {
+      VLPAR_RETURN_IF_ERROR(mlp(l).backward(ctx, dmid, dx, N, ls.mlp, none));
+    }
+    VLPAR_RETURN_IF_ERROR(attention(l).backward(ctx, dtmp, dmid, seq, ls.attn, none));
+    std::swap(dx, dtmp);
+  }
+
+  // Embedding: the rows overwritten by visual tokens give embed_tokens nothing (masked_scatter, spec §4.1);
+  // their gradient goes to the vision passes instead.
+  if (stash.image) VLPAR_RETURN_IF_ERROR(vision_backward(ctx, stash, *stash.image, dx, d_deepstack));
+  if (stash.video) VLPAR_RETURN_IF_ERROR(vision_backward(ctx, stash, *stash.video, dx, d_deepstack));
+  if (!reg_.grad(embed_).empty()) {
+    zero_rows(dx, stash.visual_rows);
+    VLPAR_RETURN_IF_ERROR(nn::vocab_parallel_embedding_backward(ctx, tp_, reg_.grad(embed_), dx,
+                                                                batch.input_ids, vocab_block_));
+  }
+  return Status::Ok();
+}
+
+}  // namespace qwen3vl

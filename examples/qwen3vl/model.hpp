@@ -1,0 +1,164 @@
+#pragma once
+// Qwen3-VL (dense and MoE) built from vlpar's public nn blocks, with a hand-written backward for every parameter
+// (spec qwen3vl.md §3–§6):
+//
+//   images/videos ─ VisionEncoder ─┬─ merged [n_vis, D] ──── scatter at <|image_pad|>/<|video_pad|> ─┐
+//                                  └─ deepstack_j [n_vis, D] ─ added after text layer j at those rows │
+//   input_ids ─ embed_tokens ───────────────────────────────────────────────────────────────────────┴─►
+//   L × (AttentionBlock[q/k norm, interleaved MRoPE, GQA, causal varlen] → MlpBlock | MoeBlock) → LmHead
+//   loss = CE(shifted labels per sample, ignore −100, mean over valid) + router_aux_loss_coef · aux (MoE)
+//
+// The batch is packed (DESIGN §4): several samples in one row with cu_seqlens; attention never crosses samples,
+// MRoPE positions restart per sample (data/mrope_positions.hpp), labels shift within each sample. Images are
+// encoded in one vision call and videos in another (as HF does), each image and each video frame its own
+// attention segment.
+//
+// Parameters live in one nn::ParamRegistry (DESIGN §2) under their HF names, except the dense SwiGLU, which vlpar
+// stores fused as `mlp.gate_up_proj.weight` [2I, H] (HF: gate_proj and up_proj; hf_checkpoint.hpp converts) and
+// the patch embedding stored as [Hv, C·Tp·P·P] (HF: [Hv, C, Tp, P, P], same bytes). Freeze groups: "vision"
+// (patch embed, position table, blocks), "merger" (final and deepstack mergers), "language_model" (the rest).
+// A frozen group allocates no gradient and its weight-gradient GEMMs are skipped; the backward stops where
+// nothing upstream is trainable.
+// Tensor parallelism: the language model is sharded over `tp` as the nn blocks do it (heads, SwiGLU width, vocab;
+// HF tensors are converted to vlpar's full layout, then each rank takes its shard). The vision tower and the MoE
+// blocks run replicated on every tp rank (same inputs, same weights, same gradients) until vision TP and expert
+// parallelism exist; sequence parallelism is rejected (kNotSupported). Storage f32 on CPU.
+// Test: examples/qwen3vl/tests/test_parity.cpp (vs transformers fixtures), test_packing.cpp, test_freeze.cpp.
+#include <cstdint>
+#include <optional>
+#include <vector>
+
+#include "config.hpp"
+#include "vlpar/core/allocator.hpp"
+#include "vlpar/core/context.hpp"
+#include "vlpar/core/tensor.hpp"
+#include "vlpar/kernels/router.hpp"
+#include "vlpar/nn/attention_block.hpp"
+#include "vlpar/nn/lm_head.hpp"
+#include "vlpar/nn/mlp_block.hpp"
+#include "vlpar/nn/moe_block.hpp"
+#include "vlpar/nn/param_registry.hpp"
+#include "vlpar/nn/vision_encoder.hpp"
+
+namespace qwen3vl {
+
+using vlpar::Allocator;
+using vlpar::Context;
+using vlpar::Tensor;
+using vlpar::TensorView;
+
+/// The packed batch as the model reads it (host memory). N tokens, B samples.
+struct Batch {
+  TensorView input_ids;            // i64 [N], all samples concatenated
+  TensorView labels;               // i64 [N], HF convention (unshifted; −100 = ignored)
+  TensorView cu_seqlens;           // i32 or i64 [B + 1], sample boundaries
+  TensorView pixel_values;         // f32 [Np_img, C·Tp·P·P], every image in order (may be empty)
+  std::vector<vlpar::nn::VisionGrid> image_grids;  // (t, h, w) per image, patch units
+  TensorView pixel_values_videos;  // f32 [Np_vid, C·Tp·P·P] (may be empty)
+  std::vector<vlpar::nn::VisionGrid> video_grids;  // (t, h, w) per video
+};
+
+/// Which parameter groups are frozen.
+struct Freeze {
+  bool vision = false;          // patch embed, position table, ViT blocks
+  bool merger = false;          // final merger and deepstack mergers
+  bool language_model = false;  // embeddings, decoder layers, final norm, LM head
+};
+
+struct StepLoss {
+  double loss = 0.0;          // ce_loss + router_aux_loss_coef · aux_loss
+  double ce_loss = 0.0;       // mean over valid shifted labels
+  double aux_loss = 0.0;      // Switch load-balancing loss over every MoE layer's tokens (0 for dense)
+  int64_t num_label_tokens = 0;
+};
+
+/// One modality's vision pass and where its outputs go in the sequence.
+struct VisionPass {
+  std::vector<vlpar::nn::VisionGrid> grids;
+  vlpar::nn::VisionStash stash;
+  vlpar::nn::VisionOutput out;    // merged [n, D] and deepstack [n, D] each
+  std::vector<int64_t> rows;      // sequence positions of its pad tokens, in order (n of them)
+};
+
+/// One decoder layer's stash.
+struct LayerStash {
+  Tensor after_attn;  // [N, H] attention block output (the MLP block's input)
+  Tensor out;         // [N, H] layer output (+ deepstack add when injected here)
+  vlpar::nn::AttentionStash attn;
+  vlpar::nn::MlpStash mlp;
+  vlpar::nn::MoeStash moe;
+};
+
+/// Everything backward needs from forward, for one micro-batch.
+struct Stash {
+  Tensor cu_seqlens;    // i32 [B + 1]
+  Tensor positions;     // i64 [3, N] MRoPE rows T, H, W
+  Tensor labels;        // i64 [N] shifted per sample
+  Tensor embeds;        // [N, H] embedding output with visual rows scattered in (layer 0's input)
+  std::optional<VisionPass> image, video;
+  std::vector<int64_t> visual_rows;          // image and video rows in sequence order (deepstack targets)
+  std::vector<Tensor> deepstack;             // [n_visual, D] per level, rows in visual_rows order
+  std::vector<LayerStash> layers;
+  vlpar::nn::LmHeadStash head;
+  vlpar::RouterAuxStats aux;
+  StepLoss loss;
+};
+
+class Model {
+ public:
+  /// @brief Registers every parameter, applies `freeze`, allocates and initialises (Philox, `seed`;
+  /// init std = initializer_range, norms one, biases zero).
+  static Result<Model> create(const Context& ctx, const Config& cfg, const Freeze& freeze, uint64_t seed,
+                              Allocator& alloc, vlpar::nn::TensorParallel tp = {});
+
+  const Config& config() const { return cfg_; }
+  const vlpar::nn::TensorParallel& tensor_parallel() const { return tp_; }
+  vlpar::nn::ParamRegistry& registry() { return reg_; }
+  const vlpar::nn::ParamRegistry& registry() const { return reg_; }
+
+  /// @brief Forward over a packed batch: the loss, with everything backward needs in `stash`.
+  /// ctx.allocator must be set (blocks take their scratch from it).
+  Result<StepLoss> forward(const Context& ctx, const Batch& batch, Stash& stash) const;
+  /// @brief Accumulates grad_loss · ∂loss/∂θ into every trainable parameter's gradient.
+  Status backward(const Context& ctx, const Batch& batch, Stash& stash, float grad_loss = 1.f) const;
+  /// @brief logits [N, V/tp] f32 of the last forward (final normed hidden states · lm_headᵀ, this rank's vocab
+  /// block), for parity checks and the forward CLI; training never materialises them.
+  Result<Tensor> logits(const Context& ctx, const Stash& stash, Allocator& alloc) const;
+
+ private:
+  struct LayerParams {
+    size_t attn = 0;   // first index of the attention block's parameters
+    size_t mlp = 0;    // first index of the MLP / MoE block's parameters
+    bool moe = false;
+  };
+  struct VisionParams {
+    size_t patch_w = 0, patch_b = 0, pos_embed = 0;
+    std::vector<size_t> blocks;     // first index of each ViT block (12 parameters each)
+    size_t merger = 0;              // first index of the final merger (6 parameters)
+    std::vector<size_t> deepstack;  // first index of each deepstack merger (6 parameters)
+  };
+
+  Status register_params();
+  vlpar::nn::TransformerConfig text_block_config() const;
+  vlpar::nn::AttentionBlock attention(int layer) const;
+  vlpar::nn::MlpBlock mlp(int layer) const;
+  vlpar::nn::MoeBlock moe(int layer) const;
+  vlpar::nn::LmHead head() const;
+  vlpar::nn::VisionEncoder vision() const;
+
+  Status encode(const Context& ctx, TensorView pixels, const std::vector<vlpar::nn::VisionGrid>& grids,
+                int64_t pad_id, TensorView ids, std::optional<VisionPass>& pass) const;
+  Status vision_backward(const Context& ctx, const Stash& stash, VisionPass& pass, TensorView d_embeds,
+                         const std::vector<Tensor>& d_deepstack) const;
+
+  Config cfg_;
+  vlpar::nn::TensorParallel tp_;
+  vlpar::nn::Range vocab_block_;  // this rank's rows of embed_tokens / lm_head
+  vlpar::nn::ParamRegistry reg_;
+  size_t embed_ = 0, final_norm_ = 0, lm_head_ = 0;  // lm_head_ == embed_ when tied
+  std::vector<LayerParams> layers_;
+  VisionParams vis_;
+  vlpar::nn::VisionConfig vision_cfg_;
+};
+
+}  // namespace qwen3vl

@@ -1,0 +1,85 @@
+#pragma once
+// Shared helpers of the example's model tests: loading a golden fixture, splitting a pack into its samples,
+// comparing gradient sets.
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <string>
+
+#include "batch_io.hpp"
+#include "hf_weights.hpp"
+
+namespace qwen3vl {
+namespace nn = vlpar::nn;
+}  // namespace qwen3vl
+
+namespace qwen3vl::test {
+
+inline std::string fixture(const std::string& name) { return std::string(VLPAR_FIXTURES_DIR) + "/qwen3vl/" + name; }
+
+/// A model loaded from a fixture directory with its own allocator and context.
+struct Loaded {
+  Allocator alloc;
+  Context ctx = Context::cpu_default();
+  std::optional<Model> model;
+  std::optional<LoadedBatch> batch;
+};
+
+/// @brief Loads fixture `name` with `freeze`; `edit` may change the config before the model is built.
+template <class Edit = void (*)(Config&)>
+void load(Loaded& l, const std::string& name, const Freeze& freeze = {}, Edit edit = [](Config&) {}) {
+  l.ctx.allocator = &l.alloc;
+  Result<Config> cfg = load_hf_config(fixture(name));
+  ASSERT_TRUE(cfg.ok()) << cfg.status().message();
+  edit(cfg.value());
+  Result<Model> m = Model::create(l.ctx, cfg.value(), freeze, 0, l.alloc);
+  ASSERT_TRUE(m.ok()) << m.status().message();
+  l.model.emplace(std::move(m).value());
+  ASSERT_TRUE(load_hf_weights(*l.model, fixture(name)).ok());
+  Result<LoadedBatch> b = load_batch(fixture(name) + "/batch.safetensors", l.alloc);
+  ASSERT_TRUE(b.ok()) << b.status().message();
+  l.batch.emplace(std::move(b).value());
+}
+
+/// @brief Sample s of a pack on its own (views into the pack's tensors; cu_seqlens in `cu_storage`).
+inline Batch sample_of(const LoadedBatch& lb, int64_t s, std::vector<int64_t>& cu_storage) {
+  const auto* cu = lb.cu_seqlens.ptr<int64_t>();
+  const int64_t begin = cu[s], end = cu[s + 1];
+  Batch b;
+  b.input_ids = lb.batch.input_ids.slice(0, begin, end);
+  b.labels = lb.batch.labels.slice(0, begin, end);
+  cu_storage = {0, end - begin};
+  b.cu_seqlens = TensorView(cu_storage.data(), vlpar::DType::kI64, vlpar::Shape{2});
+  auto take = [&](const std::vector<int64_t>& per_sample, const std::vector<vlpar::VisionGrid>& grids,
+                  TensorView pixels, std::vector<vlpar::VisionGrid>& out_grids, TensorView& out_pixels) {
+    int64_t first = 0, row = 0;
+    for (int64_t k = 0; k < s; ++k) first += per_sample[size_t(k)];
+    for (int64_t k = 0; k < first; ++k) row += grids[size_t(k)].t * grids[size_t(k)].h * grids[size_t(k)].w;
+    int64_t rows = 0;
+    for (int64_t k = first; k < first + per_sample[size_t(s)]; ++k) {
+      out_grids.push_back(grids[size_t(k)]);
+      rows += grids[size_t(k)].t * grids[size_t(k)].h * grids[size_t(k)].w;
+    }
+    out_pixels = rows > 0 ? pixels.slice(0, row, row + rows) : TensorView{};
+  };
+  take(lb.images_per_sample, lb.batch.image_grids, lb.batch.pixel_values, b.image_grids, b.pixel_values);
+  take(lb.videos_per_sample, lb.batch.video_grids, lb.batch.pixel_values_videos, b.video_grids,
+       b.pixel_values_videos);
+  return b;
+}
+
+/// @brief max|a − b| / max|b| of two f32 tensors of one shape.
+inline double rel_diff(TensorView a, TensorView b) {
+  double diff = 0, scale = 0;
+  for (int64_t i = 0; i < b.numel(); ++i) {
+    diff = std::max(diff, double(std::abs(a.ptr<float>()[i] - b.ptr<float>()[i])));
+    scale = std::max(scale, double(std::abs(b.ptr<float>()[i])));
+  }
+  return scale > 0 ? diff / scale : diff;
+}
+
+inline bool bitwise(TensorView a, TensorView b) {
+  return a.shape == b.shape && std::memcmp(a.data, b.data, a.nbytes()) == 0;
+}
+
+}  // namespace qwen3vl::test
