@@ -1,0 +1,90 @@
+#pragma once
+// The Qwen3-VL vision encoder (spec qwen3vl.md §3), HF Qwen3VLVisionModel, with explicit forward and backward:
+//   x   = pixels · patch_wᵀ + patch_b + interp(pos_embed)      (Conv3d with kernel = stride is a linear layer)
+//   x   = block_l(x) for l = 0 … depth−1                         (VisionBlock; 2D rotary, attention per segment)
+//   deepstack_j = deepstack merger j (output of block deepstack_indexes[j])
+//   merged      = final merger (output of the last block)
+// Images and videos may be encoded in one call or in separate calls (HF encodes images and videos separately):
+// every image and every temporal patch of a video is its own attention segment, so results per grid do not
+// depend on what else is in the call.
+//
+// Gradients ACCUMULATE (+=) into the gradient views given at construction. Freezing: an empty gradient view
+// means that parameter is frozen (no gradient, its weight-gradient GEMM skipped); the backward stops at the
+// lowest point that still has a trainable parameter below it, e.g. a frozen ViT with trainable mergers runs only
+// the mergers' backward.
+// TP = 1 only: the vision tower is replicated; vision tensor parallelism (ParallelConfig::vision_tp > 1) is not
+// implemented yet. Storage f32 (CPU). Scratch and stash tensors come from ctx.allocator.
+// Test: tests/unit/test_vision_encoder.cpp (reference: include/vlpar/reference/vision.hpp).
+#include <span>
+#include <vector>
+
+#include "vlpar/core/context.hpp"
+#include "vlpar/core/tensor.hpp"
+#include "vlpar/nn/patch_merger.hpp"
+#include "vlpar/nn/vision_block.hpp"
+#include "vlpar/nn/vision_config.hpp"
+
+namespace vlpar::nn {
+
+/// Every parameter of the encoder as views in HF shapes (or their gradients: then a view may be empty = frozen,
+/// and `blocks` / `deepstack` may be empty vectors = all of them frozen).
+struct VisionEncoderWeights {
+  TensorView patch_w;    // [Hv, C·Tp·P·P]  patch_embed.proj.weight [Hv, C, Tp, P, P] flattened (c, t, row, col)
+  TensorView patch_b;    // [Hv]            patch_embed.proj.bias
+  TensorView pos_embed;  // [G², Hv]        pos_embed.weight
+  std::vector<VisionBlockWeights> blocks;     // [depth]             blocks.{l}.*
+  PatchMergerWeights merger;                  //                     merger.*
+  std::vector<PatchMergerWeights> deepstack;  // [len(deepstack)]    deepstack_merger_list.{j}.*
+};
+
+/// Everything backward needs from one forward call. Keep the pixels alive until backward.
+struct VisionStash {
+  std::vector<VisionGrid> grids;
+  VisionSeq seq;                              // segments and rotary positions of `grids`
+  TensorView pixels;                          // [Np, C·Tp·P·P]
+  std::vector<Tensor> hidden;                 // [depth + 1] × [Np, Hv]: 0 = embeddings, l+1 = after block l
+  std::vector<VisionBlockStash> blocks;       // [depth]
+  PatchMergerStash merger;
+  std::vector<PatchMergerStash> deepstack;    // [len(deepstack)]
+};
+
+struct VisionOutput {
+  Tensor merged;                  // [Np/m², D]  in merged-token order (grid, frame, block_row, block_col)
+  std::vector<Tensor> deepstack;  // len(deepstack) × [Np/m², D]
+};
+
+class VisionEncoder {
+ public:
+  VisionEncoder(const VisionConfig& cfg, VisionEncoderWeights w, VisionEncoderWeights grads);
+
+  /// @brief Checks the config, every weight (present, HF shape, contiguous f32) and every non-empty gradient.
+  Status check_weights() const;
+
+  /// @param pixels [Np, C·Tp·P·P] f32, Np = Σ t·h·w, rows in the processor's patch order (spec §2.1)
+  /// @param grids  one {t, h, w} per image / video, in the order of the pixel rows (h, w multiples of merge)
+  /// @param out    written: merged [Np/m², D] and deepstack outputs, allocated from ctx.allocator
+  Status forward(const Context& ctx, TensorView pixels, std::span<const VisionGrid> grids, VisionStash& st,
+                 VisionOutput& out) const;
+
+  /// @brief Accumulates the gradients of every non-frozen parameter.
+  /// @param d_merged    [Np/m², D] ∂L/∂merged
+  /// @param d_deepstack len(deepstack) views [Np/m², D] (an empty view: no gradient for that output), or an empty
+  ///                    span: no deepstack gradients at all
+  Status backward(const Context& ctx, const VisionStash& st, TensorView d_merged,
+                  std::span<const TensorView> d_deepstack) const;
+
+  const VisionConfig& config() const { return cfg_; }
+
+ private:
+  /// Lowest stage with a trainable parameter: 0 = embeddings (patch_w, patch_b, pos_embed), l + 1 = block l;
+  /// depth + 1 when no embedding or block parameter is trainable.
+  int lowest_trainable_stage() const;
+
+  VisionConfig cfg_;
+  VisionEncoderWeights w_, g_;
+  std::vector<VisionBlock> blocks_;
+  PatchMerger merger_;
+  std::vector<PatchMerger> deepstack_;
+};
+
+}  // namespace vlpar::nn
