@@ -18,6 +18,8 @@
 #include <string>
 #include <vector>
 
+#include "vlpar/core/allocator.hpp"
+#include "vlpar/core/device.hpp"
 #include "vlpar/core/philox.hpp"
 #include "vlpar/io/safetensors.hpp"
 
@@ -352,7 +354,8 @@ std::vector<double> hard_doubles() {
                              0x1p-25 + 0x1p-60, 0x1p-133, 0x1p-134, 0x1p-134 + 0x1p-170, 1e-310,
                              std::numeric_limits<double>::infinity(), -std::numeric_limits<double>::infinity()};
   for (uint64_t i = 0; i < 20000; ++i) {
-    const auto r = philox_element(777, 3, i).v;
+    const Philox4 rnd = philox_element(777, 3, i);
+    const uint32_t* r = rnd.v;
     const double mant = 1.0 + double(r[0]) / 4294967296.0 + double(r[1]) / 18446744073709551616.0;
     const int exp = int(r[2] % 300u) - 150;  // spans subnormal bf16 .. bf16 overflow
     double d = std::ldexp(mant, exp);
@@ -520,6 +523,35 @@ TEST(SafetensorsConvert, RejectsFloatIntMixShapeMismatchAndAbsentNames) {
   s = f->read("model.f32", strided);
   ASSERT_FALSE(s.ok());
   EXPECT_NE(s.message().find("not contiguous"), std::string::npos) << s.message();
+}
+
+TEST(SafetensorsDevice, CudaViewsGoThroughHostStaging) {
+  // Reading into / writing from CUDA views stages through host memory with copy_. Without a usable device the calls
+  // must fail cleanly (never touch the device pointer from the host); with one, the round trip is bit-exact.
+  const std::string path = kFixtures + "/mixed.safetensors";
+  auto f = SafetensorsFile::open(path);
+  ASSERT_TRUE(f.ok()) << f.status().to_string();
+  TempDir tmp;
+  if (cuda_device_count() == 0) {
+    void* not_host = reinterpret_cast<void*>(uintptr_t(16));  // never dereferenced by a correct implementation
+    const TensorView dev(not_host, DType::kF32, Shape{2, 3}, Device::cuda(0));
+    EXPECT_FALSE(f->read("model.f32", dev).ok());
+    const NamedTensor t{"x", dev};
+    EXPECT_FALSE(write_safetensors(tmp.file("dev.safetensors"), std::span(&t, 1)).ok());
+    EXPECT_TRUE(tmp.listing().empty());
+    GTEST_SKIP() << "no CUDA device: checked the clean failure only";
+  }
+  Allocator alloc;
+  Tensor dev = Tensor::empty(alloc, Shape{2, 3}, DType::kBF16, Device::cuda(0)).value();
+  ASSERT_TRUE(f->read("model.f32", dev.view()).ok());
+  const NamedTensor t{"x", dev.view()};
+  ASSERT_TRUE(write_safetensors(tmp.file("dev.safetensors"), std::span(&t, 1)).ok());
+  auto g = SafetensorsFile::open(tmp.file("dev.safetensors"));
+  ASSERT_TRUE(g.ok()) << g.status().to_string();
+  bf16 back[6], want[6];
+  ASSERT_TRUE(g->read("x", TensorView(back, DType::kBF16, Shape{2, 3})).ok());
+  ASSERT_TRUE(f->read("model.f32", TensorView(want, DType::kBF16, Shape{2, 3})).ok());
+  EXPECT_EQ(std::memcmp(back, want, sizeof(back)), 0);
 }
 
 // ---- malformed files: one test per defect ---------------------------------------------------------------------------
