@@ -1,0 +1,49 @@
+// qwen3vl-convert: loads a Qwen3-VL HF directory into vlpar and writes it back as an HF directory, optionally in
+// another storage dtype or shard size (config.json + model.safetensors, or shards + index above --max-shard-mb).
+//   qwen3vl-convert --model HF_DIR --out DIR [--dtype f32|bf16|f16] [--max-shard-mb N]
+// Round trip of an F32 checkpoint at the default settings is bit-exact (tests/test_hf_weights.cpp);
+// tools/golden/check_hf_export.py checks that transformers loads the result.
+#include <fmt/format.h>
+
+#include <cstdlib>
+#include <string>
+
+#include "hf_weights.hpp"
+
+namespace {
+
+vlpar::Status run(int argc, char** argv) {
+  std::string model, out, dtype = "f32";
+  uint64_t shard_mb = 5000;
+  for (int i = 1; i < argc; ++i) {
+    const std::string arg = argv[i];
+    VLPAR_CHECK(i + 1 < argc, "{} needs a value", arg);
+    const std::string v = argv[++i];
+    if (arg == "--model") model = v;
+    else if (arg == "--out") out = v;
+    else if (arg == "--dtype") dtype = v;
+    else if (arg == "--max-shard-mb") shard_mb = std::strtoull(v.c_str(), nullptr, 10);
+    else return VLPAR_STATUS(vlpar::StatusCode::kInvalidArgument, "unknown argument '{}'", arg);
+  }
+  VLPAR_CHECK(!model.empty() && !out.empty() && shard_mb > 0,
+              "usage: qwen3vl-convert --model HF_DIR --out DIR [--dtype f32|bf16|f16] [--max-shard-mb N]");
+  const vlpar::DType dt = dtype == "bf16" ? vlpar::DType::kBF16 : dtype == "f16" ? vlpar::DType::kF16 : vlpar::DType::kF32;
+  VLPAR_CHECK(dtype == "f32" || dtype == "bf16" || dtype == "f16", "--dtype must be f32, bf16 or f16, got '{}'", dtype);
+  vlpar::Allocator alloc;
+  vlpar::Context ctx = vlpar::Context::cpu_default();
+  VLPAR_ASSIGN_OR_RETURN(qwen3vl::Model m, qwen3vl::load_hf_model(ctx, model, qwen3vl::Freeze{}, alloc));
+  VLPAR_RETURN_IF_ERROR(qwen3vl::export_hf(m, out, dt, shard_mb * 1000 * 1000));
+  fmt::print("{} -> {} ({}, {:.2f} M parameters)\n", model, out, dtype, double(m.registry().counts().full_params) * 1e-6);
+  return vlpar::Status::Ok();
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  vlpar::Status s = run(argc, argv);
+  if (!s.ok()) {
+    fmt::print(stderr, "qwen3vl-convert: {}\n", s.message());
+    return 1;
+  }
+  return 0;
+}
