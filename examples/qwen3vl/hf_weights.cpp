@@ -79,7 +79,7 @@ Status load_hf_weights(Model& model, const std::string& dir) {
 
 Result<Model> load_hf_model(const Context& ctx, const std::string& dir, const Freeze& freeze, Allocator& alloc) {
   VLPAR_ASSIGN_OR_RETURN(Config cfg, load_hf_config(dir));
-  VLPAR_ASSIGN_OR_RETURN(Model model, Model::create(ctx, cfg, freeze, /*seed=*/0, alloc));
+  VLPAR_ASSIGN_OR_RETURN(Model model, Model::create(ctx, cfg, freeze, std::nullopt, alloc));
   VLPAR_RETURN_IF_ERROR(load_hf_weights(model, dir));
   return model;
 }

@@ -202,8 +202,8 @@ Status Model::register_params() {
   return Status::Ok();
 }
 
-Result<Model> Model::create(const Context& ctx, const Config& cfg, const Freeze& freeze, uint64_t seed,
-                            Allocator& alloc, nn::TensorParallel tp) {
+Result<Model> Model::create(const Context& ctx, const Config& cfg, const Freeze& freeze,
+                            std::optional<uint64_t> seed, Allocator& alloc, nn::TensorParallel tp) {
   VLPAR_RETURN_IF_ERROR(cfg.validate());
   VLPAR_CHECK_CODE(!tp.sp(), StatusCode::kNotSupported,
                    "Qwen3-VL: sequence parallelism is not supported yet (the MoE blocks, the visual scatter and the "

@@ -107,9 +107,10 @@ struct Stash {
 class Model {
  public:
   /// @brief Registers every parameter, applies `freeze`, allocates and initialises (Philox, `seed`;
-  /// init std = initializer_range, norms one, biases zero).
-  static Result<Model> create(const Context& ctx, const Config& cfg, const Freeze& freeze, uint64_t seed,
-                              Allocator& alloc, vlpar::nn::TensorParallel tp = {});
+  /// init std = initializer_range, norms one, biases zero). Without a seed the values are zeros, for a checkpoint
+  /// load to fill.
+  static Result<Model> create(const Context& ctx, const Config& cfg, const Freeze& freeze,
+                              std::optional<uint64_t> seed, Allocator& alloc, vlpar::nn::TensorParallel tp = {});
 
   const Config& config() const { return cfg_; }
   const vlpar::nn::TensorParallel& tensor_parallel() const { return tp_; }

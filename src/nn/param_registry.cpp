@@ -35,12 +35,16 @@ Status ParamRegistry::freeze_group(std::string_view group) {
   return Status::Ok();
 }
 
-Status ParamRegistry::materialize(const Context& ctx, Allocator& alloc, uint64_t seed) {
+Status ParamRegistry::materialize(const Context& ctx, Allocator& alloc, std::optional<uint64_t> seed) {
   VLPAR_CHECK(!materialized_, "ParamRegistry::materialize: already materialised");
   for (ParamEntry& e : entries_) {
     const Shape local = e.shard.local_shape();
-    VLPAR_ASSIGN_OR_RETURN(e.value, Tensor::empty(alloc, local, e.dtype, ctx.device));
-    VLPAR_RETURN_IF_ERROR(init_param_shard(ctx, e.value, e.shard, seed));
+    if (seed.has_value()) {
+      VLPAR_ASSIGN_OR_RETURN(e.value, Tensor::empty(alloc, local, e.dtype, ctx.device));
+      VLPAR_RETURN_IF_ERROR(init_param_shard(ctx, e.value, e.shard, *seed));
+    } else {
+      VLPAR_ASSIGN_OR_RETURN(e.value, Tensor::zeros(alloc, local, e.dtype, ctx.device));
+    }
     if (!e.frozen) {
       VLPAR_ASSIGN_OR_RETURN(e.grad, Tensor::zeros(alloc, local, e.dtype, ctx.device));
     }

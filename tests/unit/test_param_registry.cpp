@@ -91,5 +91,14 @@ TEST(ParamRegistry, InitIsTheSliceOfTheFullWeightAndGradsStartAtZero) {
   EXPECT_EQ(static_cast<const float*>(part.grad(0).data)[3], 0.f);
 }
 
+TEST(ParamRegistry, WithoutASeedValuesAreZerosForACheckpointToFill) {
+  Allocator alloc;
+  Context ctx;
+  ParamRegistry reg = two_group_registry();
+  ASSERT_TRUE(reg.materialize(ctx, alloc, std::nullopt).ok());
+  for (size_t i = 0; i < reg.size(); ++i)
+    for (int64_t k = 0; k < reg.value(i).numel(); ++k) ASSERT_EQ(reg.value(i).ptr<float>()[k], 0.f) << reg.name(i);
+}
+
 }  // namespace
 }  // namespace vlpar::nn

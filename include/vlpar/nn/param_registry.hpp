@@ -54,8 +54,9 @@ class ParamRegistry {
   /// @brief Marks every parameter of `group` frozen (no gradient buffer, no weight-gradient GEMM). An unknown
   /// group name is an error (it is almost always a typo).
   Status freeze_group(std::string_view group);
-  /// @brief Allocates values and trainable gradients (zeroed) and initialises values from `seed`.
-  Status materialize(const Context& ctx, Allocator& alloc, uint64_t seed);
+  /// @brief Allocates values and trainable gradients (zeroed) and initialises values from `seed`; without a seed
+  /// the values are zero-filled (a checkpoint load overwrites them next, so the Philox init would be wasted).
+  Status materialize(const Context& ctx, Allocator& alloc, std::optional<uint64_t> seed);
 
   size_t size() const { return entries_.size(); }
   bool materialized() const { return materialized_; }
