@@ -6,7 +6,7 @@ set -euo pipefail
 packages=(
   cmake g++ make pkg-config python3
   libeigen3-dev libfmt-dev nlohmann-json3-dev
-  libjpeg62-turbo-dev libpng-dev libpcre2-dev libyaml-cpp-dev
+  libjpeg62-turbo-dev libpng-dev libpcre2-dev libyaml-cpp-dev libtomlplusplus-dev
   libgtest-dev libgmock-dev libbenchmark-dev
   libopenmpi-dev openmpi-bin
 )
