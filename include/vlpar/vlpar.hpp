@@ -35,3 +35,15 @@
 #include "vlpar/nn/mlp_block.hpp"          // provides: MlpBlock (fused gate/up column-parallel, down row-parallel)
 #include "vlpar/nn/vocab_parallel.hpp"     // provides: vocab-parallel embedding, LM head and cross-entropy
 #include "vlpar/nn/decoder.hpp"            // provides: DecoderModel (params/grads, forward/backward, param_layout), DecoderBatch
+#include "vlpar/nn/lm_head.hpp"            // provides: LmHead (final RMSNorm + vocab-parallel head + CE, tied or untied)
+#include "vlpar/nn/moe_block.hpp"          // provides: MoeBlock, MoeConfig, MoeWeights (router, experts, Switch aux loss)
+#include "vlpar/nn/vision_config.hpp"      // provides: VisionConfig, vision cu_seqlens / patch coordinates of grids
+#include "vlpar/nn/vision_block.hpp"       // provides: VisionBlock (LayerNorm, fused qkv, 2D rotary, bidirectional attention)
+#include "vlpar/nn/patch_merger.hpp"       // provides: PatchMerger (final and deepstack mergers)
+#include "vlpar/nn/vision_encoder.hpp"     // provides: VisionEncoder (patch embed, pos-embed interpolation, blocks, mergers)
+#include "vlpar/nn/param_registry.hpp"     // provides: ParamRegistry (one list of parameters: name, shard, group, frozen)
+#include "vlpar/kernels/moe.hpp"           // provides: MoeDispatch, grouped_gemm, moe_permute/unpermute
+#include "vlpar/kernels/pos_embed.hpp"     // provides: VisionGrid, learned position-embedding interpolation fwd/bwd
+#include "vlpar/io/safetensors.hpp"        // provides: SafetensorsFile, TensorInfo, write_safetensors, atomic_write_file
+#include "vlpar/io/hf_checkpoint.hpp"      // provides: HfTensorSource, write_hf_safetensors, plan_hf_shards
+#include "vlpar/data/mrope_positions.hpp"  // provides: compute_mrope_positions (HF get_rope_index over a packed batch)
