@@ -1,0 +1,81 @@
+// The trainer's TOML config: every key maps one to one, overrides win over the file, unknown keys and wrong types
+// are errors naming file, line and key, validation gives one sentence, and the printed config parses back equal.
+#include <gtest/gtest.h>
+
+#include "train_config.hpp"
+
+namespace qwen3vl {
+namespace {
+
+TEST(TrainConfig, FileThenOverridesThenValidate) {
+  const std::string toml = R"(
+[model]
+preset = "tiny-moe"
+freeze_vision = true
+[training]
+steps = 50
+recompute = "selective"
+[optimizer]
+lr = 3e-4
+)";
+  const std::vector<std::string> overrides = {"--training.steps=70", "data.workers=3", "--optimizer.beta2=0.99"};
+  Result<TrainConfig> c = parse_train_config(toml, "t.toml", overrides);
+  ASSERT_TRUE(c.ok()) << c.status().message();
+  EXPECT_EQ(c.value().model.preset, "tiny-moe");
+  EXPECT_TRUE(c.value().model.freeze_vision);
+  EXPECT_EQ(c.value().training.steps, 70);
+  EXPECT_EQ(c.value().training.recompute, "selective");
+  EXPECT_EQ(c.value().data.workers, 3);
+  EXPECT_DOUBLE_EQ(c.value().optimizer.lr, 3e-4);
+  EXPECT_DOUBLE_EQ(c.value().optimizer.beta2, 0.99);
+}
+
+TEST(TrainConfig, PrintedConfigParsesBackEqual) {
+  const std::vector<std::string> overrides = {"--data.train=/d/x y", "--metrics.peak_gflops=12.5",
+                                              "--model.seed=9223372036854775807"};
+  Result<TrainConfig> c = parse_train_config("", "defaults", overrides);
+  ASSERT_TRUE(c.ok()) << c.status().message();
+  const std::string text = c.value().to_toml();
+  Result<TrainConfig> back = parse_train_config(text, "printed");
+  ASSERT_TRUE(back.ok()) << back.status().message() << "\n" << text;
+  EXPECT_EQ(back.value().to_toml(), text);
+  EXPECT_EQ(back.value().data.train, "/d/x y");
+  EXPECT_EQ(back.value().model.seed, 9223372036854775807ull);
+}
+
+void expect_error(const std::string& toml, const std::vector<std::string>& overrides, const std::string& needle) {
+  Result<TrainConfig> c = parse_train_config(toml, "bad.toml", overrides);
+  ASSERT_FALSE(c.ok()) << toml;
+  EXPECT_NE(c.status().message().find(needle), std::string::npos) << c.status().message();
+}
+
+TEST(TrainConfig, ErrorsNameFileLineAndKey) {
+  expect_error("[training]\nstpes = 3\n", {}, "bad.toml:2: unknown key training.stpes");
+  expect_error("[trainin]\nsteps = 3\n", {}, "unknown section [trainin]");
+  expect_error("[training]\nsteps = \"many\"\n", {}, "bad.toml:2: training.steps must be an integer");
+  expect_error("[model]\nfreeze_vision = 1\n", {}, "model.freeze_vision must be a boolean");
+  expect_error("[training\n", {}, "bad.toml:1");
+  expect_error("", {"--training.steps=ten"}, "training.steps must be an integer");
+  expect_error("", {"--training.step=10"}, "unknown key training.step");
+  expect_error("", {"training.steps"}, "--section.key=value");
+  expect_error("", {"--model.seed=-1"}, "model.seed must be an integer");
+  expect_error("", {"--model.seed=18446744073709551615"}, "model.seed must be an integer in [0, 2^63)");
+}
+
+TEST(TrainConfig, ValidationIsOneSentenceNamingTheKey) {
+  expect_error("", {"--training.recompute=some"}, "training.recompute must be none, selective or full");
+  expect_error("", {"--training.dtype=bf16"}, "training.dtype 'bf16' is not supported");
+  expect_error("", {"--schedule.warmup_steps=500", "--training.steps=100"}, "schedule.warmup_steps 500");
+  expect_error("", {"--data.mode=chat"}, "data.mode must be sft or caption");
+  expect_error("", {"--model.hf_dir=a", "--model.config_json=b"}, "at most one of model.hf_dir");
+  expect_error("", {"--optimizer.beta2=1"}, "optimizer.beta1 and beta2");
+}
+
+TEST(TrainConfig, MissingFileIsAnIoError) {
+  Result<TrainConfig> c = load_train_config("/nonexistent/train.toml");
+  ASSERT_FALSE(c.ok());
+  EXPECT_NE(c.status().message().find("/nonexistent/train.toml"), std::string::npos);
+}
+
+}  // namespace
+}  // namespace qwen3vl

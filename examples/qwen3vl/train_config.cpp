@@ -1,0 +1,282 @@
+// The trainer's TOML configuration. See train_config.hpp.
+#include "train_config.hpp"
+
+#include <fmt/format.h>
+
+#include <algorithm>
+#include <charconv>
+#include <fstream>
+#include <sstream>
+#include <toml++/toml.h>
+#include <variant>
+
+namespace qwen3vl {
+
+namespace {
+
+using FieldPtr = std::variant<int*, int64_t*, uint64_t*, double*, bool*, std::string*>;
+
+struct Field {
+  std::string section, key;
+  FieldPtr ptr;
+  std::string dotted() const { return section + "." + key; }
+};
+
+// Every key of every section, bound to `c`: the one table that parsing, overrides and printing share.
+std::vector<Field> fields(TrainConfig& c) {
+  return {
+      {"model", "preset", &c.model.preset},
+      {"model", "hf_dir", &c.model.hf_dir},
+      {"model", "config_json", &c.model.config_json},
+      {"model", "seed", &c.model.seed},
+      {"model", "freeze_vision", &c.model.freeze_vision},
+      {"model", "freeze_merger", &c.model.freeze_merger},
+      {"model", "freeze_language_model", &c.model.freeze_language_model},
+      {"data", "train", &c.data.train},
+      {"data", "eval", &c.data.eval},
+      {"data", "split", &c.data.split},
+      {"data", "eval_split", &c.data.eval_split},
+      {"data", "tokenizer", &c.data.tokenizer},
+      {"data", "mode", &c.data.mode},
+      {"data", "workers", &c.data.workers},
+      {"data", "prefetch", &c.data.prefetch},
+      {"data", "token_budget", &c.data.token_budget},
+      {"data", "patch_budget", &c.data.patch_budget},
+      {"data", "min_pixels", &c.data.min_pixels},
+      {"data", "max_pixels", &c.data.max_pixels},
+      {"data", "seed", &c.data.seed},
+      {"data", "shuffle_buffer", &c.data.shuffle_buffer},
+      {"optimizer", "lr", &c.optimizer.lr},
+      {"optimizer", "min_lr_ratio", &c.optimizer.min_lr_ratio},
+      {"optimizer", "weight_decay", &c.optimizer.weight_decay},
+      {"optimizer", "beta1", &c.optimizer.beta1},
+      {"optimizer", "beta2", &c.optimizer.beta2},
+      {"optimizer", "eps", &c.optimizer.eps},
+      {"schedule", "warmup_steps", &c.schedule.warmup_steps},
+      {"schedule", "decay", &c.schedule.decay},
+      {"training", "steps", &c.training.steps},
+      {"training", "grad_accum", &c.training.grad_accum},
+      {"training", "max_grad_norm", &c.training.max_grad_norm},
+      {"training", "recompute", &c.training.recompute},
+      {"training", "dtype", &c.training.dtype},
+      {"training", "max_nonfinite_in_a_row", &c.training.max_nonfinite_in_a_row},
+      {"training", "threads", &c.training.threads},
+      {"checkpoint", "dir", &c.checkpoint.dir},
+      {"checkpoint", "interval", &c.checkpoint.interval},
+      {"checkpoint", "keep_last", &c.checkpoint.keep_last},
+      {"checkpoint", "resume", &c.checkpoint.resume},
+      {"checkpoint", "export_hf", &c.checkpoint.export_hf},
+      {"metrics", "dir", &c.metrics.dir},
+      {"metrics", "log_interval", &c.metrics.log_interval},
+      {"metrics", "tensorboard", &c.metrics.tensorboard},
+      {"metrics", "trace", &c.metrics.trace},
+      {"metrics", "peak_gflops", &c.metrics.peak_gflops},
+      {"parallel", "tp", &c.parallel.tp},
+  };
+}
+
+const char* type_name(const FieldPtr& p) {
+  return std::visit(
+      [](auto* v) -> const char* {
+        using T = std::remove_pointer_t<decltype(v)>;
+        if constexpr (std::is_same_v<T, std::string>) return "a string";
+        else if constexpr (std::is_same_v<T, bool>) return "a boolean";
+        else if constexpr (std::is_same_v<T, double>) return "a number";
+        else if constexpr (std::is_same_v<T, uint64_t>) return "an integer in [0, 2^63)";
+        else return "an integer";
+      },
+      p);
+}
+
+// Assigns a TOML node to a field; false when the node's type does not fit.
+bool assign(const Field& f, const toml::node& n) {
+  return std::visit(
+      [&](auto* v) -> bool {
+        using T = std::remove_pointer_t<decltype(v)>;
+        if constexpr (std::is_same_v<T, std::string>) {
+          if (!n.is_string()) return false;
+          *v = *n.value<std::string>();
+        } else if constexpr (std::is_same_v<T, bool>) {
+          if (!n.is_boolean()) return false;
+          *v = *n.value<bool>();
+        } else if constexpr (std::is_same_v<T, double>) {
+          if (!n.is_number()) return false;
+          *v = *n.value<double>();
+        } else {
+          if (!n.is_integer()) return false;
+          const int64_t x = *n.value<int64_t>();
+          if constexpr (std::is_same_v<T, uint64_t>) {
+            if (x < 0) return false;
+          } else if constexpr (std::is_same_v<T, int>) {
+            if (x < INT32_MIN || x > INT32_MAX) return false;
+          }
+          *v = static_cast<T>(x);
+        }
+        return true;
+      },
+      f.ptr);
+}
+
+// Assigns command-line text to a field.
+bool assign_text(const Field& f, const std::string& text) {
+  return std::visit(
+      [&](auto* v) -> bool {
+        using T = std::remove_pointer_t<decltype(v)>;
+        if constexpr (std::is_same_v<T, std::string>) {
+          *v = text;
+          return true;
+        } else if constexpr (std::is_same_v<T, bool>) {
+          if (text != "true" && text != "false") return false;
+          *v = text == "true";
+          return true;
+        } else if constexpr (std::is_same_v<T, double>) {
+          char* end = nullptr;
+          const double x = std::strtod(text.c_str(), &end);
+          if (text.empty() || *end != '\0') return false;
+          *v = x;
+          return true;
+        } else {
+          T x{};
+          auto [p, ec] = std::from_chars(text.data(), text.data() + text.size(), x);
+          if (ec != std::errc() || p != text.data() + text.size()) return false;
+          if constexpr (std::is_same_v<T, uint64_t>) {
+            if (x > uint64_t(INT64_MAX)) return false;  // TOML integers are signed 64-bit
+          }
+          *v = x;
+          return true;
+        }
+      },
+      f.ptr);
+}
+
+std::string value_text(const FieldPtr& p) {
+  return std::visit(
+      [](auto* v) -> std::string {
+        using T = std::remove_pointer_t<decltype(v)>;
+        if constexpr (std::is_same_v<T, std::string>) {
+          std::ostringstream os;
+          os << toml::value<std::string>(*v);
+          return os.str();
+        } else if constexpr (std::is_same_v<T, bool>) {
+          return *v ? "true" : "false";
+        } else if constexpr (std::is_same_v<T, double>) {
+          std::string s = fmt::format("{}", *v);
+          if (s.find_first_of(".eEn") == std::string::npos) s += ".0";  // keep it a TOML float
+          return s;
+        } else {
+          return fmt::format("{}", *v);
+        }
+      },
+      p);
+}
+
+bool one_of(const std::string& v, std::initializer_list<const char*> options) {
+  for (const char* o : options)
+    if (v == o) return true;
+  return false;
+}
+
+}  // namespace
+
+Status TrainConfig::validate() const {
+  VLPAR_CHECK(training.steps > 0, "training.steps must be positive, got {}", training.steps);
+  VLPAR_CHECK(training.grad_accum > 0, "training.grad_accum must be positive, got {}", training.grad_accum);
+  VLPAR_CHECK(training.max_grad_norm >= 0, "training.max_grad_norm must be >= 0 (0 = off), got {}",
+              training.max_grad_norm);
+  VLPAR_CHECK(one_of(training.recompute, {"none", "selective", "full"}),
+              "training.recompute must be none, selective or full, got '{}'", training.recompute);
+  VLPAR_CHECK(training.dtype == "f32",
+              "training.dtype '{}' is not supported: the CPU blocks store parameters and activations in f32 "
+              "(bf16 storage needs the bf16 block kernels, not implemented yet)",
+              training.dtype);
+  VLPAR_CHECK(training.max_nonfinite_in_a_row >= 1, "training.max_nonfinite_in_a_row must be >= 1, got {}",
+              training.max_nonfinite_in_a_row);
+  VLPAR_CHECK(training.threads >= 0, "training.threads must be >= 0 (0 = all), got {}", training.threads);
+  VLPAR_CHECK(optimizer.lr > 0, "optimizer.lr must be positive, got {}", optimizer.lr);
+  VLPAR_CHECK(optimizer.min_lr_ratio >= 0 && optimizer.min_lr_ratio <= 1,
+              "optimizer.min_lr_ratio must be in [0, 1], got {}", optimizer.min_lr_ratio);
+  VLPAR_CHECK(optimizer.beta1 >= 0 && optimizer.beta1 < 1 && optimizer.beta2 >= 0 && optimizer.beta2 < 1,
+              "optimizer.beta1 and beta2 must be in [0, 1), got {} and {}", optimizer.beta1, optimizer.beta2);
+  VLPAR_CHECK(optimizer.eps > 0 && optimizer.weight_decay >= 0, "optimizer.eps must be > 0 and weight_decay >= 0");
+  VLPAR_CHECK(schedule.warmup_steps >= 0 && schedule.warmup_steps <= training.steps,
+              "schedule.warmup_steps {} must be in [0, training.steps = {}]", schedule.warmup_steps, training.steps);
+  VLPAR_CHECK(one_of(schedule.decay, {"cosine", "linear", "constant"}),
+              "schedule.decay must be cosine, linear or constant, got '{}'", schedule.decay);
+  VLPAR_CHECK(one_of(data.mode, {"sft", "caption"}), "data.mode must be sft or caption, got '{}'", data.mode);
+  VLPAR_CHECK(data.workers >= 1 && data.prefetch >= 1, "data.workers and data.prefetch must be >= 1");
+  VLPAR_CHECK(data.token_budget > 0 && data.patch_budget >= 0, "data.token_budget must be > 0 and patch_budget >= 0");
+  VLPAR_CHECK(data.min_pixels > 0 && data.min_pixels <= data.max_pixels,
+              "data.min_pixels {} must be positive and <= data.max_pixels {}", data.min_pixels, data.max_pixels);
+  VLPAR_CHECK(data.shuffle_buffer >= 1, "data.shuffle_buffer must be >= 1, got {}", data.shuffle_buffer);
+  VLPAR_CHECK(int(!model.hf_dir.empty()) + int(!model.config_json.empty()) <= 1,
+              "give at most one of model.hf_dir and model.config_json");
+  VLPAR_CHECK(checkpoint.interval >= 0 && checkpoint.keep_last >= 1,
+              "checkpoint.interval must be >= 0 and checkpoint.keep_last >= 1");
+  VLPAR_CHECK(metrics.log_interval >= 1, "metrics.log_interval must be >= 1, got {}", metrics.log_interval);
+  VLPAR_CHECK(metrics.peak_gflops >= 0, "metrics.peak_gflops must be >= 0 (0 = measure), got {}", metrics.peak_gflops);
+  VLPAR_CHECK(parallel.tp >= 1, "parallel.tp must be >= 1, got {}", parallel.tp);
+  return Status::Ok();
+}
+
+std::string TrainConfig::to_toml() const {
+  TrainConfig copy = *this;
+  std::string out, section;
+  for (const Field& f : fields(copy)) {
+    if (f.section != section) {
+      out += fmt::format("{}[{}]\n", section.empty() ? "" : "\n", f.section);
+      section = f.section;
+    }
+    out += fmt::format("{} = {}\n", f.key, value_text(f.ptr));
+  }
+  return out;
+}
+
+Result<TrainConfig> parse_train_config(std::string_view toml_text, std::string_view source,
+                                       std::span<const std::string> overrides) {
+  TrainConfig c;
+  std::vector<Field> table = fields(c);
+  toml::table root;
+  try {
+    root = toml::parse(toml_text, source);
+  } catch (const toml::parse_error& e) {
+    return VLPAR_STATUS(vlpar::StatusCode::kInvalidArgument, "{}:{}:{}: {}", source, e.source().begin.line,
+                        e.source().begin.column, e.description());
+  }
+  for (auto&& [sec_key, sec_node] : root) {
+    const std::string sec(sec_key.str());
+    const toml::table* sec_table = sec_node.as_table();
+    const bool known_section = std::any_of(table.begin(), table.end(), [&](const Field& f) { return f.section == sec; });
+    VLPAR_CHECK(known_section && sec_table != nullptr, "{}:{}: unknown section [{}]", source,
+                sec_node.source().begin.line, sec);
+    for (auto&& [key, node] : *sec_table) {
+      auto it = std::find_if(table.begin(), table.end(),
+                             [&](const Field& f) { return f.section == sec && f.key == key.str(); });
+      VLPAR_CHECK(it != table.end(), "{}:{}: unknown key {}.{}", source, node.source().begin.line, sec, key.str());
+      VLPAR_CHECK(assign(*it, node), "{}:{}: {} must be {}", source, node.source().begin.line, it->dotted(),
+                  type_name(it->ptr));
+    }
+  }
+  for (const std::string& o : overrides) {
+    std::string_view s = o;
+    if (s.starts_with("--")) s.remove_prefix(2);
+    const size_t eq = s.find('=');
+    VLPAR_CHECK(eq != std::string_view::npos, "override '{}' must look like --section.key=value", o);
+    const std::string name(s.substr(0, eq)), value(s.substr(eq + 1));
+    auto it = std::find_if(table.begin(), table.end(), [&](const Field& f) { return f.dotted() == name; });
+    VLPAR_CHECK(it != table.end(), "override '{}': unknown key {}", o, name);
+    VLPAR_CHECK(assign_text(*it, value), "override '{}': {} must be {}", o, name, type_name(it->ptr));
+  }
+  VLPAR_RETURN_IF_ERROR(c.validate());
+  return c;
+}
+
+Result<TrainConfig> load_train_config(const std::string& path, std::span<const std::string> overrides) {
+  if (path.empty()) return parse_train_config("", "<defaults>", overrides);
+  std::ifstream in(path);
+  VLPAR_CHECK_CODE(in.good(), vlpar::StatusCode::kIoError, "cannot read the config file {}", path);
+  std::stringstream ss;
+  ss << in.rdbuf();
+  return parse_train_config(ss.str(), path, overrides);
+}
+
+}  // namespace qwen3vl
