@@ -27,7 +27,7 @@ PosEmbedDesc pos_desc(const VisionConfig& cfg) {
   PosEmbedDesc d;
   d.side = cfg.pos_side();
   d.merge = cfg.merge;
-  d.linspace = LinspaceRounding::kFused;  // what torch's AVX2/AVX512 CPU kernels (HF's goldens) compute
+  d.linspace = cfg.pos_embed_linspace;
   return d;
 }
 

@@ -5,15 +5,23 @@
 //   the derived tolerance (kDecoderStack: the default rule);
 //   segment isolation (other images / video frames never leak into an image's outputs);
 //   freezing (frozen gradients untouched, trainable ones bitwise equal to the unfrozen run, the backward stops
-//   at the lowest trainable stage); bad inputs named in the Status; determinism.
+//   at the lowest trainable stage); bad inputs named in the Status; determinism;
+//   HF golden fixtures (tests/fixtures/qwen3vl/{dense,moe}, tools/golden/qwen3vl_golden.py): the interpolated
+//   position embedding bit for bit, and HF's image/video embeddings and deepstack outputs as well as ours within
+//   the derived bound of the fp64 reference on the same weights.
 // Run: ./build/cpu/tests/test_vision_encoder
 #include <gtest/gtest.h>
 
+#include <cctype>
+#include <cstring>
+#include <fstream>
 #include <functional>
+#include <sstream>
 #include <string>
 
 #include "fd_check.hpp"
 #include "test_util.hpp"
+#include "vlpar/io/safetensors.hpp"
 #include "vlpar/nn/vision_encoder.hpp"
 #include "vlpar/reference/vision.hpp"
 
@@ -21,6 +29,7 @@ namespace vlpar {
 namespace {
 using namespace vlpar::test;
 namespace R = vlpar::reference;
+namespace io = vlpar::io;
 
 // Hv 16, 2 heads of head_dim 8, Iv 24, depth 3, patch 2 (patch_dim 3·2·2·2 = 24), G 4, D 12, deepstack after
 // blocks 0 and 2 (the last block feeds both the final merger and a deepstack merger).
@@ -229,6 +238,12 @@ TEST(VisionEncoderReference, BackwardMatchesFiniteDifferences) {
 
 // --- kernel vs fp64 reference --------------------------------------------------------------------------------
 
+// The default rule on a composite is statistical: the kernel's and the naive's errors are sums of many propagated
+// rounding errors, and their maxima over a small tensor can differ by more than the per-op factor 2. Measured
+// (Nov 2026): at this seed the worst error/bound over every output and gradient is 0.66 (merger fc2 weight) for
+// 1 to 4 threads; over 36 random seeds × 3 thread counts, 3 of 2088 tensor checks exceeded the bound by ≤ 17%,
+// all of them bias or norm gradients (sums over every patch). The sharp per-op checks are test_vision_block.cpp;
+// this test guards the wiring (a wrong connection is an O(|ref|) error).
 TEST(VisionEncoder, ForwardAndBackwardMatchFp64Reference) {
   const nn::VisionConfig cfg = tiny_config();
   Allocator a;
@@ -462,6 +477,160 @@ TEST(VisionEncoder, Deterministic) {
   EXPECT_TRUE(bitwise_equal("merged", outs[0].merged, outs[1].merged));
   for (size_t i = 0; i < p.info.size(); ++i) EXPECT_TRUE(bitwise_equal(p.info[i].name, grads[0][i], grads[1][i]));
 }
+
+// --- HF golden fixtures ----------------------------------------------------------------------------------------
+
+// The "vision_config" object of a config.json, and integer fields of it (enough for the golden fixtures).
+std::string vision_config_json(const std::string& path) {
+  std::ifstream in(path);
+  std::stringstream ss;
+  ss << in.rdbuf();
+  const std::string text = ss.str();
+  const size_t at = text.find("\"vision_config\"");
+  if (at == std::string::npos) return {};
+  const size_t open = text.find('{', at);
+  int depth = 0;
+  for (size_t i = open; i < text.size(); ++i) {
+    depth += text[i] == '{' ? 1 : text[i] == '}' ? -1 : 0;
+    if (depth == 0) return text.substr(open, i - open + 1);
+  }
+  return {};
+}
+std::vector<int64_t> json_ints(const std::string& obj, const std::string& key) {
+  std::vector<int64_t> out;
+  size_t at = obj.find("\"" + key + "\"");
+  if (at == std::string::npos) return out;
+  auto skip = [&](const char* chars) {
+    while (at < obj.size() && std::strchr(chars, obj[at]) != nullptr && obj[at] != '\0') ++at;
+  };
+  at = obj.find(':', at) + 1;
+  skip(" \t\r\n[");
+  while (at < obj.size() && (std::isdigit(static_cast<unsigned char>(obj[at])) || obj[at] == '-')) {
+    size_t used = 0;
+    out.push_back(std::stoll(obj.substr(at), &used));
+    at += used;
+    skip(" \t\r\n,");
+  }
+  return out;
+}
+
+class HfVision : public ::testing::TestWithParam<std::string> {};
+
+TEST_P(HfVision, PosEmbedBitwiseAndEmbeddingsWithinTheDerivedBound) {
+  const std::string dir = std::string(VLPAR_FIXTURES_DIR) + "/qwen3vl/" + GetParam();
+  const std::string vc = vision_config_json(dir + "/config.json");
+  ASSERT_FALSE(vc.empty()) << "no vision_config in " << dir << "/config.json";
+  auto one = [&](const char* key) {
+    const auto v = json_ints(vc, key);
+    EXPECT_EQ(v.size(), 1u) << key;
+    return v.empty() ? int64_t(0) : v[0];
+  };
+  nn::VisionConfig cfg;
+  cfg.hidden = one("hidden_size");
+  cfg.heads = int(one("num_heads"));
+  cfg.intermediate = one("intermediate_size");
+  cfg.depth = int(one("depth"));
+  cfg.patch = int(one("patch_size"));
+  cfg.temporal_patch = int(one("temporal_patch_size"));
+  cfg.merge = int(one("spatial_merge_size"));
+  cfg.in_channels = int(one("in_channels"));
+  cfg.out_hidden = one("out_hidden_size");
+  cfg.num_position_embeddings = one("num_position_embeddings");
+  cfg.deepstack_indexes.clear();
+  for (int64_t j : json_ints(vc, "deepstack_visual_indexes")) cfg.deepstack_indexes.push_back(int(j));
+  ASSERT_TRUE(cfg.validate().ok()) << cfg.validate().to_string();
+
+  auto model = io::SafetensorsFile::open(dir + "/model.safetensors");
+  auto batch = io::SafetensorsFile::open(dir + "/batch.safetensors");
+  auto expected = io::SafetensorsFile::open(dir + "/expected.safetensors");
+  ASSERT_TRUE(model.ok() && batch.ok() && expected.ok()) << "cannot open the fixture files in " << dir;
+  // The parsed config agrees with the file: as many deepstack mergers as indexes, as many blocks as depth.
+  const std::string ds = "model.visual.deepstack_merger_list.";
+  EXPECT_NE(model->find(ds + std::to_string(cfg.deepstack_indexes.size() - 1) + ".norm.weight"), nullptr);
+  EXPECT_EQ(model->find(ds + std::to_string(cfg.deepstack_indexes.size()) + ".norm.weight"), nullptr);
+  EXPECT_EQ(model->find("model.visual.blocks." + std::to_string(cfg.depth) + ".norm1.weight"), nullptr);
+  Allocator a;
+  Context ctx = test_ctx(2);
+  ctx.allocator = &a;
+  // Every vision parameter, read in the file's shape (the patch weight is [Hv, C, Tp, P, P]) into our flat order.
+  const auto info = R::vision_encoder_params(cfg);
+  std::vector<std::vector<double>> host;
+  std::vector<Tensor> w;
+  for (const R::VisionParam& p : info) {
+    const std::string name = "model.visual." + p.name;
+    const io::TensorInfo* t = model->find(name);
+    ASSERT_NE(t, nullptr) << name;
+    ASSERT_EQ(t->numel, p.shape.numel()) << name;
+    Tensor f = Tensor::empty(a, t->shape, DType::kF32).value();
+    ASSERT_TRUE(model->read(name, f).ok()) << name;
+    Tensor flat = Tensor::empty(a, p.shape, DType::kF32).value();
+    std::memcpy(flat.ptr<float>(), f.ptr<float>(), size_t(f.numel()) * sizeof(float));
+    host.push_back(to_f64(flat));
+    w.push_back(flat);
+  }
+  nn::VisionEncoder enc(cfg, encoder_views(cfg, w), nn::VisionEncoderWeights{});
+  auto read_f32 = [&](const io::SafetensorsFile& f, const std::string& name) {
+    const io::TensorInfo* t = f.find(name);
+    EXPECT_NE(t, nullptr) << name;
+    Tensor out = Tensor::empty(a, t ? t->shape : Shape{0}, DType::kF32).value();
+    if (t) {
+      EXPECT_TRUE(f.read(name, out).ok()) << name;
+    }
+    return out;
+  };
+
+  for (const std::string kind : {"image", "video"}) {
+    const std::string pix_name = kind == "image" ? "pixel_values" : "pixel_values_videos";
+    const std::string grid_name = kind == "image" ? "image_grid_thw" : "video_grid_thw";
+    if (batch->find(grid_name) == nullptr) continue;
+    const io::TensorInfo* gi = batch->find(grid_name);
+    Tensor thw = Tensor::empty(a, gi->shape, DType::kI64).value();
+    ASSERT_TRUE(batch->read(grid_name, thw).ok());
+    const auto grids = nn::vision_grids_from_thw(thw);
+    ASSERT_TRUE(grids.ok());
+    const Tensor pixels = read_f32(batch.value(), pix_name);
+
+    // The interpolated position embedding: bit for bit (HF's goldens come from torch's AVX2/AVX512 CPU kernels).
+    Tensor pe = Tensor::empty(a, {pixels.shape()[0], cfg.hidden}, DType::kF32).value();
+    PosEmbedDesc pd;
+    pd.side = cfg.pos_side();
+    pd.merge = cfg.merge;
+    ASSERT_TRUE(pos_embed_forward(ctx, pe, w[2], grids.value(), pd).ok());
+    EXPECT_TRUE(bitwise_equal(kind + " pos embeds", pe, read_f32(expected.value(), "vision_pos_embeds_" + kind)));
+
+    nn::VisionStash st;
+    nn::VisionOutput out;
+    const Status s = enc.forward(ctx, pixels, grids.value(), st, out);
+    ASSERT_TRUE(s.ok()) << s.to_string();
+    const auto r64 = R::vision_encoder<double>(cfg, host, to_f64(pixels), grids.value());
+    const auto r32 = R::vision_encoder<float>(cfg, cast_all<float>(host), cast_vec<float>(to_f64(pixels)),
+                                              grids.value());
+    auto check = [&](const std::string& name, const Tensor& mine, const std::vector<double>& ref,
+                     const std::vector<float>& naive) {
+      const Tensor hf = read_f32(expected.value(), name);
+      // HF's own fp32 result and ours, each against the fp64 reference: the reference is HF's semantics and the
+      // kernel is the reference's, each within the default rule.
+      EXPECT_TRUE(close_to_reference(GetParam() + " HF " + name, to_f64(hf), ref, to_double(naive), hf.shape(),
+                                     TolOp::kDecoderStack, DType::kF32));
+      EXPECT_TRUE(close_to_reference(GetParam() + " vlpar " + name, to_f64(mine), ref, to_double(naive), hf.shape(),
+                                     TolOp::kDecoderStack, DType::kF32));
+      std::printf("[%s %s] max|vlpar - HF| / max|HF| = %.2e\n", GetParam().c_str(), name.c_str(),
+                  max_abs_diff(to_f64(mine), to_f64(hf)) / max_abs(to_f64(hf)));
+    };
+    check(kind + "_embeds", out.merged, r64.merged, r32.merged);
+    for (size_t j = 0; j < cfg.deepstack_indexes.size(); ++j)
+      check("deepstack_" + kind + "_embeds." + std::to_string(j), out.deepstack[j], r64.deepstack[j],
+            r32.deepstack[j]);
+    // The embeddings (patch embedding + position embedding) and every block's output.
+    for (int k = 0; k <= cfg.depth; ++k) {
+      const Tensor hf = read_f32(expected.value(), "vision_hidden_" + kind + "." + std::to_string(k));
+      const double rel = max_abs_diff(to_f64(st.hidden[size_t(k)]), to_f64(hf)) / max_abs(to_f64(hf));
+      EXPECT_LT(rel, 1e-5) << kind << " hidden " << k;  // diagnostic; the derived checks above are the contract
+    }
+  }
+}
+
+INSTANTIATE_TEST_SUITE_P(Fixtures, HfVision, ::testing::Values("dense", "moe"));
 
 }  // namespace
 }  // namespace vlpar

@@ -31,6 +31,9 @@ struct VisionConfig {
   std::vector<int> deepstack_indexes = {8, 16, 24};  // 0-based blocks whose output feeds deepstack merger j
   float eps = 1e-6f;             // every vision LayerNorm (hard-coded in HF)
   float rope_theta = 10000.f;    // vision 2D rotary base (hard-coded in HF)
+  // How the pos-embed interpolation rounds torch's CPU linspace (kernels/pos_embed.hpp): kFused reproduces HF
+  // run on AVX2/AVX512 CPUs (every current x86 machine), kSeparate HF under ATEN_CPU_CAPABILITY=default.
+  LinspaceRounding pos_embed_linspace = LinspaceRounding::kFused;
 
   /// C·Tp·P·P, the length of one pixel-patch row (1536).
   int64_t patch_dim() const { return int64_t(in_channels) * temporal_patch * patch * patch; }
