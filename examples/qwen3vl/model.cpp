@@ -409,6 +409,14 @@ Result<StepLoss> Model::forward(const Context& ctx, const Batch& batch, Stash& s
     }
     if (size_t(l) < stash.deepstack.size()) add_rows(ls.out, stash.deepstack[size_t(l)], stash.visual_rows);
     x = ls.out;
+    if (recompute_ != Recompute::kNone) {  // backward rebuilds what is dropped here (recompute_layer)
+      ls.mlp = nn::MlpStash{};
+      ls.moe = nn::MoeStash{};
+    }
+    if (recompute_ == Recompute::kFull) {
+      ls.attn = nn::AttentionStash{};
+      ls.after_attn = Tensor{};
+    }
   }
 
   VLPAR_ASSIGN_OR_RETURN(vlpar::CrossEntropyResult ce, head().forward(ctx, x, stash.labels, stash.head));
@@ -432,6 +440,24 @@ Result<Tensor> Model::logits(const Context& ctx, const Stash& stash, Allocator& 
 }
 
 // ---- backward ----------------------------------------------------------------------------------------------
+
+Status Model::recompute_layer(const Context& ctx, int l, Stash& stash) const {
+  if (recompute_ == Recompute::kNone) return Status::Ok();
+  Allocator& alloc = *ctx.allocator;
+  const int64_t N = stash.embeds.view().size(0), H = cfg_.text.hidden;
+  LayerStash& ls = stash.layers[size_t(l)];
+  const nn::PackedSeq seq{stash.cu_seqlens, stash.positions};
+  if (recompute_ == Recompute::kFull) {
+    const TensorView x = l == 0 ? stash.embeds.view() : stash.layers[size_t(l - 1)].out.view();
+    VLPAR_ASSIGN_OR_RETURN(ls.after_attn, Tensor::empty(alloc, Shape{N, H}, DType::kF32));
+    VLPAR_RETURN_IF_ERROR(attention(l).forward(ctx, ls.after_attn, x, seq, ls.attn));
+  }
+  // The block output is not needed again (the next layer's backward is done): write it to scratch. The router
+  // statistics of the step are final already, so the MoE forward does not add to them again.
+  VLPAR_ASSIGN_OR_RETURN(Tensor scratch, Tensor::empty(alloc, Shape{N, H}, DType::kF32));
+  if (layers_[size_t(l)].moe) return moe(l).forward(ctx, scratch, ls.after_attn, N, ls.moe, nullptr);
+  return mlp(l).forward(ctx, scratch, ls.after_attn, N, ls.mlp);
+}
 
 Status Model::vision_backward(const Context& ctx, const Stash& stash, VisionPass& pass, TensorView d_embeds,
                               const std::vector<Tensor>& d_deepstack) const {
@@ -481,6 +507,7 @@ Status Model::backward(const Context& ctx, const Batch& batch, Stash& stash, flo
                              Tensor::empty(alloc, Shape{int64_t(stash.visual_rows.size()), H}, DType::kF32));
       gather_rows(d_deepstack[size_t(l)], dx, stash.visual_rows);
     }
+    VLPAR_RETURN_IF_ERROR(recompute_layer(ctx, l, stash));
     if (layers_[size_t(l)].moe) {
       VLPAR_RETURN_IF_ERROR(moe(l).backward(ctx, dmid, dx, N, ls.moe, none, &stash.aux, grad_aux));
     } else {
@@ -488,6 +515,12 @@ Status Model::backward(const Context& ctx, const Batch& batch, Stash& stash, flo
     }
     VLPAR_RETURN_IF_ERROR(attention(l).backward(ctx, dtmp, dmid, seq, ls.attn, none));
     std::swap(dx, dtmp);
+    // This layer's activations are consumed: free them now (lowers the backward's peak in every mode).
+    ls.attn = nn::AttentionStash{};
+    ls.mlp = nn::MlpStash{};
+    ls.moe = nn::MoeStash{};
+    ls.after_attn = Tensor{};
+    ls.out = Tensor{};
   }
 
   // Embedding: the rows overwritten by visual tokens give embed_tokens nothing (masked_scatter, spec §4.1);

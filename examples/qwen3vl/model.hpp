@@ -58,6 +58,13 @@ struct Batch {
   std::vector<vlpar::nn::VisionGrid> video_grids;  // (t, h, w) per video
 };
 
+/// Activation recompute (the trainer's training.recompute). Gradients are bitwise the same in every mode.
+///   kNone      keep every block's stash from forward to backward;
+///   kSelective drop each layer's MLP / MoE stash (gate|up and the activation: the largest per-token tensors,
+///              3·I floats a token against the attention stash's ~5·H) and recompute that block in backward;
+///   kFull      keep only each layer's input and output; recompute both blocks of the layer in backward.
+enum class Recompute { kNone, kSelective, kFull };
+
 /// Which parameter groups are frozen.
 struct Freeze {
   bool vision = false;          // patch embed, position table, ViT blocks
@@ -114,17 +121,40 @@ class Model {
 
   const Config& config() const { return cfg_; }
   const vlpar::nn::TensorParallel& tensor_parallel() const { return tp_; }
+  void set_recompute(Recompute r) { recompute_ = r; }
+  Recompute recompute() const { return recompute_; }
   vlpar::nn::ParamRegistry& registry() { return reg_; }
   const vlpar::nn::ParamRegistry& registry() const { return reg_; }
 
   /// @brief Forward over a packed batch: the loss, with everything backward needs in `stash`.
   /// ctx.allocator must be set (blocks take their scratch from it).
   Result<StepLoss> forward(const Context& ctx, const Batch& batch, Stash& stash) const;
-  /// @brief Accumulates grad_loss · ∂loss/∂θ into every trainable parameter's gradient.
+  /// @brief Accumulates grad_loss · ∂loss/∂θ into every trainable parameter's gradient. Consumes the stash
+  /// (each layer's activations are freed as soon as its backward is done).
   Status backward(const Context& ctx, const Batch& batch, Stash& stash, float grad_loss = 1.f) const;
   /// @brief logits [N, V/tp] f32 of the last forward (final normed hidden states · lm_headᵀ, this rank's vocab
   /// block), for parity checks and the forward CLI; training never materialises them.
   Result<Tensor> logits(const Context& ctx, const Stash& stash, Allocator& alloc) const;
+
+  // ---- Read access for inference paths outside forward/backward (generate.hpp's KV-cache decode) ----------
+  /// Registry indices of decoder layer `layer`: the first of its attention block's 7 parameters (norm, q, k, v,
+  /// q_norm, k_norm, o: AttentionBlock's order) and of its MLP block's 3 (norm, gate_up, down) or MoE block's 4
+  /// (norm, router, gate_up, down).
+  struct LayerParamIndex {
+    size_t attn = 0;
+    size_t mlp = 0;
+    bool moe = false;
+  };
+  LayerParamIndex layer_param_index(int layer) const {
+    const LayerParams& l = layers_.at(size_t(layer));
+    return {l.attn, l.mlp, l.moe};
+  }
+  size_t embed_param_index() const { return embed_; }
+  size_t final_norm_param_index() const { return final_norm_; }
+  size_t lm_head_param_index() const { return lm_head_; }  // == embed_param_index() when tied
+  /// The feed-forward block of layer `layer` over the registry, exactly as forward builds it.
+  vlpar::nn::MlpBlock mlp_block(int layer) const { return mlp(layer); }
+  vlpar::nn::MoeBlock moe_block(int layer) const { return moe(layer); }
 
  private:
   struct LayerParams {
@@ -152,7 +182,11 @@ class Model {
   Status vision_backward(const Context& ctx, const Stash& stash, VisionPass& pass, TensorView d_embeds,
                          const std::vector<Tensor>& d_deepstack) const;
 
+  /// Re-runs layer l's forward from its input to rebuild the stash the recompute mode dropped.
+  Status recompute_layer(const Context& ctx, int layer, Stash& stash) const;
+
   Config cfg_;
+  Recompute recompute_ = Recompute::kNone;
   vlpar::nn::TensorParallel tp_;
   vlpar::nn::Range vocab_block_;  // this rank's rows of embed_tokens / lm_head
   vlpar::nn::ParamRegistry reg_;
