@@ -1,0 +1,375 @@
+// Greedy KV-cache decoding for Qwen3-VL. See generate.hpp.
+#include "generate.hpp"
+
+#include <algorithm>
+#include <chrono>
+#include <cmath>
+#include <cstring>
+#include <limits>
+
+#include "vlpar/kernels/embedding.hpp"
+#include "vlpar/kernels/gemm.hpp"
+#include "vlpar/kernels/norm.hpp"
+#include "vlpar/kernels/rotary.hpp"
+
+namespace qwen3vl {
+
+using vlpar::DType;
+using vlpar::Shape;
+using vlpar::StatusCode;
+namespace nn = vlpar::nn;
+
+namespace {
+
+constexpr int64_t kIgnore = -100;
+
+// A [rows, cols] f32 view of a contiguous buffer (the per-step buffers are reinterpreted per use).
+TensorView as2d(TensorView t, int64_t rows, int64_t cols) { return TensorView(t.data, DType::kF32, Shape{rows, cols}); }
+TensorView as3d(TensorView t, int64_t a, int64_t b, int64_t c) {
+  return TensorView(t.data, DType::kF32, Shape{a, b, c});
+}
+
+double seconds_since(std::chrono::steady_clock::time_point t0) {
+  return std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+}
+
+}  // namespace
+
+// ---- free functions ----------------------------------------------------------------------------------------
+
+Status decode_attention(const Context& ctx, TensorView out, TensorView q, TensorView k_cache, TensorView v_cache,
+                        int64_t len) {
+  const char* kName = "decode_attention";
+  for (const auto& [name, t] : {std::pair<const char*, TensorView>{"out", out}, {"q", q}, {"k_cache", k_cache},
+                                {"v_cache", v_cache}})
+    VLPAR_CHECK(t.dtype == DType::kF32 && t.is_contiguous() && !t.empty(), "{}: {} must be a non-empty contiguous "
+                "f32 tensor, got {}", kName, name, t.to_string());
+  VLPAR_CHECK(q.ndim() == 2, "{}: q must be [Hq, D], got {}", kName, q.to_string());
+  VLPAR_CHECK(out.shape == q.shape, "{}: out {} must be shaped like q {}", kName, out.to_string(), q.to_string());
+  const int64_t hq = q.size(0), d = q.size(1);
+  VLPAR_CHECK(k_cache.ndim() == 3 && k_cache.size(2) == d, "{}: k_cache must be [capacity, H_kv, {}], got {}", kName,
+              d, k_cache.to_string());
+  VLPAR_CHECK(v_cache.shape == k_cache.shape, "{}: v_cache {} must be shaped like k_cache {}", kName,
+              v_cache.to_string(), k_cache.to_string());
+  const int64_t hkv = k_cache.size(1), cap = k_cache.size(0);
+  VLPAR_CHECK(hq % hkv == 0, "{}: {} query heads are not a multiple of {} kv heads", kName, hq, hkv);
+  VLPAR_CHECK(len >= 1 && len <= cap, "{}: len {} is outside [1, capacity {}]", kName, len, cap);
+  const int64_t group = hq / hkv, row = hkv * d;  // cache row stride (one token)
+  const float scale = 1.f / std::sqrt(float(d));   // as the varlen kernel (softmax_scale 0 = D^-½)
+  const float* qp = q.ptr<float>();
+  const float* kp = k_cache.ptr<float>();
+  const float* vp = v_cache.ptr<float>();
+  float* op = out.ptr<float>();
+  vlpar::parallel_for(ctx, hq, [&](int64_t begin, int64_t end) {
+    std::vector<float> p(static_cast<size_t>(len));
+    for (int64_t h = begin; h < end; ++h) {
+      const float* qh = qp + h * d;
+      const int64_t kvh = h / group;
+      float m = -std::numeric_limits<float>::infinity();
+      for (int64_t j = 0; j < len; ++j) {
+        const float* kj = kp + j * row + kvh * d;
+        float s = 0.f;
+        for (int64_t c = 0; c < d; ++c) s += qh[c] * kj[c];
+        p[size_t(j)] = s * scale;
+        m = std::max(m, p[size_t(j)]);
+      }
+      float sum = 0.f;
+      for (int64_t j = 0; j < len; ++j) {
+        p[size_t(j)] = std::exp(p[size_t(j)] - m);
+        sum += p[size_t(j)];
+      }
+      float* oh = op + h * d;
+      std::fill(oh, oh + d, 0.f);
+      for (int64_t j = 0; j < len; ++j) {
+        const float* vj = vp + j * row + kvh * d;
+        const float w = p[size_t(j)];
+        for (int64_t c = 0; c < d; ++c) oh[c] += w * vj[c];
+      }
+      const float inv = 1.f / sum;
+      for (int64_t c = 0; c < d; ++c) oh[c] *= inv;
+    }
+  });
+  return Status::Ok();
+}
+
+Result<int64_t> greedy_token(TensorView logits) {
+  VLPAR_CHECK(logits.dtype == DType::kF32 && logits.ndim() == 1 && logits.is_contiguous() && !logits.empty(),
+              "greedy_token: logits must be a non-empty contiguous f32 [V] tensor, got {}", logits.to_string());
+  const float* l = logits.ptr<float>();
+  int64_t best = 0;
+  for (int64_t i = 0; i < logits.numel(); ++i) {
+    VLPAR_CHECK(!std::isnan(l[i]), "greedy_token: logit {} is NaN", i);
+    if (l[i] > l[best]) best = i;  // strict: a tie keeps the lower id
+  }
+  return best;
+}
+
+Result<Batch> prompt_from_batch(const LoadedBatch& lb, int64_t sample, int64_t prompt_tokens) {
+  const char* kName = "prompt_from_batch";
+  const Batch& all = lb.batch;
+  // Sample boundaries (absent cu_seqlens = one sample).
+  std::vector<int64_t> cu = {0, all.input_ids.numel()};
+  if (!all.cu_seqlens.empty()) {
+    cu.resize(size_t(all.cu_seqlens.numel()));
+    for (size_t i = 0; i < cu.size(); ++i)
+      cu[i] = all.cu_seqlens.dtype == DType::kI64 ? all.cu_seqlens.ptr<int64_t>()[i]
+                                                  : int64_t(all.cu_seqlens.ptr<int32_t>()[i]);
+  }
+  const int64_t B = int64_t(cu.size()) - 1;
+  VLPAR_CHECK(sample >= 0 && sample < B, "{}: sample {} is outside the batch's {} samples", kName, sample, B);
+  const int64_t begin = cu[size_t(sample)], len = cu[size_t(sample) + 1] - begin;
+  VLPAR_CHECK(prompt_tokens >= 0 && prompt_tokens <= len, "{}: prompt_tokens {} is outside [0, {}] (sample {} has "
+              "{} tokens; 0 = all)", kName, prompt_tokens, len, sample, len);
+  Batch b;
+  b.input_ids = all.input_ids.slice(0, begin, begin + (prompt_tokens > 0 ? prompt_tokens : len));
+  // This sample's grids and pixel rows: those of the samples before it are skipped.
+  auto take = [&](const char* what, const std::vector<int64_t>& per_sample,
+                  const std::vector<vlpar::nn::VisionGrid>& grids, TensorView pixels,
+                  std::vector<vlpar::nn::VisionGrid>& out_grids, TensorView& out_pixels) -> Status {
+    if (grids.empty()) return Status::Ok();
+    int64_t first = 0, count = int64_t(grids.size());
+    if (B > 1 || !per_sample.empty()) {
+      VLPAR_CHECK(int64_t(per_sample.size()) == B, "{}: the batch has {} samples and {} {} but {}_per_sample has {} "
+                  "entries (a pack needs it to split the {} by sample)", kName, B, grids.size(), what, what,
+                  per_sample.size(), what);
+      for (int64_t k = 0; k < sample; ++k) first += per_sample[size_t(k)];
+      count = per_sample[size_t(sample)];
+      VLPAR_CHECK(count >= 0 && first + count <= int64_t(grids.size()), "{}: {}_per_sample asks for {} {} from "
+                  "index {} but the batch has {}", kName, what, count, what, first, grids.size());
+    }
+    int64_t row = 0, rows = 0;
+    for (int64_t k = 0; k < first; ++k) row += grids[size_t(k)].t * grids[size_t(k)].h * grids[size_t(k)].w;
+    for (int64_t k = first; k < first + count; ++k) {
+      out_grids.push_back(grids[size_t(k)]);
+      rows += grids[size_t(k)].t * grids[size_t(k)].h * grids[size_t(k)].w;
+    }
+    VLPAR_CHECK(pixels.ndim() == 2 && row + rows <= pixels.size(0), "{}: the {} grids need {} patch rows but the pixels are {}", kName,
+                what, row + rows, pixels.to_string());
+    if (rows > 0) out_pixels = pixels.slice(0, row, row + rows);
+    return Status::Ok();
+  };
+  VLPAR_RETURN_IF_ERROR(take("images", lb.images_per_sample, all.image_grids, all.pixel_values, b.image_grids,
+                             b.pixel_values));
+  VLPAR_RETURN_IF_ERROR(take("videos", lb.videos_per_sample, all.video_grids, all.pixel_values_videos,
+                             b.video_grids, b.pixel_values_videos));
+  return b;
+}
+
+const char* to_string(StopReason r) {
+  switch (r) {
+    case StopReason::kEos: return "eos";
+    case StopReason::kMaxNewTokens: return "max_new_tokens";
+    case StopReason::kMaxLength: return "max_length";
+  }
+  return "?";
+}
+
+// ---- Generator ---------------------------------------------------------------------------------------------
+
+Result<Generator> Generator::create(const Model& model, int64_t max_length, Allocator& alloc) {
+  const TextConfig& t = model.config().text;
+  VLPAR_CHECK_CODE(model.tensor_parallel().size() == 1, StatusCode::kNotSupported,
+                   "Generator: tensor-parallel models (tp {}) are not supported; load the model with tp 1",
+                   model.tensor_parallel().size());
+  const nn::ParamRegistry& reg = model.registry();
+  for (size_t i = 0; i < reg.size(); ++i)
+    VLPAR_CHECK_CODE(reg.entry(i).dtype == DType::kF32 && !reg.value(i).empty(), StatusCode::kNotSupported,
+                     "Generator: parameter {} is {} {}; the decode path needs materialised f32 weights",
+                     reg.name(i), vlpar::dtype_name(reg.entry(i).dtype), reg.value(i).to_string());
+  VLPAR_CHECK(max_length >= 2, "Generator: max_length must be at least 2 (a prompt token and a new one), got {}",
+              max_length);
+
+  Generator g;
+  g.model_ = &model;
+  g.alloc_ = &alloc;
+  g.max_length_ = max_length;
+  g.rope_.kind = vlpar::RotaryKind::kMRoPE;
+  g.rope_.head_dim = int(t.head_dim);
+  g.rope_.theta = float(t.rope_theta);  // as Model::text_block_config
+  for (int a = 0; a < 3; ++a) g.rope_.mrope_section[a] = t.mrope_section[size_t(a)];
+  VLPAR_RETURN_IF_ERROR(vlpar::check_rotary_desc(g.rope_));
+
+  const int64_t H = t.hidden, D = t.head_dim, hq = t.heads, hkv = t.kv_heads;
+  for (int l = 0; l < t.layers; ++l) {
+    VLPAR_ASSIGN_OR_RETURN(Tensor k, Tensor::zeros(alloc, Shape{max_length, hkv, D}, DType::kF32));
+    VLPAR_ASSIGN_OR_RETURN(Tensor v, Tensor::zeros(alloc, Shape{max_length, hkv, D}, DType::kF32));
+    g.k_cache_.push_back(std::move(k));
+    g.v_cache_.push_back(std::move(v));
+  }
+  auto f32 = [&](Shape s) { return Tensor::empty(alloc, s, DType::kF32); };
+  VLPAR_ASSIGN_OR_RETURN(g.x_, f32(Shape{1, H}));
+  VLPAR_ASSIGN_OR_RETURN(g.y_, f32(Shape{1, H}));
+  VLPAR_ASSIGN_OR_RETURN(g.h_, f32(Shape{1, H}));
+  VLPAR_ASSIGN_OR_RETURN(g.q_raw_, f32(Shape{1, hq * D}));
+  VLPAR_ASSIGN_OR_RETURN(g.q_, f32(Shape{1, hq * D}));
+  VLPAR_ASSIGN_OR_RETURN(g.attn_, f32(Shape{1, hq * D}));
+  VLPAR_ASSIGN_OR_RETURN(g.k_raw_, f32(Shape{1, hkv * D}));
+  VLPAR_ASSIGN_OR_RETURN(g.k_normed_, f32(Shape{1, hkv * D}));
+  VLPAR_ASSIGN_OR_RETURN(g.logits_, f32(Shape{1, t.vocab}));
+  VLPAR_ASSIGN_OR_RETURN(g.positions_, Tensor::empty(alloc, Shape{3, 1}, DType::kI64));
+  VLPAR_ASSIGN_OR_RETURN(g.token_, Tensor::empty(alloc, Shape{1}, DType::kI64));
+  return g;
+}
+
+int64_t Generator::cache_bytes() const {
+  int64_t b = 0;
+  for (size_t l = 0; l < k_cache_.size(); ++l) b += int64_t(k_cache_[l].view().nbytes() + v_cache_[l].view().nbytes());
+  return b;
+}
+
+Result<TensorView> Generator::prefill(const Context& ctx, const Batch& prompt) {
+  VLPAR_CHECK(ctx.allocator != nullptr, "Generator::prefill: ctx.allocator must be set");
+  const TensorView ids = prompt.input_ids;
+  VLPAR_CHECK(ids.dtype == DType::kI64 && ids.ndim() == 1 && ids.is_contiguous() && ids.numel() >= 1,
+              "Generator::prefill: input_ids must be a non-empty contiguous i64 [N] tensor, got {}", ids.to_string());
+  const int64_t N = ids.numel();
+  if (!prompt.cu_seqlens.empty()) {
+    const TensorView cu = prompt.cu_seqlens;
+    VLPAR_CHECK(cu.ndim() == 1 && (cu.dtype == DType::kI64 || cu.dtype == DType::kI32),
+                "Generator::prefill: cu_seqlens must be i32/i64 [B + 1], got {}", cu.to_string());
+    auto at = [&](int64_t i) { return cu.dtype == DType::kI64 ? cu.ptr<int64_t>()[i] : int64_t(cu.ptr<int32_t>()[i]); };
+    VLPAR_CHECK(cu.numel() == 2 && at(0) == 0 && at(1) == N,
+                "Generator::prefill: the prompt must be one sample (cu_seqlens [0, {}]), got cu_seqlens {} of {} "
+                "entries", N, cu.to_string(), cu.numel());
+  }
+  VLPAR_CHECK(N <= max_length_, "Generator::prefill: the prompt has {} tokens but max_length is {}", N, max_length_);
+  prefilled_ = false;
+  length_ = 0;
+
+  // One forward over the prompt, no labels (the loss is 0 over 0 tokens; only the stash matters).
+  Allocator& alloc = *ctx.allocator;
+  int64_t cu_storage[2] = {0, N};
+  VLPAR_ASSIGN_OR_RETURN(Tensor labels, Tensor::empty(alloc, Shape{N}, DType::kI64));
+  std::fill(labels.ptr<int64_t>(), labels.ptr<int64_t>() + N, kIgnore);
+  Batch b = prompt;
+  b.labels = labels;
+  b.cu_seqlens = TensorView(cu_storage, DType::kI64, Shape{2});
+  Stash stash;
+  VLPAR_RETURN_IF_ERROR(model_->forward(ctx, b, stash).status());
+
+  // Every layer's k/v rows from the layer's input (embeds, then the previous layer's output: both kept by the
+  // forward in every recompute mode, unlike the attention stash, which Recompute::kFull drops).
+  const TextConfig& t = model_->config().text;
+  const int64_t kvw = t.kv_heads * t.head_dim;
+  VLPAR_ASSIGN_OR_RETURN(Tensor h, Tensor::empty(alloc, Shape{N, t.hidden}, DType::kF32));
+  VLPAR_ASSIGN_OR_RETURN(Tensor k_raw, Tensor::empty(alloc, Shape{N, kvw}, DType::kF32));
+  VLPAR_ASSIGN_OR_RETURN(Tensor k_normed, Tensor::empty(alloc, Shape{N, kvw}, DType::kF32));
+  for (int l = 0; l < t.layers; ++l) {
+    const TensorView x = l == 0 ? stash.embeds.view() : stash.layers[size_t(l - 1)].out.view();
+    VLPAR_CHECK(x.numel() == N * t.hidden, "Generator::prefill: the forward kept no input for layer {}", l);
+    const size_t attn = model_->layer_param_index(l).attn;
+    VLPAR_RETURN_IF_ERROR(
+        vlpar::rmsnorm_forward(ctx, h, TensorView{}, x, model_->registry().value(attn), float(t.rms_eps)));
+    VLPAR_RETURN_IF_ERROR(write_kv(ctx, l, h, stash.positions, 0, k_raw, k_normed));
+  }
+  const int64_t* pos = stash.positions.ptr<int64_t>();
+  const int64_t max_pos = *std::max_element(pos, pos + 3 * N);
+  rope_delta_ = max_pos + 1 - N;
+  // Last position's logits: final-normed hidden state row N − 1 times the LM head.
+  const TensorView hn = stash.head.hn;
+  VLPAR_RETURN_IF_ERROR(vlpar::linear_forward(ctx, logits_, hn.slice(0, N - 1, N),
+                                              model_->registry().value(model_->lm_head_param_index()), TensorView{}));
+  length_ = N;
+  prefilled_ = true;
+  return logits_.view().slice(0, 0, 1).reshape(Shape{t.vocab});
+}
+
+Status Generator::write_kv(const Context& ctx, int layer, TensorView h, TensorView positions, int64_t row0,
+                           TensorView k_raw, TensorView k_normed) {
+  // The attention block's forward for k and v (attention_block.cpp): k = rotary(k_norm(h·Wkᵀ)), v = h·Wvᵀ.
+  const TextConfig& t = model_->config().text;
+  const nn::ParamRegistry& reg = model_->registry();
+  const size_t attn = model_->layer_param_index(layer).attn;  // norm, q, k, v, q_norm, k_norm, o
+  const int64_t n = h.size(0), hkv = t.kv_heads, D = t.head_dim;
+  VLPAR_CHECK(row0 >= 0 && row0 + n <= max_length_, "Generator: cache rows [{}, {}) exceed max_length {}", row0,
+              row0 + n, max_length_);
+  const TensorView kc = k_cache_[size_t(layer)].view().slice(0, row0, row0 + n);  // [n, hkv, D], contiguous
+  const TensorView vc = v_cache_[size_t(layer)].view().slice(0, row0, row0 + n);
+  VLPAR_RETURN_IF_ERROR(vlpar::linear_forward(ctx, k_raw, h, reg.value(attn + 2), TensorView{}));
+  VLPAR_RETURN_IF_ERROR(vlpar::linear_forward(ctx, as2d(vc, n, hkv * D), h, reg.value(attn + 3), TensorView{}));
+  VLPAR_RETURN_IF_ERROR(vlpar::rmsnorm_forward(ctx, as2d(k_normed, n * hkv, D), TensorView{},
+                                               as2d(k_raw, n * hkv, D), reg.value(attn + 5), float(t.rms_eps)));
+  return vlpar::rotary_forward(ctx, kc, as3d(k_normed, n, hkv, D), positions, rope_);
+}
+
+Result<TensorView> Generator::step(const Context& ctx, int64_t token) {
+  VLPAR_CHECK(ctx.allocator != nullptr, "Generator::step: ctx.allocator must be set");
+  VLPAR_CHECK(prefilled_, "Generator::step: call prefill first");
+  VLPAR_CHECK(length_ < max_length_, "Generator::step: the KV cache is full ({} tokens = max_length)", length_);
+  const TextConfig& t = model_->config().text;
+  VLPAR_CHECK(token >= 0 && token < t.vocab, "Generator::step: token {} is outside the vocabulary [0, {})", token,
+              t.vocab);
+  const nn::ParamRegistry& reg = model_->registry();
+  const int64_t n = length_, D = t.head_dim, hq = t.heads;
+  const float eps = float(t.rms_eps);
+
+  token_.ptr<int64_t>()[0] = token;
+  for (int a = 0; a < 3; ++a) positions_.ptr<int64_t>()[a] = n + rope_delta_;
+  VLPAR_RETURN_IF_ERROR(vlpar::embedding_forward(ctx, x_, reg.value(model_->embed_param_index()), token_));
+
+  for (int l = 0; l < t.layers; ++l) {
+    const Model::LayerParamIndex p = model_->layer_param_index(l);
+    auto w = [&](size_t k) { return reg.value(p.attn + k); };  // norm, q, k, v, q_norm, k_norm, o
+    TensorView kc = k_cache_[size_t(l)], vc = v_cache_[size_t(l)];
+    // Attention: x_ → y_ = x_ + o_proj(attention).
+    VLPAR_RETURN_IF_ERROR(vlpar::rmsnorm_forward(ctx, h_, TensorView{}, x_, w(0), eps));
+    VLPAR_RETURN_IF_ERROR(vlpar::linear_forward(ctx, q_raw_, h_, w(1), TensorView{}));
+    VLPAR_RETURN_IF_ERROR(vlpar::rmsnorm_forward(ctx, as2d(q_, hq, D), TensorView{}, as2d(q_raw_, hq, D), w(4), eps));
+    VLPAR_RETURN_IF_ERROR(vlpar::rotary_forward(ctx, as3d(q_, 1, hq, D), as3d(q_, 1, hq, D), positions_, rope_));
+    VLPAR_RETURN_IF_ERROR(write_kv(ctx, l, h_, positions_, n, k_raw_, k_normed_));
+    VLPAR_RETURN_IF_ERROR(decode_attention(ctx, as2d(attn_, hq, D), as2d(q_, hq, D), kc, vc, n + 1));
+    VLPAR_RETURN_IF_ERROR(vlpar::linear_forward(ctx, y_, attn_, w(6), TensorView{}));
+    for (int64_t c = 0; c < t.hidden; ++c) y_.ptr<float>()[c] += x_.ptr<float>()[c];
+    // Feed-forward: y_ → x_ (the block adds its own residual).
+    if (p.moe) {
+      nn::MoeStash st;
+      VLPAR_RETURN_IF_ERROR(model_->moe_block(l).forward(ctx, x_, y_, 1, st));
+    } else {
+      nn::MlpStash st;
+      VLPAR_RETURN_IF_ERROR(model_->mlp_block(l).forward(ctx, x_, y_, 1, st));
+    }
+  }
+  VLPAR_RETURN_IF_ERROR(
+      vlpar::rmsnorm_forward(ctx, h_, TensorView{}, x_, reg.value(model_->final_norm_param_index()), eps));
+  VLPAR_RETURN_IF_ERROR(
+      vlpar::linear_forward(ctx, logits_, h_, reg.value(model_->lm_head_param_index()), TensorView{}));
+  length_ = n + 1;
+  return logits_.view().slice(0, 0, 1).reshape(Shape{t.vocab});
+}
+
+Result<GenerateResult> Generator::generate(const Context& ctx, const Batch& prompt, const GenerateOptions& options) {
+  VLPAR_CHECK(options.max_new_tokens >= 1, "Generator::generate: max_new_tokens must be at least 1, got {}",
+              options.max_new_tokens);
+  const int64_t N = prompt.input_ids.numel();
+  VLPAR_CHECK(N < max_length_, "Generator::generate: the prompt has {} tokens, which leaves no room for a new "
+              "token under max_length {}", N, max_length_);
+  GenerateResult r;
+  r.prompt_tokens = N;
+  auto t0 = std::chrono::steady_clock::now();
+  VLPAR_ASSIGN_OR_RETURN(TensorView logits, prefill(ctx, prompt));
+  VLPAR_ASSIGN_OR_RETURN(int64_t tok, greedy_token(logits));
+  r.prefill_seconds = seconds_since(t0);
+  t0 = std::chrono::steady_clock::now();
+  for (;;) {
+    r.tokens.push_back(tok);
+    if (std::find(options.eos_ids.begin(), options.eos_ids.end(), tok) != options.eos_ids.end()) {
+      r.stop = StopReason::kEos;
+      break;
+    }
+    if (int64_t(r.tokens.size()) == options.max_new_tokens) {
+      r.stop = StopReason::kMaxNewTokens;
+      break;
+    }
+    if (N + int64_t(r.tokens.size()) == max_length_) {
+      r.stop = StopReason::kMaxLength;
+      break;
+    }
+    VLPAR_ASSIGN_OR_RETURN(logits, step(ctx, tok));
+    VLPAR_ASSIGN_OR_RETURN(tok, greedy_token(logits));
+    ++r.decode_steps;
+  }
+  r.decode_seconds = seconds_since(t0);
+  return r;
+}
+
+}  // namespace qwen3vl
