@@ -65,6 +65,10 @@ void zero_rows(TensorView t, const std::vector<int64_t>& rows) {
 
 }  // namespace
 
+vlpar::obs::Span Model::span(std::string_view cat, std::string_view name) const {
+  return trace_ != nullptr ? trace_->span(cat, name) : vlpar::obs::Span{};
+}
+
 // ---- parameters ------------------------------------------------------------------------------------------
 
 nn::TransformerConfig Model::text_block_config() const {
@@ -353,9 +357,12 @@ Result<StepLoss> Model::forward(const Context& ctx, const Batch& batch, Stash& s
   VLPAR_RETURN_IF_ERROR(vlpar::shift_labels_for_causal_lm(stash.labels, batch.labels, stash.cu_seqlens, kIgnore));
 
   // Vision: images and videos in separate passes, then their merged tokens scattered into the embeddings.
-  VLPAR_RETURN_IF_ERROR(encode(ctx, batch.pixel_values, batch.image_grids, cfg_.image_token_id, ids, stash.image));
-  VLPAR_RETURN_IF_ERROR(
-      encode(ctx, batch.pixel_values_videos, batch.video_grids, cfg_.video_token_id, ids, stash.video));
+  {
+    vlpar::obs::Span s = span(vlpar::obs::trace_cat::kVisionEncoder, "vision_forward");
+    VLPAR_RETURN_IF_ERROR(encode(ctx, batch.pixel_values, batch.image_grids, cfg_.image_token_id, ids, stash.image));
+    VLPAR_RETURN_IF_ERROR(
+        encode(ctx, batch.pixel_values_videos, batch.video_grids, cfg_.video_token_id, ids, stash.video));
+  }
   VLPAR_ASSIGN_OR_RETURN(stash.embeds, Tensor::empty(alloc, Shape{N, H}, DType::kF32));
   VLPAR_RETURN_IF_ERROR(nn::vocab_parallel_embedding_forward(ctx, tp_, stash.embeds, reg_.value(embed_), ids,
                                                              vocab_block_, t.vocab));
@@ -397,6 +404,7 @@ Result<StepLoss> Model::forward(const Context& ctx, const Batch& batch, Stash& s
   stash.aux = vlpar::RouterAuxStats{};
   stash.layers.assign(size_t(t.layers), LayerStash{});
   TensorView x = stash.embeds;
+  vlpar::obs::Span decoder_span = span(vlpar::obs::trace_cat::kDecoder, "decoder_forward");
   for (int l = 0; l < t.layers; ++l) {
     LayerStash& ls = stash.layers[size_t(l)];
     VLPAR_ASSIGN_OR_RETURN(ls.after_attn, Tensor::empty(alloc, Shape{N, H}, DType::kF32));
@@ -419,7 +427,10 @@ Result<StepLoss> Model::forward(const Context& ctx, const Batch& batch, Stash& s
     }
   }
 
+  decoder_span.end();
+  vlpar::obs::Span loss_span = span(vlpar::obs::trace_cat::kLoss, "loss_forward");
   VLPAR_ASSIGN_OR_RETURN(vlpar::CrossEntropyResult ce, head().forward(ctx, x, stash.labels, stash.head));
+  loss_span.end();
   StepLoss out;
   out.ce_loss = ce.loss;
   out.num_label_tokens = ce.num_valid;
@@ -496,7 +507,11 @@ Status Model::backward(const Context& ctx, const Batch& batch, Stash& stash, flo
   VLPAR_ASSIGN_OR_RETURN(Tensor dx, Tensor::empty(alloc, Shape{N, H}, DType::kF32));
   VLPAR_ASSIGN_OR_RETURN(Tensor dmid, Tensor::empty(alloc, Shape{N, H}, DType::kF32));
   VLPAR_ASSIGN_OR_RETURN(Tensor dtmp, Tensor::empty(alloc, Shape{N, H}, DType::kF32));
-  VLPAR_RETURN_IF_ERROR(head().backward(ctx, dx, stash.labels, stash.head, grad_loss, none));
+  {
+    vlpar::obs::Span s = span(vlpar::obs::trace_cat::kLoss, "loss_backward");
+    VLPAR_RETURN_IF_ERROR(head().backward(ctx, dx, stash.labels, stash.head, grad_loss, none));
+  }
+  vlpar::obs::Span decoder_span = span(vlpar::obs::trace_cat::kDecoder, "decoder_backward");
 
   std::vector<Tensor> d_deepstack(stash.deepstack.size());
   for (int l = t.layers - 1; l >= 0; --l) {
@@ -523,8 +538,10 @@ Status Model::backward(const Context& ctx, const Batch& batch, Stash& stash, flo
     ls.out = Tensor{};
   }
 
+  decoder_span.end();
   // Embedding: the rows overwritten by visual tokens give embed_tokens nothing (masked_scatter, spec §4.1);
   // their gradient goes to the vision passes instead.
+  vlpar::obs::Span vision_span = span(vlpar::obs::trace_cat::kVisionEncoder, "vision_backward");
   if (stash.image) VLPAR_RETURN_IF_ERROR(vision_backward(ctx, stash, *stash.image, dx, d_deepstack));
   if (stash.video) VLPAR_RETURN_IF_ERROR(vision_backward(ctx, stash, *stash.video, dx, d_deepstack));
   if (!reg_.grad(embed_).empty()) {

@@ -39,6 +39,7 @@
 #include "vlpar/nn/moe_block.hpp"
 #include "vlpar/nn/param_registry.hpp"
 #include "vlpar/nn/vision_encoder.hpp"
+#include "vlpar/obs/trace_recorder.hpp"
 
 namespace qwen3vl {
 
@@ -122,6 +123,8 @@ class Model {
   const Config& config() const { return cfg_; }
   const vlpar::nn::TensorParallel& tensor_parallel() const { return tp_; }
   void set_recompute(Recompute r) { recompute_ = r; }
+  /// @brief Spans for the vision encoder (mergers included), decoder and loss go to `trace` (null = none).
+  void set_trace(vlpar::obs::TraceRecorder* trace) { trace_ = trace; }
   Recompute recompute() const { return recompute_; }
   vlpar::nn::ParamRegistry& registry() { return reg_; }
   const vlpar::nn::ParamRegistry& registry() const { return reg_; }
@@ -170,6 +173,7 @@ class Model {
   };
 
   Status register_params();
+  vlpar::obs::Span span(std::string_view cat, std::string_view name) const;
   vlpar::nn::TransformerConfig text_block_config() const;
   vlpar::nn::AttentionBlock attention(int layer) const;
   vlpar::nn::MlpBlock mlp(int layer) const;
@@ -187,6 +191,7 @@ class Model {
 
   Config cfg_;
   Recompute recompute_ = Recompute::kNone;
+  vlpar::obs::TraceRecorder* trace_ = nullptr;
   vlpar::nn::TensorParallel tp_;
   vlpar::nn::Range vocab_block_;  // this rank's rows of embed_tokens / lm_head
   vlpar::nn::ParamRegistry reg_;

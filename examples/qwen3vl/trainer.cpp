@@ -1,0 +1,405 @@
+// The Qwen3-VL trainer. See trainer.hpp.
+#include "trainer.hpp"
+
+#include <fmt/format.h>
+#include <nlohmann/json.hpp>
+
+#include <chrono>
+#include <cmath>
+#include <filesystem>
+
+#include "flops.hpp"
+#include "hf_weights.hpp"
+#include "lr_schedule.hpp"
+#include "vlpar/core/log.hpp"
+#include "vlpar/io/checkpoint.hpp"
+#include "vlpar/kernels/gemm.hpp"
+#include "vlpar/obs/data_wait_meter.hpp"
+#include "vlpar/obs/jsonl_writer.hpp"
+#include "vlpar/obs/metrics_line.hpp"
+#include "vlpar/obs/plot.hpp"
+#include "vlpar/obs/stopwatch.hpp"
+#include "vlpar/obs/tensorboard_writer.hpp"
+#include "vlpar/obs/trace_recorder.hpp"
+
+namespace qwen3vl {
+
+using vlpar::DType;
+using vlpar::Shape;
+namespace io = vlpar::io;
+namespace nn = vlpar::nn;
+namespace obs = vlpar::obs;
+namespace fs = std::filesystem;
+
+// ---- FileBatchSource -----------------------------------------------------------------------------------------
+
+Result<std::unique_ptr<FileBatchSource>> FileBatchSource::create(std::vector<std::string> files, int dp_rank,
+                                                                 int dp_size) {
+  VLPAR_CHECK(dp_size >= 1 && dp_rank >= 0 && dp_rank < dp_size, "FileBatchSource: dp rank {} of {}", dp_rank, dp_size);
+  auto s = std::unique_ptr<FileBatchSource>(new FileBatchSource());
+  for (size_t i = size_t(dp_rank); i < files.size(); i += size_t(dp_size)) s->files_.push_back(files[i]);
+  VLPAR_CHECK(!s->files_.empty(), "FileBatchSource: {} batch files leave none for data-parallel rank {} of {}",
+              files.size(), dp_rank, dp_size);
+  return s;
+}
+
+Result<MicroBatch> FileBatchSource::next(Allocator& alloc) {
+  const std::string& path = files_[size_t(position_ % int64_t(files_.size()))];
+  MicroBatch mb;
+  VLPAR_ASSIGN_OR_RETURN(mb.data, load_batch(path, alloc));
+  mb.real_tokens = mb.data.input_ids.numel();
+  mb.images = int64_t(mb.data.batch.image_grids.size() + mb.data.batch.video_grids.size());
+  ++position_;
+  return mb;
+}
+
+Result<std::string> FileBatchSource::state() const { return nlohmann::json{{"position", position_}}.dump(); }
+
+Status FileBatchSource::restore(std::string_view state) {
+  const nlohmann::json j = nlohmann::json::parse(state, nullptr, /*allow_exceptions=*/false);
+  VLPAR_CHECK(j.is_object() && j.contains("position") && j["position"].is_number_integer(),
+              "FileBatchSource: bad state '{}'", state);
+  position_ = j["position"].get<int64_t>();
+  return Status::Ok();
+}
+
+std::string FileBatchSource::describe() const { return fmt::format("{} pre-packed batch files", files_.size()); }
+
+// ---- logs ----------------------------------------------------------------------------------------------------
+
+namespace {
+obs::TraceRecorder::Options disabled_trace() {
+  obs::TraceRecorder::Options o;
+  o.enabled = false;
+  return o;
+}
+}  // namespace
+
+struct Trainer::Logs {
+  obs::JsonlWriter jsonl;
+  obs::TensorBoardWriter tb;
+  obs::TraceRecorder trace{disabled_trace()};
+  obs::DataWaitMeter wait;
+  double peak_gflops = 0;
+};
+
+Trainer::~Trainer() = default;
+
+// ---- setup ---------------------------------------------------------------------------------------------------
+
+Status Trainer::setup_groups() {
+  const int world = world_ ? world_->size() : 1, rank = world_ ? world_->rank() : 0;
+  const int tp = cfg_.parallel.tp;
+  VLPAR_CHECK(world % tp == 0, "parallel.tp = {} does not divide the {} ranks of the job", tp, world);
+  tp_rank_ = rank % tp;
+  dp_rank_ = rank / tp;
+  dp_size_ = world / tp;
+  if (world_ != nullptr && world > 1) {
+    vlpar::comm::CommOptions o = world_->options();
+    o.name = "tp";
+    VLPAR_ASSIGN_OR_RETURN(tp_comm_, world_->split(dp_rank_, tp_rank_, o));
+    o.name = "dp";
+    VLPAR_ASSIGN_OR_RETURN(dp_comm_, world_->split(tp_rank_, dp_rank_, o));
+  }
+  return Status::Ok();
+}
+
+Status Trainer::build_model() {
+  const ModelSection& m = cfg_.model;
+  Config mc;
+  if (!m.hf_dir.empty()) {
+    VLPAR_ASSIGN_OR_RETURN(mc, load_hf_config(m.hf_dir));
+  } else if (!m.config_json.empty()) {
+    VLPAR_ASSIGN_OR_RETURN(mc, load_hf_config(m.config_json));
+  } else {
+    VLPAR_ASSIGN_OR_RETURN(mc, preset(m.preset));
+  }
+  const Freeze freeze{m.freeze_vision, m.freeze_merger, m.freeze_language_model};
+  const nn::TensorParallel tp{cfg_.parallel.tp > 1 ? tp_comm_.get() : nullptr, false};
+  VLPAR_ASSIGN_OR_RETURN(Model model, Model::create(ctx_, mc, freeze, m.seed, alloc_, tp));
+  model_ = std::make_unique<Model>(std::move(model));
+  if (!m.hf_dir.empty()) VLPAR_RETURN_IF_ERROR(load_hf_weights(*model_, m.hf_dir));
+  const std::string& r = cfg_.training.recompute;
+  model_->set_recompute(r == "full" ? Recompute::kFull : r == "selective" ? Recompute::kSelective : Recompute::kNone);
+  vlpar::AdamWConfig a;
+  a.lr = float(cfg_.optimizer.lr);
+  a.beta1 = float(cfg_.optimizer.beta1);
+  a.beta2 = float(cfg_.optimizer.beta2);
+  a.eps = float(cfg_.optimizer.eps);
+  a.weight_decay = float(cfg_.optimizer.weight_decay);
+  VLPAR_ASSIGN_OR_RETURN(TrainOptimizer o, TrainOptimizer::create(ctx_, *model_, a, dp_comm_.get(), alloc_));
+  optim_ = std::make_unique<TrainOptimizer>(std::move(o));
+  return Status::Ok();
+}
+
+Result<std::unique_ptr<Trainer>> Trainer::create(const TrainConfig& cfg, vlpar::comm::Communicator* world,
+                                                 std::unique_ptr<BatchSource> source) {
+  VLPAR_RETURN_IF_ERROR(cfg.validate());
+  auto t = std::unique_ptr<Trainer>(new Trainer());
+  t->cfg_ = cfg;
+  t->world_ = world;
+  t->ctx_ = Context::cpu_default();
+  if (cfg.training.threads > 0) t->ctx_.num_threads = cfg.training.threads;
+  t->ctx_.allocator = &t->alloc_;
+  VLPAR_RETURN_IF_ERROR(t->setup_groups());
+  VLPAR_RETURN_IF_ERROR(t->build_model());
+  VLPAR_CHECK(source != nullptr, "Trainer: no batch source (give pre-packed batch files or a dataset)");
+  t->source_ = std::move(source);
+  t->logs_ = std::make_unique<Logs>();
+  return t;
+}
+
+// ---- checkpoints ---------------------------------------------------------------------------------------------
+
+std::vector<io::CheckpointTensor> Trainer::checkpoint_tensors() {
+  // Replica numbering: the ranks holding identical copies of a shard are the dp replicas times the tp ranks that
+  // hold the same pieces (all tp ranks for a replicated tensor, tp/nKV for a replicated kv head).
+  const int tp = cfg_.parallel.tp;
+  auto replica_of = [&](const nn::ParamShard& p) {
+    const int64_t copies = p.local_shape().numel() * tp / p.full_shape.numel();  // tp ranks with these pieces
+    return int(dp_rank_ * copies + tp_rank_ % copies);
+  };
+  std::vector<io::CheckpointTensor> out;
+  const nn::ParamRegistry& reg = model_->registry();
+  for (size_t i = 0; i < reg.size(); ++i) {
+    const nn::ParamShard& p = reg.entry(i).shard;
+    out.push_back(io::sharded_tensor(p.name, reg.value(i), p, replica_of(p)));
+  }
+  for (const OptimizerTensor& t : optim_->tensors()) out.push_back(io::sharded_tensor(t.name, t.local, t.shard, replica_of(t.shard)));
+  return out;
+}
+
+Status Trainer::save(int64_t step) {
+  vlpar::obs::Span span = logs_->trace.span(obs::trace_cat::kCheckpoint, "save");
+  io::CheckpointWriteSpec spec;
+  spec.root = cfg_.checkpoint.dir;
+  spec.step = step;
+  spec.tensors = checkpoint_tensors();
+  spec.layout_json = nlohmann::json{{"tp", cfg_.parallel.tp}, {"dp", dp_size_}}.dump();
+  spec.user_json = nlohmann::json{{"step", step}, {"optimizer_steps", optim_->steps_taken()},
+                                  {"config", cfg_.to_toml()}}.dump();
+  VLPAR_ASSIGN_OR_RETURN(std::string data_state, source_->state());
+  spec.rank_json = nlohmann::json{{"data", nlohmann::json::parse(data_state)}}.dump();
+  spec.keep_last = cfg_.checkpoint.keep_last;
+  VLPAR_RETURN_IF_ERROR(io::save_checkpoint(spec, world_ && world_->size() > 1 ? world_ : nullptr));
+  last_checkpoint_ = fmt::format("{}/step-{}", cfg_.checkpoint.dir, step);
+  return Status::Ok();
+}
+
+Status Trainer::resume() {
+  if (!cfg_.checkpoint.resume) return Status::Ok();
+  VLPAR_ASSIGN_OR_RETURN(std::optional<io::CheckpointInfo> latest, io::latest_checkpoint(cfg_.checkpoint.dir));
+  if (!latest) return Status::Ok();
+  const nlohmann::json layout = nlohmann::json::parse(latest->layout_json);
+  VLPAR_CHECK(layout.value("dp", 1) == dp_size_,
+              "{}: saved with {} data-parallel ranks but this run has {}; the data position is per dp rank, so resume "
+              "with the same dp size (parameters alone would reshard)",
+              latest->dir, layout.value("dp", 1), dp_size_);
+  std::vector<io::CheckpointTensor> tensors = checkpoint_tensors();
+  std::string user;
+  VLPAR_RETURN_IF_ERROR(io::load_checkpoint(latest->dir, tensors, &user));
+  const nlohmann::json u = nlohmann::json::parse(user);
+  step_ = first_step_ = u.at("step").get<int64_t>();
+  optim_->set_steps_taken(u.at("optimizer_steps").get<int64_t>());
+  VLPAR_ASSIGN_OR_RETURN(std::string rank_json, io::read_checkpoint_rank_json(latest->dir, world_ ? world_->rank() : 0));
+  VLPAR_RETURN_IF_ERROR(source_->restore(nlohmann::json::parse(rank_json).at("data").dump()));
+  last_checkpoint_ = latest->dir;
+  if (!world_ || world_->rank() == 0) vlpar::log_info("resumed from {} at step {}", latest->dir, step_);
+  return Status::Ok();
+}
+
+Result<double> Trainer::measure_peak_gflops() {
+  if (cfg_.metrics.peak_gflops > 0) return cfg_.metrics.peak_gflops;
+  // This CPU's dense fp32 GEMM rate with the run's threads: the best of a few 768³ products.
+  const int64_t n = 768;
+  VLPAR_ASSIGN_OR_RETURN(Tensor a, Tensor::zeros(alloc_, Shape{n, n}, DType::kF32));
+  VLPAR_ASSIGN_OR_RETURN(Tensor c, Tensor::zeros(alloc_, Shape{n, n}, DType::kF32));
+  double best = 0;
+  for (int i = 0; i < 4; ++i) {
+    const auto t0 = std::chrono::steady_clock::now();
+    VLPAR_RETURN_IF_ERROR(vlpar::linear_forward(ctx_, c, a, a, TensorView{}));
+    const double s = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+    best = std::max(best, 2.0 * double(n) * n * n / s * 1e-9);
+  }
+  return best;
+}
+
+// ---- the loop ------------------------------------------------------------------------------------------------
+
+Result<TrainSummary> Trainer::run() {
+  const bool lead = !world_ || world_->rank() == 0;
+  const int64_t total = cfg_.training.steps;
+  VLPAR_RETURN_IF_ERROR(resume());
+  if (lead) {
+    fs::create_directories(cfg_.metrics.dir);
+    const std::optional<int64_t> resumed = first_step_ > 0 ? std::optional<int64_t>(first_step_) : std::nullopt;
+    VLPAR_ASSIGN_OR_RETURN(logs_->jsonl, obs::JsonlWriter::open(cfg_.metrics.dir + "/metrics.jsonl", resumed));
+    if (cfg_.metrics.tensorboard) {
+      obs::TensorBoardWriter::Options o;
+      o.resume_step = resumed;
+      VLPAR_ASSIGN_OR_RETURN(logs_->tb, obs::TensorBoardWriter::create(cfg_.metrics.dir + "/tb", o));
+    }
+    obs::TraceRecorder::Options to;
+    to.enabled = cfg_.metrics.trace;
+    to.process_name = "rank 0";
+    logs_->trace = obs::TraceRecorder(to);
+    model_->set_trace(&logs_->trace);
+    vlpar::log_info("resolved config:\n{}", cfg_.to_toml());
+    const nn::ParamCounts pc = model_->registry().counts();
+    vlpar::log_info("model: {:.2f} M parameters ({:.2f} M trainable on this rank); data: {}; tp {} x dp {}",
+                    double(pc.full_params) * 1e-6, double(pc.trainable) * 1e-6, source_->describe(), cfg_.parallel.tp,
+                    dp_size_);
+  }
+  VLPAR_ASSIGN_OR_RETURN(logs_->peak_gflops, measure_peak_gflops());
+
+  TrainSummary sum;
+  sum.first_step = first_step_;
+  const obs::Stopwatch run_watch;
+  int nonfinite_in_a_row = 0;
+  while (step_ < total) {
+    logs_->wait.start_step();
+    const obs::Stopwatch step_watch;
+    // 1. Micro-batches of this step, and the global count of supervised tokens.
+    std::vector<MicroBatch> micro;
+    {
+      vlpar::obs::Span span = logs_->trace.span(obs::trace_cat::kData, "next_batches");
+      const obs::Stopwatch w;
+      for (int i = 0; i < cfg_.training.grad_accum; ++i) {
+        VLPAR_ASSIGN_OR_RETURN(MicroBatch mb, source_->next(alloc_));
+        micro.push_back(std::move(mb));
+      }
+      logs_->wait.add_wait_s(w.elapsed_s());
+    }
+    VLPAR_RETURN_IF_ERROR(model_->registry().zero_grads());
+    // Forward passes first (each micro-batch's own stash) would hold every stash at once; instead each micro-batch
+    // runs forward + backward before the next, which needs the global label count up front: count labels.
+    std::vector<int64_t> counts;
+    double local[2] = {0, 0};  // Σ valid labels; (reused below for loss sums)
+    for (const MicroBatch& mb : micro) {
+      int64_t n = 0;
+      const int64_t* lab = mb.data.labels.ptr<int64_t>();
+      const int64_t* cu = mb.data.cu_seqlens.ptr<int64_t>();
+      for (int64_t s = 0; s + 1 < mb.data.cu_seqlens.numel(); ++s)
+        for (int64_t i = cu[s] + 1; i < cu[s + 1]; ++i) n += lab[i] != -100;  // shifted: label i predicts from i−1
+      counts.push_back(n);
+      local[0] += double(n);
+    }
+    double global_count = local[0];
+    if (dp_comm_) {
+      VLPAR_RETURN_IF_ERROR(dp_comm_->all_reduce(TensorView(&global_count, DType::kF64, Shape{1}),
+                                                 vlpar::comm::ReduceOp::kSum));
+    }
+    // 2. Forward + backward per micro-batch, scaled by its share of the global supervised tokens.
+    double loss_sum[3] = {0, 0, 0};  // Σ w·loss, Σ w·aux·coef, non-finite flag
+    int64_t tokens = 0, images = 0;
+    double flops = 0;
+    std::string bad;
+    for (size_t i = 0; i < micro.size(); ++i) {
+      const double w = global_count > 0 ? double(counts[i]) / global_count : 0.0;
+      Stash stash;
+      VLPAR_ASSIGN_OR_RETURN(StepLoss l, model_->forward(ctx_, micro[i].data.batch, stash));
+      if (!std::isfinite(l.loss)) {
+        bad = fmt::format("loss is {} (micro-batch {} of {})", l.loss, i + 1, micro.size());
+        loss_sum[2] = 1;
+        break;
+      }
+      loss_sum[0] += w * l.loss;
+      loss_sum[1] += w * l.aux_loss * model_->config().text.router_aux_loss_coef;
+      VLPAR_RETURN_IF_ERROR(model_->backward(ctx_, micro[i].data.batch, stash, float(w)));
+      tokens += micro[i].real_tokens;
+      images += micro[i].images;
+      std::vector<int64_t> lengths;
+      const int64_t* cu = micro[i].data.cu_seqlens.ptr<int64_t>();
+      for (int64_t s = 0; s + 1 < micro[i].data.cu_seqlens.numel(); ++s) lengths.push_back(cu[s + 1] - cu[s]);
+      std::vector<vlpar::VisionGrid> grids = micro[i].data.batch.image_grids;
+      grids.insert(grids.end(), micro[i].data.batch.video_grids.begin(), micro[i].data.batch.video_grids.end());
+      flops += count_flops(model_->config(), lengths, grids).train();
+    }
+    if (dp_comm_) {
+      VLPAR_RETURN_IF_ERROR(dp_comm_->all_reduce(TensorView(loss_sum, DType::kF64, Shape{3}),
+                                                 vlpar::comm::ReduceOp::kSum));
+    }
+    // 3. Optimizer step (skipped on a non-finite loss or gradient norm).
+    const double lr = lr_at(cfg_, step_);
+    StepReport rep;
+    if (loss_sum[2] == 0) {
+      vlpar::obs::Span span = logs_->trace.span(obs::trace_cat::kOptimizer, "adamw");
+      VLPAR_ASSIGN_OR_RETURN(rep, optim_->step(ctx_, lr, cfg_.training.max_grad_norm));
+      if (!rep.applied) bad = fmt::format("gradient norm is {}", rep.grad_norm);
+    } else if (bad.empty()) {
+      bad = "loss is not finite on another data-parallel rank";
+    }
+    const double seconds = step_watch.elapsed_s();
+    const obs::DataWaitMeter::Report wait = logs_->wait.end_step(seconds);
+    ++sum.steps_done;
+    if (!bad.empty()) {
+      ++sum.skipped_steps;
+      ++nonfinite_in_a_row;
+      sum.losses.push_back(NAN);
+      sum.grad_norms.push_back(rep.grad_norm);
+      if (lead) vlpar::log_warn("step {}: {}; step skipped ({} in a row)", step_ + 1, bad, nonfinite_in_a_row);
+      VLPAR_CHECK(nonfinite_in_a_row < cfg_.training.max_nonfinite_in_a_row,
+                  "aborting at step {}: {} consecutive steps were skipped because of non-finite values (last: {}); "
+                  "training.max_nonfinite_in_a_row = {}",
+                  step_ + 1, nonfinite_in_a_row, bad, cfg_.training.max_nonfinite_in_a_row);
+      continue;  // the step counter does not advance: the same step is retried with the next micro-batches
+    }
+    nonfinite_in_a_row = 0;
+    ++step_;
+    sum.losses.push_back(loss_sum[0]);
+    sum.grad_norms.push_back(rep.grad_norm);
+    // 4. Metrics.
+    if (lead && (step_ % cfg_.metrics.log_interval == 0 || step_ == total)) {
+      obs::MetricsLine m;
+      m.step = step_;
+      m.total_steps = total;
+      m.loss = loss_sum[0];
+      if (model_->config().text.num_experts > 0) m.aux_loss = loss_sum[1];
+      m.grad_norm = rep.grad_norm;
+      m.lr = lr;
+      const vlpar::MemoryStats mem = alloc_.stats(vlpar::Device::cpu());
+      m.mem_current_mib = double(mem.current_bytes) / (1 << 20);
+      m.mem_peak_mib = double(mem.peak_bytes) / (1 << 20);
+      alloc_.reset_peak(vlpar::Device::cpu());
+      m.data_wait_pct = wait.pct;
+      obs::StepWork work;
+      work.real_tokens = tokens;
+      work.images = images;
+      work.flops = flops;
+      work.seconds = seconds;
+      work.peak_tflops = logs_->peak_gflops * 1e-3;
+      obs::fill_throughput(m, work);
+      m.wall_time = std::chrono::duration<double>(std::chrono::system_clock::now().time_since_epoch()).count();
+      fmt::print("{}\n", obs::format_metrics_line(m, obs::stdout_color_allowed()));
+      std::fflush(stdout);
+      VLPAR_RETURN_IF_ERROR(logs_->jsonl.append(m));
+      if (logs_->tb.is_open()) VLPAR_RETURN_IF_ERROR(logs_->tb.add_metrics(m));
+    }
+    // 5. Checkpoint.
+    if (cfg_.checkpoint.interval > 0 && step_ % cfg_.checkpoint.interval == 0 && step_ < total) {
+      VLPAR_RETURN_IF_ERROR(save(step_));
+    }
+  }
+  if (sum.steps_done > 0 || last_checkpoint_.empty()) VLPAR_RETURN_IF_ERROR(save(step_));
+  sum.last_checkpoint = last_checkpoint_;
+  sum.seconds = run_watch.elapsed_s();
+  if (lead) {
+    VLPAR_RETURN_IF_ERROR(logs_->jsonl.close());
+    if (logs_->tb.is_open()) VLPAR_RETURN_IF_ERROR(logs_->tb.close());
+    if (cfg_.metrics.trace) VLPAR_RETURN_IF_ERROR(logs_->trace.write_json(cfg_.metrics.dir + "/trace.json"));
+    model_->set_trace(nullptr);
+    if (step_ > 0) {
+      obs::PlotOptions po;
+      po.title = "qwen3vl-train";
+      VLPAR_RETURN_IF_ERROR(obs::plot_metrics_png(cfg_.metrics.dir + "/metrics.jsonl", cfg_.metrics.dir + "/plot.png", po));
+    }
+  }
+  if (!cfg_.checkpoint.export_hf.empty() && lead) {
+    VLPAR_CHECK(cfg_.parallel.tp == 1, "checkpoint.export_hf needs parallel.tp = 1 (export the TP checkpoint with "
+                                       "qwen3vl-convert after loading it at TP 1)");
+    VLPAR_RETURN_IF_ERROR(export_hf(*model_, cfg_.checkpoint.export_hf));
+  }
+  return sum;
+}
+
+}  // namespace qwen3vl

@@ -1,0 +1,119 @@
+#pragma once
+// The Qwen3-VL trainer (issue 6): micro-batches from a BatchSource, gradient accumulation, AdamW with fp32 state,
+// warmup + cosine schedule, global-norm clipping, freezing, activation recompute, tensor and data parallelism
+// over MPI ranks, per-step metrics (console line, JSONL, TensorBoard, Chrome trace, plot), atomic sharded
+// checkpoints with bit-exact resume, and non-finite-step handling.
+//
+// One optimizer step:
+//   fetch grad_accum micro-batches (time waiting for them = data wait) → token counts n_i, all-reduced over dp →
+//   for each micro-batch: forward, backward with grad_loss = n_i / N_global (the gradient of the global
+//   token-weighted mean loss) → a non-finite loss skips the step → TrainOptimizer::step (dp sum, tp-aware norm,
+//   clip, AdamW) → a non-finite norm skips the step → metrics → checkpoint every checkpoint.interval steps.
+// training.max_nonfinite_in_a_row consecutive skipped steps abort with an error naming what was non-finite.
+//
+// Layout: world = tp · dp ranks (mpirun), rank = dp_rank · tp + tp_rank (tp ranks adjacent). Rank 0 writes the
+// logs; every rank writes its checkpoint shard. Resume: the latest committed checkpoint in checkpoint.dir is loaded
+// (parameters, m, v, step, each rank's data-source state), so 2N steps equal N steps, a resume and N more, bit for
+// bit (same layout, CPU, fixed thread count).
+// Test: examples/qwen3vl/tests/test_trainer.cpp (resume, kill during save, faults, recompute), and the README main
+// job (scripts/demo.sh) end to end.
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "batch_io.hpp"
+#include "model.hpp"
+#include "train_config.hpp"
+#include "train_optimizer.hpp"
+#include "vlpar/comm/communicator.hpp"
+#include "vlpar/io/checkpoint.hpp"
+
+namespace qwen3vl {
+
+/// One packed micro-batch and the memory it views.
+struct MicroBatch {
+  LoadedBatch data;
+  int64_t real_tokens = 0;  // tokens in the pack (no padding exists)
+  int64_t images = 0;       // images + video clips
+};
+
+/// Where micro-batches come from. Deterministic and resumable: state() after k next() calls, given to restore()
+/// on a fresh source, makes it yield exactly what the (k+1)-th call would have.
+class BatchSource {
+ public:
+  virtual ~BatchSource() = default;
+  virtual Result<MicroBatch> next(Allocator& alloc) = 0;
+  virtual Result<std::string> state() const = 0;  // JSON
+  virtual Status restore(std::string_view state) = 0;
+  virtual std::string describe() const = 0;
+};
+
+/// Pre-packed batch files (batch_io.hpp format), cycled in order; data-parallel rank r of d takes files
+/// r, r + d, r + 2d, ... (so each rank sees a disjoint share). State: {"position": k}.
+class FileBatchSource : public BatchSource {
+ public:
+  static Result<std::unique_ptr<FileBatchSource>> create(std::vector<std::string> files, int dp_rank, int dp_size);
+  Result<MicroBatch> next(Allocator& alloc) override;
+  Result<std::string> state() const override;
+  Status restore(std::string_view state) override;
+  std::string describe() const override;
+
+ private:
+  std::vector<std::string> files_;  // this rank's share
+  int64_t position_ = 0;            // micro-batches handed out
+};
+
+/// What a finished run reports.
+struct TrainSummary {
+  int64_t first_step = 0;          // 0, or the step resumed from
+  int64_t steps_done = 0;          // optimizer steps attempted in this run (applied + skipped)
+  int64_t skipped_steps = 0;
+  std::vector<double> losses;      // loss of every step of this run (NaN for skipped ones)
+  std::vector<double> grad_norms;
+  std::string last_checkpoint;     // directory of the last checkpoint written ("" if none)
+  double seconds = 0;
+};
+
+class Trainer {
+ public:
+  /// @param world  all ranks (null or size 1: one process); tp from the config, dp = world / tp
+  /// @param source micro-batch source of this rank (null: built from config.data — the data pipeline)
+  static Result<std::unique_ptr<Trainer>> create(const TrainConfig& cfg, vlpar::comm::Communicator* world,
+                                                 std::unique_ptr<BatchSource> source);
+  ~Trainer();
+
+  /// @brief Trains until training.steps (resuming first when configured), saving checkpoints as configured.
+  Result<TrainSummary> run();
+
+  const Model& model() const { return *model_; }
+  Model& model() { return *model_; }
+  int64_t step() const { return step_; }
+
+ private:
+  Trainer() = default;
+  Status setup_groups();
+  Status build_model();
+  Status resume();
+  Status save(int64_t step);
+  std::vector<vlpar::io::CheckpointTensor> checkpoint_tensors();
+  Result<double> measure_peak_gflops();
+
+  struct Logs;  // metrics writers (trainer.cpp)
+
+  TrainConfig cfg_;
+  vlpar::comm::Communicator* world_ = nullptr;
+  std::unique_ptr<vlpar::comm::Communicator> tp_comm_, dp_comm_;
+  int tp_rank_ = 0, dp_rank_ = 0, dp_size_ = 1;
+  Allocator alloc_;
+  Context ctx_;
+  std::unique_ptr<Model> model_;
+  std::unique_ptr<TrainOptimizer> optim_;
+  std::unique_ptr<BatchSource> source_;
+  std::unique_ptr<Logs> logs_;
+  int64_t step_ = 0;
+  int64_t first_step_ = 0;
+  std::string last_checkpoint_;
+};
+
+}  // namespace qwen3vl
