@@ -510,23 +510,23 @@ Status Tokenizer::Impl::load_model(const json& model) {
 
 Status Tokenizer::Impl::load_added(const json& list) {
   TOK_CHECK(list.is_array(), "\"added_tokens\" is not an array");
+  // HF re-derives every added id on load, in file order, and only warns when the file's "id" differs
+  // (tokenizer/serialization.rs + AddedVocabulary::add_tokens): a content already in the added map or the model
+  // vocabulary keeps that id; a new one gets the model's vocabulary size (its entry count) or, once an added id
+  // reached it, 1 + the largest added id. Files HF wrote agree with this; the same rule keeps hand-edited ones
+  // identical to HF.
+  const auto model_size = static_cast<int64_t>(model_vocab.size());
+  int64_t max_added = -1;
   for (size_t i = 0; i < list.size(); ++i) {
     const json& t = list[i];
     TOK_CHECK(t.is_object(), "added_tokens[{}] is not an object", i);
     const auto id = t.find("id");
     const auto content = t.find("content");
-    TOK_CHECK(id != t.end() && id->is_number_integer() && id->get<int64_t>() >= 0 &&
-                  id->get<int64_t>() < std::numeric_limits<int32_t>::max(),
-              "added_tokens[{}] has no valid \"id\"", i);
+    TOK_CHECK(id != t.end() && id->is_number_integer(), "added_tokens[{}] has no integer \"id\"", i);
     TOK_CHECK(content != t.end() && content->is_string() && !content->get<std::string>().empty(),
               "added_tokens[{}] has no non-empty \"content\"", i);
     AddedToken a;
-    a.id = static_cast<int32_t>(id->get<int64_t>());
     a.content = content->get<std::string>();
-    // HF re-derives added ids on load: a content already in the vocabulary (or added before) keeps that id, the
-    // file's id is ignored. Files HF wrote agree with this; hand-edited ones may not.
-    if (const auto it = added_vocab.find(a.content); it != added_vocab.end()) a.id = it->second;
-    else if (const auto mv = model_vocab.find(a.content); mv != model_vocab.end()) a.id = mv->second;
     TOK_CHECK(unicode::first_invalid_utf8(a.content) == a.content.size(), "added_tokens[{}] content is not UTF-8",
               i);
     a.special = json_bool(t, "special", false);
@@ -534,6 +534,15 @@ Status Tokenizer::Impl::load_added(const json& list) {
     a.lstrip = json_bool(t, "lstrip", false);
     a.rstrip = json_bool(t, "rstrip", false);
     a.normalized = json_bool(t, "normalized", !a.special);
+    int64_t derived;
+    if (const auto it = added_vocab.find(a.content); it != added_vocab.end()) derived = it->second;
+    else if (const auto mv = model_vocab.find(a.content); mv != model_vocab.end()) derived = mv->second;
+    else if (max_added < 0) derived = model_size;
+    else derived = (max_added >= model_size || model_size == 0) ? max_added + 1 : model_size;
+    TOK_CHECK(derived < std::numeric_limits<int32_t>::max(), "added_tokens[{}] gets id {}, out of range", i,
+              derived);
+    a.id = static_cast<int32_t>(derived);
+    max_added = std::max(max_added, derived);
     const auto u = static_cast<size_t>(a.id);
     if (u >= id_token.size()) {
       id_token.resize(u + 1);
@@ -546,7 +555,10 @@ Status Tokenizer::Impl::load_added(const json& list) {
     else id_bytes[u] = a.content;
     id_flags[u] = static_cast<uint8_t>(1 | (a.special ? 2 : 0));
     added_vocab[a.content] = a.id;
-    added.push_back(std::move(a));
+    // A content given twice: the later definition (flags) replaces the earlier one.
+    const auto same = std::find_if(added.begin(), added.end(), [&](const AddedToken& x) { return x.content == a.content; });
+    if (same != added.end()) *same = std::move(a);
+    else added.push_back(std::move(a));
   }
   return Status::Ok();
 }

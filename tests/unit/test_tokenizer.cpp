@@ -361,6 +361,21 @@ TEST(TokenizerBpe, CacheOffGivesTheSameIds) {
   EXPECT_EQ(enc(t.value(), s), with_cache);
 }
 
+TEST(TokenizerLoad, AddedIdsAreDerivedAsHfDoes) {
+  // HF ignores the file's added ids: <x> and <y> get 9 and 10 (after the 9 vocabulary entries), "ab" keeps its
+  // vocabulary id 3. HF tokenizers 0.22.2 gives [9, 10, 3] and vocab size 11 for this file.
+  std::string j = tiny_json(R"(["a a", "aa aa"])");
+  const std::string flags = R"("single_word": false, "lstrip": false, "rstrip": false, "normalized": false)";
+  j.replace(j.find(R"("added_tokens": [])"), 18,
+            R"("added_tokens": [{"id": 50, "content": "<x>", "special": true, )" + flags +
+                R"(}, {"id": 20, "content": "<y>", "special": true, )" + flags +
+                R"(}, {"id": 77, "content": "ab", "special": false, )" + flags + "}]");
+  auto t = Tokenizer::from_json(j);
+  ASSERT_TRUE(t.ok()) << t.status().message();
+  EXPECT_EQ(enc(t.value(), "<x><y>ab"), (std::vector<int32_t>{9, 10, 3}));
+  EXPECT_EQ(t.value().vocab_size(), 11);
+}
+
 // ---- malformed files -------------------------------------------------------------------------------------------
 struct TempFile {
   std::string path;

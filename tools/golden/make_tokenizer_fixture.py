@@ -371,16 +371,14 @@ def qwen_from_tiktoken(path):
         merges.append(("".join(b2u[b] for b in parts[0]), "".join(b2u[b] for b in parts[1]), rank))
     merges.sort(key=lambda m: m[2])
     n = len(ranks)
+    # Qwen2.5/Qwen3 added tokens 151643..151668 (contiguous: HF derives added ids in order from the vocab size).
+    names = ["<|endoftext|>", "<|im_start|>", "<|im_end|>", "<|object_ref_start|>", "<|object_ref_end|>",
+             "<|box_start|>", "<|box_end|>", "<|quad_start|>", "<|quad_end|>", "<|vision_start|>", "<|vision_end|>",
+             "<|vision_pad|>", "<|image_pad|>", "<|video_pad|>", "<tool_call>", "</tool_call>", "<|fim_prefix|>",
+             "<|fim_middle|>", "<|fim_suffix|>", "<|fim_pad|>", "<|repo_name|>", "<|file_sep|>", "<tool_response>",
+             "</tool_response>", "<think>", "</think>"]
     added = [dict(id=n + i, content=c, single_word=False, lstrip=False, rstrip=False, normalized=False,
-                  special=True) for i, c in enumerate(["<|endoftext|>", "<|im_start|>", "<|im_end|>"])]
-    specials = {"<|vision_start|>": 151652, "<|vision_end|>": 151653, "<|vision_pad|>": 151654,
-                "<|image_pad|>": 151655, "<|video_pad|>": 151656}
-    for c, i in specials.items():
-        added.append(dict(id=i, content=c, single_word=False, lstrip=False, rstrip=False, normalized=False,
-                          special=True))
-    for c, i in (("<think>", 151667), ("</think>", 151668)):
-        added.append(dict(id=i, content=c, single_word=False, lstrip=False, rstrip=False, normalized=False,
-                          special=False))
+                  special=i < 14) for i, c in enumerate(names)]
     return {
         "version": "1.0", "truncation": None, "padding": None, "added_tokens": added,
         "normalizer": {"type": "NFC"},
