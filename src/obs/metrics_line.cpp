@@ -74,22 +74,22 @@ std::string format_metrics_line(const MetricsLine& m, bool color) {
     b.field(kRed, fmt::format("step: {:>{}}/{}", m.step, decimal_digits(*m.total_steps), *m.total_steps));
   else
     b.field(kRed, fmt::format("step: {:>5}", m.step));
-  if (m.loss) b.field(kGreen, fmt::format("loss: {:8.5f}", *m.loss));
-  if (m.aux_loss) b.field(kGreen, fmt::format("aux_loss: {:7.5f}", *m.aux_loss));
-  if (m.grad_norm) b.field(kYellow, fmt::format("grad_norm: {:8.4f}", *m.grad_norm));
+  if (m.loss) b.field(kGreen, fmt::format("loss: {:>8.5f}", *m.loss));
+  if (m.aux_loss) b.field(kGreen, fmt::format("aux_loss: {:>7.5f}", *m.aux_loss));
+  if (m.grad_norm) b.field(kYellow, fmt::format("grad_norm: {:>8.4f}", *m.grad_norm));
   if (m.lr) b.field(kYellow, fmt::format("lr: {:.3e}", *m.lr));
   if (m.tokens_per_s) b.field(kBlue, fmt::format("tok/s: {:>8}", group_thousands(*m.tokens_per_s)));
-  if (m.images_per_s) b.field(kBlue, fmt::format("img/s: {:7.2f}", *m.images_per_s));
-  if (m.tflops) b.field(kCyan, fmt::format("tflop/s: {:6.2f}", *m.tflops));
-  if (m.mfu_pct) b.field(kCyan, fmt::format("mfu: {:5.2f}%", *m.mfu_pct));
+  if (m.images_per_s) b.field(kBlue, fmt::format("img/s: {:>7.2f}", *m.images_per_s));
+  if (m.tflops) b.field(kCyan, fmt::format("tflop/s: {:>6.2f}", *m.tflops));
+  if (m.mfu_pct) b.field(kCyan, fmt::format("mfu: {:>5.2f}%", *m.mfu_pct));
   if (m.mem_current_mib && m.mem_peak_mib)
     b.field(kMagenta, fmt::format("mem: {:>5.0f}/{:>5.0f} MiB", *m.mem_current_mib, *m.mem_peak_mib));
   else if (m.mem_current_mib)
     b.field(kMagenta, fmt::format("mem: {:>5.0f} MiB", *m.mem_current_mib));
   else if (m.mem_peak_mib)
     b.field(kMagenta, fmt::format("mem peak: {:>5.0f} MiB", *m.mem_peak_mib));
-  if (m.data_wait_pct) b.field(kGrey, fmt::format("data: {:4.1f}%", *m.data_wait_pct));
-  if (m.step_time_s) b.field(kGrey, fmt::format("time: {:6.3f}s", *m.step_time_s));
+  if (m.data_wait_pct) b.field(kGrey, fmt::format("data: {:>4.1f}%", *m.data_wait_pct));
+  if (m.step_time_s) b.field(kGrey, fmt::format("time: {:>6.3f}s", *m.step_time_s));
   for (const NamedScalar& e : m.extra) b.field(kGrey, fmt::format("{}: {:.6g}", e.key, e.value));
   if (color) b.out += kReset;
   return b.out;
