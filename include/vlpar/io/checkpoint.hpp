@@ -86,8 +86,10 @@ struct CheckpointWriteSpec {
 
 /// @brief Saves one checkpoint: collective over `world` (every rank calls it with its own tensors and the same
 /// root/step), or single-process when `world` is null. `world` must accept CPU tensors (MPI or single backend).
-/// On success every rank returns Ok after the commit; if any rank fails, every rank returns an error and nothing
-/// is committed (the previous checkpoint stays the latest).
+/// On success every rank returns Ok after the commit. If any rank fails before the rename, every rank returns an
+/// error (the failing rank's own, the others one naming that rank) and nothing is committed: the previous checkpoint
+/// stays the latest. A failure after the rename (replacing `latest`) is reported too, the checkpoint then exists;
+/// failures of keep_last deletions are only logged (the new checkpoint is committed either way).
 Status save_checkpoint(const CheckpointWriteSpec& spec, comm::Communicator* world);
 
 // The phases of save_checkpoint, for callers (tests) that play every rank in one process. The spec's rank and
