@@ -16,6 +16,7 @@
 #include <fstream>
 #include <functional>
 #include <random>
+#include <span>
 #include <sstream>
 #include <string>
 #include <vector>
@@ -84,8 +85,8 @@ VisionGrid golden_grid(const std::string& name) {
 float fast_value(uint8_t level) { return (static_cast<float>(level) - 127.5f) / 127.5f; }
 
 // |out − ref| per element, with the first mismatches as (patch, channel, t, row, col).
-::testing::AssertionResult close(const std::string& what, const std::vector<float>& out,
-                                 const std::vector<float>& ref, double atol, int64_t Tp = 2, int64_t P = 16) {
+::testing::AssertionResult close(const std::string& what, std::span<const float> out,
+                                 std::span<const float> ref, double atol, int64_t Tp = 2, int64_t P = 16) {
   if (out.size() != ref.size())
     return ::testing::AssertionFailure() << what << ": " << out.size() << " values vs golden " << ref.size();
   int64_t bad = 0, worst_at = 0;
@@ -110,7 +111,7 @@ float fast_value(uint8_t level) { return (static_cast<float>(level) - 127.5f) / 
                                        << worst / kLevel << " levels) at " << worst_at << first.str();
 }
 
-double max_abs_diff(const std::vector<float>& a, const std::vector<float>& b) {
+double max_abs_diff(std::span<const float> a, std::span<const float> b) {
   double m = 0;
   for (size_t i = 0; i < std::min(a.size(), b.size()); ++i) m = std::max(m, std::fabs(double(a[i]) - double(b[i])));
   return m;
@@ -558,6 +559,30 @@ TEST(ImageProcessor, ThreadsNeverChangeABit) {
                              one->pixel_values.size() * sizeof(float)))
         << threads << " threads";
   }
+}
+
+TEST(ImageProcessor, IntoCallerMemoryAndPlan) {
+  std::mt19937_64 rng(9);
+  const Image im = random_image(rng, 150, 90, true);
+  const auto cfg = config_with(1024, 1 << 24);
+  auto full = process_image(im, cfg);
+  ASSERT_TRUE(full.ok());
+  EXPECT_EQ(reinterpret_cast<uintptr_t>(full->pixel_values.data()) % 64, 0u);  // the streaming-store path
+  auto plan = plan_image(im.height, im.width, cfg);
+  ASSERT_TRUE(plan.ok());
+  EXPECT_EQ(plan->grid.h, full->grid.h);
+  EXPECT_EQ(plan->grid.w, full->grid.w);
+  EXPECT_EQ(plan->num_tokens, full->num_tokens);
+  ASSERT_EQ(plan->num_values(), int64_t(full->pixel_values.size()));
+  // Into a buffer at an odd offset (not 64-byte aligned: plain stores), between two guard values.
+  std::vector<float> buf(size_t(plan->num_values() + 2), -7.f);
+  ASSERT_TRUE(process_image_into(Context{}, im, cfg, std::span<float>(buf.data() + 1, size_t(plan->num_values()))).ok());
+  EXPECT_EQ(buf.front(), -7.f);
+  EXPECT_EQ(buf.back(), -7.f);
+  EXPECT_EQ(0, std::memcmp(buf.data() + 1, full->pixel_values.data(), full->pixel_values.size() * sizeof(float)));
+  auto wrong = process_image_into(Context{}, im, cfg, std::span<float>(buf.data(), buf.size()));
+  EXPECT_NE(wrong.message().find("needs " + std::to_string(plan->num_values())), std::string::npos) << wrong.message();
+  EXPECT_FALSE(plan_image(1, 300, cfg).ok());
 }
 
 TEST(ImageProcessor, ConfigurableMeanAndStd) {

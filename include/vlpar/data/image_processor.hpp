@@ -35,8 +35,12 @@
 // Grids and token counts are exact against both. Threads (the Context overloads) never change a bit.
 #include <array>
 #include <cstdint>
+#include <memory>
+#include <new>
 #include <span>
 #include <string>
+#include <type_traits>
+#include <utility>
 #include <vector>
 
 #include "vlpar/core/context.hpp"
@@ -86,23 +90,73 @@ Result<ResizedSize> smart_resize_video(int64_t num_frames, int64_t height, int64
 Result<Image> resize_bicubic(const Image& image, int64_t width, int64_t height);
 Result<Image> resize_bicubic(const Context& ctx, const Image& image, int64_t width, int64_t height);
 
-struct ProcessedImage {
-  std::vector<float> pixel_values;  // [num_patches, patch_dim] row-major, patch_dim = C·Tp·P·P
+namespace detail {
+/// 64-byte aligned memory; blocks of 4 MiB and more are 2 MiB aligned and advised for transparent huge pages
+/// (Linux), which turns thousands of first-touch page faults per output into a handful.
+void* allocate_pixel_memory(size_t bytes);
+void free_pixel_memory(void* p, size_t bytes) noexcept;
+}  // namespace detail
+
+/// An allocator whose resize() leaves new elements uninitialised (the processor writes every value, and zeroing
+/// tens of megabytes first would cost as much as writing them) and whose memory is 64-byte aligned (so the
+/// processor can write whole cache lines with streaming stores).
+template <class T>
+struct UninitializedAllocator {
+  using value_type = T;
+  template <class U>
+  struct rebind {
+    using other = UninitializedAllocator<U>;
+  };
+  UninitializedAllocator() = default;
+  template <class U>
+  UninitializedAllocator(const UninitializedAllocator<U>&) noexcept {}  // NOLINT: converting, like std::allocator
+  T* allocate(size_t n) { return static_cast<T*>(detail::allocate_pixel_memory(n * sizeof(T))); }
+  void deallocate(T* p, size_t n) noexcept { detail::free_pixel_memory(p, n * sizeof(T)); }
+  template <class U>
+  bool operator==(const UninitializedAllocator<U>&) const noexcept {
+    return true;
+  }
+  template <class U>
+  void construct(U* p) noexcept(std::is_nothrow_default_constructible_v<U>) {
+    ::new (static_cast<void*>(p)) U;  // default-initialisation: no zeroing for float
+  }
+  template <class U, class... Args>
+  void construct(U* p, Args&&... args) {
+    ::new (static_cast<void*>(p)) U(std::forward<Args>(args)...);
+  }
+};
+using PixelValues = std::vector<float, UninitializedAllocator<float>>;
+
+/// What processing an image of a given size produces, without doing it (smart_resize only).
+struct ImagePlan {
   VisionGrid grid;                  // (gt, gh, gw), one row of image_grid_thw
   int64_t num_tokens = 0;           // gt·gh·gw / m²: <|image_pad|> tokens in the prompt
   int64_t resized_height = 0;       // h̄ = gh·P
   int64_t resized_width = 0;        // w̄ = gw·P
   int64_t patch_dim = 0;            // C·Tp·P·P (1536 for Qwen3-VL)
   int64_t num_patches() const { return grid.patches(); }
+  int64_t num_values() const { return grid.patches() * patch_dim; }
+};
+
+/// @brief The grid, token count and resized size of a height×width image (errors as smart_resize's).
+Result<ImagePlan> plan_image(int64_t height, int64_t width, const ImageProcessorConfig& config);
+
+struct ProcessedImage : ImagePlan {
+  PixelValues pixel_values;         // [num_patches, patch_dim] row-major
 };
 
 /// @brief One image -> pixel_values, grid and token count, exactly as HF's fast processor (file comment).
 Result<ProcessedImage> process_image(const Image& image, const ImageProcessorConfig& config);
 /// @brief The same, with the resize and flatten split over ctx.num_threads (bitwise identical results).
 Result<ProcessedImage> process_image(const Context& ctx, const Image& image, const ImageProcessorConfig& config);
+/// @brief Writes the pixel values into caller memory, e.g. an image's rows of a packed batch's patch buffer
+/// (no allocation of the output; 64-byte aligned memory is written with streaming stores).
+/// @param pixel_values [plan.num_values()] = [gt·gh·gw, C·Tp·P·P], plan = plan_image(image size, config)
+Status process_image_into(const Context& ctx, const Image& image, const ImageProcessorConfig& config,
+                          std::span<float> pixel_values);
 
 struct ProcessedVideo {
-  std::vector<float> pixel_values;            // [gt·gh·gw, C·Tp·P·P]
+  PixelValues pixel_values;                   // [gt·gh·gw, C·Tp·P·P]
   VisionGrid grid;                            // (gt, gh, gw), one row of video_grid_thw
   int64_t num_tokens = 0;                     // gt·gh·gw / m² <|video_pad|> tokens over all temporal patches
   int64_t tokens_per_temporal_patch = 0;      // gh·gw / m²: pads inside each <|vision_start|>…<|vision_end|>
