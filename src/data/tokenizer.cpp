@@ -174,10 +174,22 @@ std::string pcre2_error(int code) {
   return reinterpret_cast<const char*>(buf);
 }
 
-// Oniguruma (HF's regex engine) and PCRE2 differ on the Unicode meaning of \s and \w: Oniguruma's \s is the
-// White_Space property (PCRE2's also takes U+180E through \h) and its \w is Alphabetic + M + Nd + Pc +
-// Join_Control (PCRE2's is L + N + '_'). This rewrites those escapes into explicit properties, inside and outside
-// character classes, leaving \Q...\E quotes and escaped backslashes alone.
+#include "unicode_regex_tables.inc"
+
+// The extra class items of \p{name} (see above), or empty.
+std::string_view oniguruma_extra(std::string_view name) {
+  if (name == "L") return kOnigurumaExtraL;
+  if (name == "N") return kOnigurumaExtraN;
+  if (name == "M") return kOnigurumaExtraM;
+  return {};
+}
+
+// Oniguruma (HF's regex engine) and PCRE2 differ on the Unicode meaning of some escapes. Its \s is the
+// White_Space property (PCRE2's also takes U+180E through \h); its \w is Alphabetic + M + Nd + Pc + Join_Control
+// (PCRE2's is L + N + '_'); its \p{L}, \p{N}, \p{M} come from newer Unicode data than PCRE2 10.42's 14.0 (the
+// code points they add are generated into unicode_regex_tables.inc by tools/gen_unicode_nfc.py). This rewrites
+// those escapes into explicit PCRE2 properties and ranges, inside and outside character classes, leaving \Q...\E
+// quotes and escaped backslashes alone.
 Result<std::string> oniguruma_to_pcre2(std::string_view re, std::string_view origin) {
   static constexpr std::string_view kSpace = "\\p{White_Space}";
   static constexpr std::string_view kNotSpace = "\\P{White_Space}";
@@ -202,20 +214,55 @@ Result<std::string> oniguruma_to_pcre2(std::string_view re, std::string_view ori
         case 's': out += kSpace; break;
         case 'S': out += kNotSpace; break;
         case 'w':
-          if (class_depth > 0) out += kWordItems;
-          else out += "[" + std::string(kWordItems) + "]";
+          if (class_depth > 0) out.append(kWordItems);
+          else out.append("[").append(kWordItems).append("]");
           break;
         case 'W':
           if (class_depth > 0)
             return VLPAR_STATUS(StatusCode::kNotSupported,
                                 "tokenizer {}: pre_tokenizer regex uses \\W inside a character class, which has no "
                                 "PCRE2 equivalent of Oniguruma's meaning", origin);
-          out += "[^" + std::string(kWordItems) + "]";
+          out.append("[^").append(kWordItems).append("]");
           break;
         case 'Q':
           quoted = true;
           out += "\\Q";
           break;
+        case 'p':
+        case 'P': {
+          // \pX or \p{Name}
+          std::string_view name;
+          size_t consumed = 0;
+          if (i + 1 < re.size() && re[i + 1] == '{') {
+            const size_t close = re.find('}', i + 2);
+            if (close != std::string_view::npos) {
+              name = re.substr(i + 2, close - i - 2);
+              consumed = close - i;
+            }
+          } else if (i + 1 < re.size()) {
+            name = re.substr(i + 1, 1);
+            consumed = 1;
+          }
+          const std::string_view extra = oniguruma_extra(name);
+          if (extra.empty()) {
+            out.push_back('\\');
+            out.push_back(e);
+            break;
+          }
+          i += consumed;
+          std::string prop("\\p{");
+          prop.append(name).append("}").append(extra);
+          if (e == 'p' && class_depth > 0) {
+            out.append(prop);
+          } else if (class_depth == 0) {
+            out.append(e == 'p' ? "[" : "[^").append(prop).append("]");
+          } else {
+            return VLPAR_STATUS(StatusCode::kNotSupported,
+                                "tokenizer {}: pre_tokenizer regex uses \\P{{{}}} inside a character class, which "
+                                "cannot take Oniguruma's newer Unicode data in PCRE2", origin, name);
+          }
+          break;
+        }
         default:
           out.push_back('\\');
           out.push_back(e);
@@ -331,6 +378,7 @@ struct Tokenizer::Impl {
     std::vector<Pcre2MatchData> match_data;
     std::vector<int32_t> sym, next_sym, prev_sym;
     std::vector<uint32_t> rank;
+    std::vector<std::string>* pieces = nullptr;  // set: pre_tokenize() collects pieces instead of running BPE
   };
 
   Status load(const json& root);
@@ -727,7 +775,8 @@ Status Tokenizer::Impl::pre_tokenize(std::string_view seg, size_t stage, Scratch
                                      std::vector<int32_t>& ids) const {
   if (seg.empty()) return Status::Ok();
   if (stage == stages.size()) {
-    bpe_piece(seg, s, ids);
+    if (s.pieces != nullptr) s.pieces->emplace_back(seg);
+    else bpe_piece(seg, s, ids);
     return Status::Ok();
   }
   pcre2_code* re = stages[stage].get();
@@ -956,6 +1005,20 @@ Result<std::string> Tokenizer::decode(std::span<const int32_t> ids, bool skip_sp
   std::string out;
   unicode::append_utf8_lossy(bytes.value(), out);
   return out;
+}
+
+Result<std::vector<std::string>> Tokenizer::pre_tokenize(std::string_view text) const {
+  const size_t bad = unicode::first_invalid_utf8(text);
+  VLPAR_CHECK(bad == text.size(), "tokenizer {}: pre_tokenize: text is not valid UTF-8 at byte {}", impl_->origin,
+              bad);
+  std::vector<std::string> pieces;
+  std::vector<int32_t> unused;
+  Impl::Scratch s;
+  s.pieces = &pieces;
+  for (const auto& st : impl_->stages)
+    s.match_data.emplace_back(pcre2_match_data_create_from_pattern(st.get(), nullptr));
+  VLPAR_RETURN_IF_ERROR(impl_->pre_tokenize(text, 0, s, unused));
+  return pieces;
 }
 
 Result<std::string> Tokenizer::normalize(std::string_view text) const {

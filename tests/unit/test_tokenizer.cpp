@@ -3,6 +3,7 @@
 //     whitespace runs, \r\n, emoji with ZWJ and skin tones, inline special tokens, random valid UTF-8, 200-1500
 //     character runs), for merges saved as [a, b] pairs and as legacy "a b" strings (the legacy copy also carries
 //     added tokens with lstrip/rstrip/single_word/normalized flags);
+//   * pre-tokenization identical to HF where Oniguruma's Unicode 16.0 and PCRE2's 14.0 disagree;
 //   * decode(encode(s)) == HF's NFC(s) for every item, normalize() likewise; special tokens, skip_special,
 //     lossy UTF-8 decode, empty input, invalid UTF-8, unknown ids;
 //   * BPE merge order on a hand-made vocabulary (lowest rank first, leftmost on ties) in the short-word and the
@@ -228,6 +229,38 @@ TEST_F(Fixture, DecodeOfEncodeIsHfNfc) {
     }
   }
   EXPECT_EQ(wrong, 0u);
+}
+
+TEST_F(Fixture, PreTokenizationMatchesHfWhereUnicodeVersionsDiffer) {
+  // Probes around the code points Oniguruma's Unicode 16.0 \p{L} / \p{N} take and PCRE2 10.42's 14.0 does not
+  // (CJK extensions H and I, Kawi, Kaktovik numerals, ...), plus random assigned code points.
+  const Tokenizer tok = must_load(kDir + "/tokenizer.json");
+  std::istringstream in(read_file(kDir + "/pretokenize.txt"));
+  std::string line;
+  size_t n = 0, wrong = 0;
+  while (std::getline(in, line)) {
+    const size_t tab = line.find('\t');
+    const std::string item = unescape(line.substr(0, tab));
+    std::vector<std::string> expected;
+    std::string rest = line.substr(tab + 1);
+    for (size_t p = 0;;) {
+      const size_t q = rest.find('\x1f', p);
+      expected.push_back(unescape(rest.substr(p, q == std::string::npos ? std::string::npos : q - p)));
+      if (q == std::string::npos) break;
+      p = q + 1;
+    }
+    const auto got = tok.pre_tokenize(item);
+    ASSERT_TRUE(got.ok()) << got.status().message();
+    ++n;
+    if (got.value() != expected && ++wrong <= 10) {
+      std::string g, e;
+      for (const auto& x : got.value()) g += "[" + x + "]";
+      for (const auto& x : expected) e += "[" + x + "]";
+      ADD_FAILURE() << "\"" << item << "\"\n  HF:    " << e << "\n  vlpar: " << g;
+    }
+  }
+  EXPECT_GT(n, 1000u);
+  EXPECT_EQ(wrong, 0u) << wrong << " of " << n << " probes split differently from HF";
 }
 
 TEST_F(Fixture, ConcurrentEncodesGiveTheSequentialIds) {

@@ -14,6 +14,9 @@ Writes into --out (default tests/fixtures/tokenizer/):
   corpus.txt                     one corpus item per line, with \\ \n \r escaped as two characters
   ids.bin, ids_legacy.bin        HF ids of every item for the two tokenizers (format below)
   nfc.txt                        "<item index>\t<escaped HF decode(ids)>" for every item NFC changes
+  pretokenize.txt                "<escaped item>\t<piece>\x1f<piece>..." HF's pre_tokenize_str pieces (as UTF-8)
+                                 of probe strings around the code points where Oniguruma's Unicode 16.0 \p{L},
+                                 \p{N}, \p{M} differ from PCRE2's 14.0 (range ends and samples) and random others
 Every item is generated from a seed and Python's own data (unicodedata, the standard library's docstrings and
 source), nothing is downloaded.
 
@@ -325,6 +328,38 @@ def legacy_variant(tok):
     return json.dumps(d, ensure_ascii=False, indent=1)
 
 
+def write_pretokenize(tok, path, seed):
+    """Pre-tokenization probes: code points where Unicode 14 (PCRE2, Python) and 16 (Oniguruma) differ."""
+    r = random.Random(seed + 7)
+    probe = []
+    for cp in range(0x110000):
+        if 0xD800 <= cp <= 0xDFFF:
+            continue
+        if ud.category(chr(cp)) == "Cn":  # unassigned in Python's 14.0: candidates for the newer data
+            probe.append(cp)
+    pre = tok.pre_tokenizer
+    u2b = {c: b for b, c in bytes_to_unicode().items()}
+
+    def pieces(s):
+        return [bytes(u2b[c] for c in p).decode("utf-8") for p, _ in pre.pre_tokenize_str(s)]
+
+    # Keep the unassigned code points HF's letters/numbers/marks take (they change the pieces), range ends first.
+    def cls(c):  # HF's regex takes c as \p{L} (joins a letter run) or \p{N} (a piece of its own before "x")
+        return pieces("a" + c) == ["a" + c] or pieces(c + "x") == [c, "x"]
+    special = [cp for cp in probe if cls(chr(cp))]
+    keep = set()
+    for i, cp in enumerate(special):
+        if i == 0 or special[i - 1] != cp - 1 or i + 1 == len(special) or special[i + 1] != cp + 1 or i % 97 == 0:
+            keep.add(cp)
+    others = [cp for cp in r.sample(range(0x20, 0x30000), 4000)
+              if not (0xD800 <= cp <= 0xDFFF) and ud.category(chr(cp))[0] != "C"][:1500]
+    with open(path, "w", encoding="utf-8", newline="") as f:
+        for cp in sorted(keep) + others:
+            c = chr(cp)
+            s = "a" + c + "b " + c + c + "  " + c + "1'" + c
+            f.write(escape(s) + "\t" + "\x1f".join(escape(p) for p in pieces(s)) + "\n")
+
+
 # ---- real Qwen vocabulary from tiktoken ranks ------------------------------------------------------------------
 def bytes_to_unicode():
     bs = list(range(ord("!"), ord("~") + 1)) + list(range(ord("¡"), ord("¬") + 1)) + list(range(ord("®"), ord("ÿ") + 1))
@@ -431,6 +466,7 @@ def main():
             d = tok.decode(t, skip_special_tokens=False)
             if d != s:
                 f.write(f"{i}\t{escape(d)}\n")
+    write_pretokenize(tok, os.path.join(args.out, "pretokenize.txt"), args.seed)
     n_tok = sum(len(t) for t in ids)
     print(f"{len(corpus)} items, {sum(len(s.encode()) for s in corpus)} bytes, {n_tok} tokens, "
           f"vocab {tok.get_vocab_size()}", file=sys.stderr)
