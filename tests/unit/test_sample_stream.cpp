@@ -6,12 +6,14 @@
 #include <gtest/gtest.h>
 
 #include <algorithm>
+#include <atomic>
 #include <chrono>
 #include <cstdlib>
 #include <filesystem>
 #include <map>
 #include <set>
 #include <string>
+#include <thread>
 #include <vector>
 
 #include "shard_test_util.hpp"
@@ -331,7 +333,18 @@ TEST(SampleStreamSkips, CountedAndNeverAHang) {
   cfg.num_epochs = 0;
   SampleStream none = make_stream(shards, cfg, {shards[0].name + "/s0_0", shards[0].name + "/s0_1",
                                                 shards[0].name + "/s0_2"});
+  // A missing guard would loop over epochs forever: a watchdog turns that hang into a failure.
+  std::atomic<bool> done{false};
+  std::thread watchdog([&done] {
+    for (int i = 0; i < 300 && !done; ++i) std::this_thread::sleep_for(std::chrono::milliseconds(100));
+    if (!done) {
+      std::fprintf(stderr, "SampleStreamSkips: next() did not return within 30 s (hang)\n");
+      std::_Exit(1);
+    }
+  });
   Result<std::optional<Sample>> r = none.next();
+  done = true;
+  watchdog.join();
   ASSERT_FALSE(r.ok());
   EXPECT_NE(r.status().message().find("epoch 0 delivered no sample on rank 0"), std::string::npos)
       << r.status().message();
