@@ -309,7 +309,7 @@ bool is_white_space(char32_t c) {
 class WordCache {
  public:
   static constexpr size_t kShards = 64;
-  static constexpr size_t kPerShard = 4096;
+  static constexpr size_t kPerShard = 1024;  // 64 Ki pieces in all (HF caches 10 Ki words)
   static constexpr size_t kMaxCachedPiece = 96;
   bool get(std::string_view piece, size_t h, std::vector<int32_t>& out) const {
     const Shard& s = shards_[h % kShards];
