@@ -22,6 +22,10 @@ namespace nn = vlpar::nn;
 namespace {
 
 constexpr int64_t kIgnore = -100;
+// A decode step is a chain of ~15 one-token ops per layer. An OpenMP region per op costs more than it saves
+// below a few million weights (on an oversubscribed machine, a scheduler timeslice per region: measured 1.4 vs
+// 25 tokens/s on the 100M bench config with 2 threads), so ops touching fewer elements run on one thread.
+constexpr int64_t kParallelWork = int64_t(1) << 22;
 
 // A [rows, cols] f32 view of a contiguous buffer (the per-step buffers are reinterpreted per use).
 TensorView as2d(TensorView t, int64_t rows, int64_t cols) { return TensorView(t.data, DType::kF32, Shape{rows, cols}); }
@@ -302,37 +306,45 @@ Result<TensorView> Generator::step(const Context& ctx, int64_t token) {
   const nn::ParamRegistry& reg = model_->registry();
   const int64_t n = length_, D = t.head_dim, hq = t.heads;
   const float eps = float(t.rms_eps);
+  Context serial = ctx;
+  serial.num_threads = 1;
+  auto ctx_for = [&](int64_t work) -> const Context& { return work >= kParallelWork ? ctx : serial; };
 
   token_.ptr<int64_t>()[0] = token;
   for (int a = 0; a < 3; ++a) positions_.ptr<int64_t>()[a] = n + rope_delta_;
-  VLPAR_RETURN_IF_ERROR(vlpar::embedding_forward(ctx, x_, reg.value(model_->embed_param_index()), token_));
+  VLPAR_RETURN_IF_ERROR(vlpar::embedding_forward(serial, x_, reg.value(model_->embed_param_index()), token_));
 
   for (int l = 0; l < t.layers; ++l) {
     const Model::LayerParamIndex p = model_->layer_param_index(l);
     auto w = [&](size_t k) { return reg.value(p.attn + k); };  // norm, q, k, v, q_norm, k_norm, o
     TensorView kc = k_cache_[size_t(l)], vc = v_cache_[size_t(l)];
     // Attention: x_ → y_ = x_ + o_proj(attention).
-    VLPAR_RETURN_IF_ERROR(vlpar::rmsnorm_forward(ctx, h_, TensorView{}, x_, w(0), eps));
-    VLPAR_RETURN_IF_ERROR(vlpar::linear_forward(ctx, q_raw_, h_, w(1), TensorView{}));
-    VLPAR_RETURN_IF_ERROR(vlpar::rmsnorm_forward(ctx, as2d(q_, hq, D), TensorView{}, as2d(q_raw_, hq, D), w(4), eps));
-    VLPAR_RETURN_IF_ERROR(vlpar::rotary_forward(ctx, as3d(q_, 1, hq, D), as3d(q_, 1, hq, D), positions_, rope_));
-    VLPAR_RETURN_IF_ERROR(write_kv(ctx, l, h_, positions_, n, k_raw_, k_normed_));
-    VLPAR_RETURN_IF_ERROR(decode_attention(ctx, as2d(attn_, hq, D), as2d(q_, hq, D), kc, vc, n + 1));
-    VLPAR_RETURN_IF_ERROR(vlpar::linear_forward(ctx, y_, attn_, w(6), TensorView{}));
+    VLPAR_RETURN_IF_ERROR(vlpar::rmsnorm_forward(serial, h_, TensorView{}, x_, w(0), eps));
+    VLPAR_RETURN_IF_ERROR(vlpar::linear_forward(ctx_for(w(1).numel()), q_raw_, h_, w(1), TensorView{}));
+    VLPAR_RETURN_IF_ERROR(
+        vlpar::rmsnorm_forward(serial, as2d(q_, hq, D), TensorView{}, as2d(q_raw_, hq, D), w(4), eps));
+    VLPAR_RETURN_IF_ERROR(vlpar::rotary_forward(serial, as3d(q_, 1, hq, D), as3d(q_, 1, hq, D), positions_, rope_));
+    VLPAR_RETURN_IF_ERROR(write_kv(ctx_for(w(2).numel()), l, h_, positions_, n, k_raw_, k_normed_));
+    VLPAR_RETURN_IF_ERROR(
+        decode_attention(ctx_for(hq * (n + 1) * D), as2d(attn_, hq, D), as2d(q_, hq, D), kc, vc, n + 1));
+    VLPAR_RETURN_IF_ERROR(vlpar::linear_forward(ctx_for(w(6).numel()), y_, attn_, w(6), TensorView{}));
     for (int64_t c = 0; c < t.hidden; ++c) y_.ptr<float>()[c] += x_.ptr<float>()[c];
     // Feed-forward: y_ → x_ (the block adds its own residual).
+    // (the block's largest weight decides: gate_up [2I, H] dense; one expert's [H, 2I] slice for MoE, since a
+    // token reads only its top-k experts)
     if (p.moe) {
       nn::MoeStash st;
-      VLPAR_RETURN_IF_ERROR(model_->moe_block(l).forward(ctx, x_, y_, 1, st));
+      const TensorView gu = reg.value(p.mlp + 2);  // [E, H, 2I]
+      VLPAR_RETURN_IF_ERROR(model_->moe_block(l).forward(ctx_for(gu.numel() / gu.size(0)), x_, y_, 1, st));
     } else {
       nn::MlpStash st;
-      VLPAR_RETURN_IF_ERROR(model_->mlp_block(l).forward(ctx, x_, y_, 1, st));
+      VLPAR_RETURN_IF_ERROR(model_->mlp_block(l).forward(ctx_for(reg.value(p.mlp + 1).numel()), x_, y_, 1, st));
     }
   }
   VLPAR_RETURN_IF_ERROR(
-      vlpar::rmsnorm_forward(ctx, h_, TensorView{}, x_, reg.value(model_->final_norm_param_index()), eps));
-  VLPAR_RETURN_IF_ERROR(
-      vlpar::linear_forward(ctx, logits_, h_, reg.value(model_->lm_head_param_index()), TensorView{}));
+      vlpar::rmsnorm_forward(serial, h_, TensorView{}, x_, reg.value(model_->final_norm_param_index()), eps));
+  const TensorView head = reg.value(model_->lm_head_param_index());
+  VLPAR_RETURN_IF_ERROR(vlpar::linear_forward(ctx_for(head.numel()), logits_, h_, head, TensorView{}));
   length_ = n + 1;
   return logits_.view().slice(0, 0, 1).reshape(Shape{t.vocab});
 }

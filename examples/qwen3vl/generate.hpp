@@ -21,6 +21,9 @@
 // The cache is preallocated at create(): per layer k and v [max_length, H_kv, D] f32, cache_bytes() in total; the
 // prefill's transient peak is one training forward over the prompt (Model::forward keeps its stash until the cache
 // is filled). Only single-process models (tp 1) with f32 storage are supported (kNotSupported otherwise).
+// Threads: prefill runs on ctx.num_threads. A decode step runs each op on ctx.num_threads only when it touches at
+// least 2^22 elements (the LM head, large projections and MLPs) and on one thread otherwise: one-token ops are
+// too small to amortise an OpenMP region (and under oversubscription each region can cost a scheduler timeslice).
 // Numerics: decode uses the same kernels as the forward (rmsnorm, linear, rotary, embedding, the MLP/MoE block);
 // only the one-query attention over the cache is hand-written (fp32 dot products, max-subtracted softmax, fp32
 // accumulation), so step logits equal Model::forward + Model::logits over the whole sequence to ~1e-6 relative.

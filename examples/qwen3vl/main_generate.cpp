@@ -1,11 +1,13 @@
 // qwen3vl-generate: greedy decoding with a KV cache (generate.hpp) for one sample of a batch file.
 //   qwen3vl-generate --model HF_DIR --input BATCH.safetensors [--sample I] [--prompt-tokens K]
-//                    [--max-new-tokens N] [--max-length L] [--eos ID,ID,...] [--threads T]
+//                    [--max-new-tokens N] [--max-length L] [--eos ID,ID,...] [--tokenizer TOKENIZER.json]
+//                    [--threads T]
 // The prompt is sample I of the batch file (format: README.md), truncated to its first K tokens when K > 0 (a
 // training batch holds the answer too), with all of that sample's images and videos. eos ids: --eos, else the
 // model directory's generation_config.json `eos_token_id` (int or list) when present, else none ("--eos none"
 // forces none). max_length (the KV cache, prompt + new tokens) defaults to prompt + N.
-// Prints the generated ids on one line ("generated: 1 2 3"), then the stop reason, prefill time, decode tokens/s,
+// Prints the generated ids on one line ("generated: 1 2 3"), with --tokenizer their text ("text: ...", special
+// tokens kept, as HF decode(skip_special_tokens=False)), then the stop reason, prefill time, decode tokens/s,
 // the cache size and the allocator's peak. Exit status 0 on success, 1 with a one-line error otherwise.
 #include <fmt/format.h>
 
@@ -13,17 +15,19 @@
 #include <filesystem>
 #include <fstream>
 #include <nlohmann/json.hpp>
+#include <optional>
 #include <string>
 #include <string_view>
 
 #include "batch_io.hpp"
 #include "generate.hpp"
 #include "hf_weights.hpp"
+#include "vlpar/data/tokenizer.hpp"
 
 namespace {
 
 struct Args {
-  std::string model, input;
+  std::string model, input, tokenizer;
   int64_t sample = 0, prompt_tokens = 0, max_new_tokens = 32, max_length = 0;
   std::optional<std::vector<int64_t>> eos;  // nullopt: from generation_config.json
   int threads = 0;                          // 0 = every hardware thread
@@ -31,7 +35,7 @@ struct Args {
 
 constexpr std::string_view kUsage =
     "usage: qwen3vl-generate --model HF_DIR --input BATCH.safetensors [--sample I] [--prompt-tokens K] "
-    "[--max-new-tokens N] [--max-length L] [--eos ID,ID,...|none] [--threads T]";
+    "[--max-new-tokens N] [--max-length L] [--eos ID,ID,...|none] [--tokenizer TOKENIZER.json] [--threads T]";
 
 vlpar::Result<int64_t> parse_int(std::string_view flag, const std::string& v, int64_t min) {
   char* end = nullptr;
@@ -53,6 +57,8 @@ vlpar::Result<Args> parse(int argc, char** argv) {
       VLPAR_ASSIGN_OR_RETURN(a.model, value());
     } else if (arg == "--input") {
       VLPAR_ASSIGN_OR_RETURN(a.input, value());
+    } else if (arg == "--tokenizer") {
+      VLPAR_ASSIGN_OR_RETURN(a.tokenizer, value());
     } else if (arg == "--sample" || arg == "--prompt-tokens" || arg == "--max-new-tokens" || arg == "--max-length" ||
                arg == "--threads") {
       VLPAR_ASSIGN_OR_RETURN(std::string v, value());
@@ -102,11 +108,18 @@ vlpar::Result<std::vector<int64_t>> eos_from_generation_config(const std::string
 }
 
 vlpar::Status run(const Args& args) {
+  std::optional<vlpar::data::Tokenizer> tok;
+  if (!args.tokenizer.empty()) {
+    VLPAR_ASSIGN_OR_RETURN(vlpar::data::Tokenizer t, vlpar::data::Tokenizer::from_file(args.tokenizer));
+    tok.emplace(std::move(t));
+  }
   vlpar::Allocator alloc;
   vlpar::Context ctx = vlpar::Context::cpu_default();
   if (args.threads > 0) ctx.num_threads = args.threads;
   ctx.allocator = &alloc;
-  VLPAR_ASSIGN_OR_RETURN(qwen3vl::Model model, qwen3vl::load_hf_model(ctx, args.model, qwen3vl::Freeze{}, alloc));
+  // Every group frozen: inference allocates no gradients.
+  VLPAR_ASSIGN_OR_RETURN(qwen3vl::Model model,
+                         qwen3vl::load_hf_model(ctx, args.model, qwen3vl::Freeze{true, true, true}, alloc));
   VLPAR_ASSIGN_OR_RETURN(qwen3vl::LoadedBatch lb, qwen3vl::load_batch(args.input, alloc));
   VLPAR_ASSIGN_OR_RETURN(qwen3vl::Batch prompt, qwen3vl::prompt_from_batch(lb, args.sample, args.prompt_tokens));
   qwen3vl::GenerateOptions opt;
@@ -124,6 +137,11 @@ vlpar::Status run(const Args& args) {
   VLPAR_ASSIGN_OR_RETURN(qwen3vl::GenerateResult r, gen.generate(ctx, prompt, opt));
 
   fmt::print("generated: {}\n", fmt::join(r.tokens, " "));
+  if (tok) {
+    const std::vector<int32_t> ids(r.tokens.begin(), r.tokens.end());
+    VLPAR_ASSIGN_OR_RETURN(std::string text, tok->decode(ids));
+    fmt::print("text: {}\n", text);
+  }
   const vlpar::MemoryStats mem = alloc.stats(vlpar::Device::cpu());
   const double mib = 1.0 / (1024.0 * 1024.0);
   fmt::print("prompt {} tokens ({} images, {} videos), {} new tokens, stop: {}{}\n", n, prompt.image_grids.size(),
