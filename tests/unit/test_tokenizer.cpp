@@ -330,6 +330,14 @@ TEST_F(Fixture, VeryLongInputs) {
   std::string spaces = "a" + std::string(200000, ' ') + "b";
   std::string cjk;
   for (int i = 0; i < 50000; ++i) cjk += "\xE4\xB8\x80";  // 一 x 50,000: one 150 kB regex piece
+  // 100,000 alternating marks after one letter: one NFC chunk to reorder (HF: ạ + U+0323 x 49,999 + U+0301 x
+  // 50,000, checked with tokenizers 0.22.2).
+  std::string marks = "a", nfc_marks = "\xE1\xBA\xA1";
+  for (int i = 0; i < 50000; ++i) marks += "\xCC\x81\xCC\xA3";
+  for (int i = 0; i < 49999; ++i) nfc_marks += "\xCC\xA3";
+  for (int i = 0; i < 50000; ++i) nfc_marks += "\xCC\x81";
+  EXPECT_EQ(tok.normalize(marks).value(), nfc_marks);
+  EXPECT_EQ(tok.decode(tok.encode(marks).value()).value(), nfc_marks);
   for (const std::string& s : {spaces, cjk}) {
     auto ids = tok.encode(s);
     ASSERT_TRUE(ids.ok()) << ids.status().message();
