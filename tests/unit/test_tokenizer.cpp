@@ -146,7 +146,7 @@ void expect_parity(const Tokenizer& tok, const std::vector<std::string>& corpus,
   EXPECT_GT(tokens, corpus.size()) << what << ": vacuous corpus";
 }
 
-class Fixture : public ::testing::Test {
+class TokenizerCorpus : public ::testing::Test {
  protected:
   static void SetUpTestSuite() {
     corpus_ = new std::vector<std::string>(read_corpus(kDir));
@@ -159,10 +159,10 @@ class Fixture : public ::testing::Test {
   static std::vector<std::string>* corpus_;
   static IdsFile* ids_;
 };
-std::vector<std::string>* Fixture::corpus_ = nullptr;
-IdsFile* Fixture::ids_ = nullptr;
+std::vector<std::string>* TokenizerCorpus::corpus_ = nullptr;
+IdsFile* TokenizerCorpus::ids_ = nullptr;
 
-TEST_F(Fixture, CorpusIsLargeAndVaried) {
+TEST_F(TokenizerCorpus, CorpusIsLargeAndVaried) {
   ASSERT_GE(corpus_->size(), 10000u);
   ASSERT_EQ(ids_->ids.size(), corpus_->size());
   size_t non_ascii = 0, crlf = 0, special = 0;
@@ -176,13 +176,13 @@ TEST_F(Fixture, CorpusIsLargeAndVaried) {
   EXPECT_GT(special, 100u);
 }
 
-TEST_F(Fixture, IdsMatchHfWithPairMerges) {
+TEST_F(TokenizerCorpus, IdsMatchHfWithPairMerges) {
   const Tokenizer tok = must_load(kDir + "/tokenizer.json");
   EXPECT_TRUE(tok.regex_jit());
   expect_parity(tok, *corpus_, ids_->ids, "tokenizer.json");
 }
 
-TEST_F(Fixture, IdsMatchHfWithLegacyMergesAndAddedTokenFlags) {
+TEST_F(TokenizerCorpus, IdsMatchHfWithLegacyMergesAndAddedTokenFlags) {
   const Tokenizer tok = must_load(kDir + "/tokenizer_legacy_merges.json");
   const IdsFile sparse = read_ids(kDir + "/ids_legacy.bin");
   ASSERT_GT(sparse.items.size(), 50u) << "the flag tokens should change some items";
@@ -204,7 +204,7 @@ TEST_F(Fixture, IdsMatchHfWithLegacyMergesAndAddedTokenFlags) {
   }
 }
 
-TEST_F(Fixture, DecodeOfEncodeIsHfNfc) {
+TEST_F(TokenizerCorpus, DecodeOfEncodeIsHfNfc) {
   const Tokenizer tok = must_load(kDir + "/tokenizer.json");
   std::map<size_t, std::string> nfc;
   std::istringstream in(read_file(kDir + "/nfc.txt"));
@@ -231,7 +231,7 @@ TEST_F(Fixture, DecodeOfEncodeIsHfNfc) {
   EXPECT_EQ(wrong, 0u);
 }
 
-TEST_F(Fixture, PreTokenizationMatchesHfWhereUnicodeVersionsDiffer) {
+TEST_F(TokenizerCorpus, PreTokenizationMatchesHfWhereUnicodeVersionsDiffer) {
   // Probes around the code points Oniguruma's Unicode 16.0 \p{L} / \p{N} take and PCRE2 10.42's 14.0 does not
   // (CJK extensions H and I, Kawi, Kaktovik numerals, ...), plus random assigned code points.
   const Tokenizer tok = must_load(kDir + "/tokenizer.json");
@@ -263,7 +263,7 @@ TEST_F(Fixture, PreTokenizationMatchesHfWhereUnicodeVersionsDiffer) {
   EXPECT_EQ(wrong, 0u) << wrong << " of " << n << " probes split differently from HF";
 }
 
-TEST_F(Fixture, ConcurrentEncodesGiveTheSequentialIds) {
+TEST_F(TokenizerCorpus, ConcurrentEncodesGiveTheSequentialIds) {
   const Tokenizer tok = must_load(kDir + "/tokenizer.json");
   constexpr int kThreads = 4;
   std::vector<size_t> wrong(kThreads, 0);
@@ -283,7 +283,7 @@ TEST_F(Fixture, ConcurrentEncodesGiveTheSequentialIds) {
   for (int t = 0; t < kThreads; ++t) EXPECT_EQ(wrong[static_cast<size_t>(t)], 0u) << "thread " << t;
 }
 
-TEST_F(Fixture, SpecialTokens) {
+TEST_F(TokenizerCorpus, SpecialTokens) {
   const Tokenizer tok = must_load(kDir + "/tokenizer.json");
   const int32_t vs = *tok.token_to_id("<|vision_start|>");
   const int32_t ip = *tok.token_to_id("<|image_pad|>");
@@ -308,7 +308,7 @@ TEST_F(Fixture, SpecialTokens) {
   EXPECT_EQ(tok.split_pattern().substr(0, 8), "(?i:'s|'");
 }
 
-TEST_F(Fixture, EmptyInvalidAndLossy) {
+TEST_F(TokenizerCorpus, EmptyInvalidAndLossy) {
   const Tokenizer tok = must_load(kDir + "/tokenizer.json");
   EXPECT_TRUE(tok.encode("").value().empty());
   EXPECT_EQ(tok.decode(std::vector<int32_t>{}).value(), "");
@@ -325,7 +325,7 @@ TEST_F(Fixture, EmptyInvalidAndLossy) {
   EXPECT_EQ(tok.decode_bytes(std::vector<int32_t>{e4}).value(), "\xE4");
 }
 
-TEST_F(Fixture, VeryLongInputs) {
+TEST_F(TokenizerCorpus, VeryLongInputs) {
   const Tokenizer tok = must_load(kDir + "/tokenizer.json");
   std::string spaces = "a" + std::string(200000, ' ') + "b";
   std::string cjk;
