@@ -447,9 +447,45 @@ Result<ConversationBuilder> ConversationBuilder::create(std::shared_ptr<const To
   return ConversationBuilder(std::move(tokenizer), std::move(options), ids);
 }
 
+namespace {
+
+// Concatenates the pixel rows of several processed images (or videos); a single one is moved, not copied.
+template <class Processed>
+PixelValues gather_pixels(std::span<Processed> items) {
+  if (items.size() == 1) return std::move(items[0].pixel_values);
+  size_t n = 0;
+  for (const Processed& it : items) n += it.pixel_values.size();
+  PixelValues out;
+  out.reserve(n);
+  for (const Processed& it : items) out.insert(out.end(), it.pixel_values.begin(), it.pixel_values.end());
+  return out;
+}
+
+template <class Processed>
+PixelValues copy_pixels(std::span<const Processed> items) {
+  size_t n = 0;
+  for (const Processed& it : items) n += it.pixel_values.size();
+  PixelValues out;
+  out.reserve(n);
+  for (const Processed& it : items) out.insert(out.end(), it.pixel_values.begin(), it.pixel_values.end());
+  return out;
+}
+
+}  // namespace
+
 Result<TokenizedSample> ConversationBuilder::tokenize(const Conversation& c, std::span<const ProcessedImage> images,
                                                       std::span<const ProcessedVideo> videos,
                                                       std::string_view key) const {
+  VLPAR_ASSIGN_OR_RETURN(TokenizedSample out, tokenize_text(c, images, videos, key));
+  out.pixel_values = copy_pixels(images);
+  out.pixel_values_videos = copy_pixels(videos);
+  return out;
+}
+
+Result<TokenizedSample> ConversationBuilder::tokenize_text(const Conversation& c,
+                                                           std::span<const ProcessedImage> images,
+                                                           std::span<const ProcessedVideo> videos,
+                                                           std::string_view key) const {
   VLPAR_CHECK(!c.turns.empty(), "sample '{}': the conversation has no turns", key);
   VLPAR_ASSIGN_OR_RETURN(const Placement place, check_placeholders(c, static_cast<int64_t>(images.size()),
                                                                   static_cast<int64_t>(videos.size()), key));
@@ -536,16 +572,6 @@ Result<TokenizedSample> ConversationBuilder::tokenize(const Conversation& c, std
                    next_video, videos.size());
   if (!all_text && options_.require_supervised)
     VLPAR_CHECK(out.num_label_tokens() > 0, "sample '{}': no supervised token", key);
-
-  size_t n_img = 0, n_vid = 0;
-  for (const ProcessedImage& im : images) n_img += im.pixel_values.size();
-  for (const ProcessedVideo& v : videos) n_vid += v.pixel_values.size();
-  out.pixel_values.reserve(n_img);
-  out.pixel_values_videos.reserve(n_vid);
-  for (const ProcessedImage& im : images)
-    out.pixel_values.insert(out.pixel_values.end(), im.pixel_values.begin(), im.pixel_values.end());
-  for (const ProcessedVideo& v : videos)
-    out.pixel_values_videos.insert(out.pixel_values_videos.end(), v.pixel_values.begin(), v.pixel_values.end());
   return out;
 }
 
@@ -595,7 +621,10 @@ Result<TokenizedSample> ConversationBuilder::build(const Sample& sample) const {
       return VLPAR_STATUS(p.status().code(), "sample '{}': video {}: {}", sample.key, v, p.status().message());
     videos.push_back(std::move(p).value());
   }
-  return tokenize(conv, images, videos, sample.key);
+  VLPAR_ASSIGN_OR_RETURN(TokenizedSample out, tokenize_text(conv, images, videos, sample.key));
+  out.pixel_values = gather_pixels(std::span<ProcessedImage>(images));
+  out.pixel_values_videos = gather_pixels(std::span<ProcessedVideo>(videos));
+  return out;
 }
 
 }  // namespace vlpar::data

@@ -2,6 +2,8 @@
 // include/vlpar/data/packing.hpp. Test: tests/unit/test_data_packing.cpp.
 #include "vlpar/data/packing.hpp"
 
+#include <sys/mman.h>
+
 #include <algorithm>
 #include <cmath>
 #include <cstring>
@@ -68,6 +70,20 @@ struct Fnv {
   }
   void i64(int64_t v) { bytes(&v, sizeof(v)); }
 };
+
+// Pack pixel buffers are large (Σ patches × 1536 floats: ~100 MB for 16k tokens of images) and freshly allocated
+// per batch, so malloc maps them anew each time and the first touch of every 4 KiB page faults (measured: the
+// faults cost ~3x the copy itself). Asking for transparent huge pages on the untouched, reserved buffer makes the
+// faults 512x fewer where the kernel allows it (THP "madvise" or "always"); elsewhere madvise fails harmlessly.
+template <class T>
+void advise_huge_pages(std::vector<T>& v) {
+  constexpr uintptr_t kHuge = uintptr_t{2} << 20;
+  const size_t bytes = v.capacity() * sizeof(T);
+  if (bytes < 2 * kHuge) return;
+  const uintptr_t begin = (reinterpret_cast<uintptr_t>(v.data()) + kHuge - 1) & ~(kHuge - 1);
+  const uintptr_t end = (reinterpret_cast<uintptr_t>(v.data()) + bytes) & ~(kHuge - 1);
+  if (end > begin) (void)madvise(reinterpret_cast<void*>(begin), end - begin, MADV_HUGEPAGE);
+}
 
 int64_t sum_patches(std::span<const VisionGrid> grids) {
   int64_t n = 0;
@@ -143,6 +159,8 @@ Result<PackedBatch> make_packed_batch(std::span<const TokenizedSample* const> sa
   b.labels.reserve(static_cast<size_t>(n));
   b.pixel_values.reserve(static_cast<size_t>(img_values));
   b.pixel_values_videos.reserve(static_cast<size_t>(vid_values));
+  advise_huge_pages(b.pixel_values);
+  advise_huge_pages(b.pixel_values_videos);
   b.cu_seqlens.push_back(0);
   for (const TokenizedSample* s : samples) {
     b.input_ids.insert(b.input_ids.end(), s->input_ids.begin(), s->input_ids.end());
@@ -185,6 +203,17 @@ Result<Packer> Packer::create(PackingConfig config, MropeDesc desc) {
 
 Result<Packer::Admit> Packer::push(TokenizedSample sample, uint64_t tag) {
   VLPAR_RETURN_IF_ERROR(validate_tokenized_sample(sample));
+  {
+    // The sample's own MRoPE positions: a vision span that disagrees with its grids is rejected here, alone and
+    // named, instead of failing the whole pack later.
+    const std::vector<int64_t> ids(sample.input_ids.begin(), sample.input_ids.end());
+    const std::vector<int64_t> cu = {0, sample.num_tokens()};
+    std::vector<int64_t> pos(static_cast<size_t>(3 * sample.num_tokens()));
+    std::vector<int64_t> delta(1);
+    const Status st =
+        compute_mrope_positions(pos, delta, ids, cu, sample.image_grids, sample.video_grids, desc_);
+    if (!st.ok()) return VLPAR_STATUS(st.code(), "sample '{}': {}", sample.key, st.message());
+  }
   ++stats_.samples_in;
   if (sample.num_tokens() > config_.max_tokens) {
     ++stats_.skipped_too_long;

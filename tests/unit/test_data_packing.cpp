@@ -114,7 +114,8 @@ TEST(PackedBatch, ConcatenatesAndPositionsRestartPerSample) {
   ASSERT_EQ(p.pixel_values.size(), static_cast<size_t>((8 + 8 + 4) * kPatchDim));
   EXPECT_EQ(p.pixel_values[0], a.pixel_values[0]);
   EXPECT_EQ(p.pixel_values[static_cast<size_t>(8 * kPatchDim)], c.pixel_values[0]);
-  EXPECT_EQ(p.pixel_values_videos, c.pixel_values_videos);
+  EXPECT_TRUE(std::equal(p.pixel_values_videos.begin(), p.pixel_values_videos.end(), c.pixel_values_videos.begin(),
+                         c.pixel_values_videos.end()));
   // ids and labels back to back; positions of each sample equal the sample's positions alone.
   std::vector<int64_t> ids, labels;
   for (const TokenizedSample* s : ptrs) {
@@ -162,6 +163,19 @@ TEST(PackedBatch, RejectsInconsistentSamples) {
   ASSERT_FALSE(r2.ok());
   EXPECT_NE(r2.status().message().find("pads"), std::string::npos) << r2.status().message();
   EXPECT_FALSE(make_packed_batch({}, kDesc, 100).ok());
+  // The Packer rejects both at push, naming the sample, and stays usable.
+  Packer packer = Packer::create(cfg(100), kDesc).value();
+  auto a1 = packer.push(bad);
+  ASSERT_FALSE(a1.ok());
+  EXPECT_NE(a1.status().message().find("sample 'bad'"), std::string::npos) << a1.status().message();
+  auto a2 = packer.push(pads);
+  ASSERT_FALSE(a2.ok());
+  EXPECT_NE(a2.status().message().find("sample 'pads'"), std::string::npos) << a2.status().message();
+  EXPECT_TRUE(packer.empty());
+  ASSERT_TRUE(packer.push(synth("good", 4, {VisionGrid{1, 2, 2}})).ok());
+  auto b = packer.pop();
+  ASSERT_TRUE(b.ok()) << b.status().message();
+  EXPECT_EQ(b->sample_keys, std::vector<std::string>{"good"});
 }
 
 // Pushes samples through a Packer the way the loader does; returns the packs.

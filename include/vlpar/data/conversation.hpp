@@ -115,9 +115,9 @@ struct TokenizedSample {
   std::string key;
   std::vector<int32_t> input_ids;            // [S]
   std::vector<int32_t> labels;               // [S], kIgnoreLabel where not supervised
-  std::vector<float> pixel_values;           // [Σ_images t·h·w, patch_dim] in image order
+  PixelValues pixel_values;                  // [Σ_images t·h·w, patch_dim] in image order
   std::vector<VisionGrid> image_grids;       // one (t, h, w) per image, patch units
-  std::vector<float> pixel_values_videos;    // [Σ_videos t·h·w, patch_dim]
+  PixelValues pixel_values_videos;           // [Σ_videos t·h·w, patch_dim]
   std::vector<VisionGrid> video_grids;       // one per video
   int64_t patch_dim = 0;                     // C·Tp·P·P (0 for a text-only sample)
 
@@ -167,6 +167,9 @@ class ConversationBuilder {
  private:
   ConversationBuilder(std::shared_ptr<const Tokenizer> tokenizer, ConversationOptions options, ChatTokenIds ids)
       : tokenizer_(std::move(tokenizer)), options_(std::move(options)), ids_(ids) {}
+  // tokenize() without the pixel values (ids, labels, grids, patch_dim): build() moves the pixels in instead.
+  Result<TokenizedSample> tokenize_text(const Conversation& conversation, std::span<const ProcessedImage> images,
+                                        std::span<const ProcessedVideo> videos, std::string_view key) const;
 
   std::shared_ptr<const Tokenizer> tokenizer_;
   ConversationOptions options_;

@@ -33,6 +33,10 @@
 // The worker count, prefetch depth and reorder window may change across a resume.
 //
 // Shutdown: the destructor stops and joins every thread whatever they wait on (a full queue, an empty window).
+// Threads: next(), save_state(), restore(), stats() and summary() belong to one consumer thread.
+// Memory: tokenized samples hold fp32 pixels (640×480 image: 1200 patches × 1536 floats = 7.4 MB), and up to
+// reorder_window + the packer's buffer (>= lookahead) + prefetch packs of them are alive at once; size the
+// lookahead and prefetch with that in mind.
 // Test: tests/unit/test_loader.cpp.
 #include <cstdint>
 #include <functional>

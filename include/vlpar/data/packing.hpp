@@ -122,7 +122,8 @@ class Packer {
   static Result<Packer> create(PackingConfig config, MropeDesc desc);
 
   /// @brief Buffers a sample, or skips it (counted, warned with its key) when it alone exceeds a budget.
-  /// Error: an inconsistent sample (validate_tokenized_sample).
+  /// Error (the sample is not buffered): an inconsistent sample (validate_tokenized_sample) or vision spans that
+  /// disagree with its grids (compute_mrope_positions on the sample alone), named with its key.
   Result<Admit> push(TokenizedSample sample, uint64_t tag = 0);
   /// @brief Time to pop a pack: the buffer holds at least `lookahead` samples AND at least max_tokens tokens (so
   /// a pack is never closed early for want of candidates while the source still has samples).
