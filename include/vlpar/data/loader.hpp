@@ -27,8 +27,8 @@
 // restore() rewinds the source to that state and re-reads samples base..end−1: the buffered ones are rebuilt and
 // re-enter the packer in the same order, the others (already packed or skipped) are dropped unbuilt. The packer
 // then holds exactly what it held, so the resumed loader yields exactly the next micro-batch. The re-read is
-// bounded: the oldest buffered sample always leaves with the next pack (packing.hpp rule 1), so base is at most
-// about `lookahead` packs behind. The state is text (JSON); source states must be UTF-8 text (SampleStream's
+// bounded: the oldest buffered sample always leaves with the next pack (packing.hpp rule 1), so end − base is at
+// most the samples read while the packer's buffer (about max(lookahead, one pack's worth)) turned over once. The state is text (JSON); source states must be UTF-8 text (SampleStream's
 // JSON, VectorSampleSource's index). A state made under a different packing config is rejected, naming the field.
 // The worker count, prefetch depth and reorder window may change across a resume.
 //
