@@ -92,4 +92,52 @@ Result<LoadedBatch> load_batch(const std::string& path, Allocator& alloc) {
   return lb;
 }
 
+namespace {
+
+Result<Tensor> i64_tensor(const std::vector<int64_t>& v, Allocator& alloc) {
+  VLPAR_ASSIGN_OR_RETURN(Tensor t, Tensor::empty(alloc, Shape{int64_t(v.size())}, DType::kI64));
+  std::copy(v.begin(), v.end(), t.ptr<int64_t>());
+  return t;
+}
+
+// [rows, patch_dim] f32 from a pack's pixel vector; rows must equal Σ grid patches. No pixels → an empty tensor.
+Result<Tensor> pixel_tensor(const std::vector<float>& px, const std::vector<vlpar::VisionGrid>& grids,
+                            int64_t patch_dim, const char* what, Allocator& alloc) {
+  int64_t rows = 0;
+  for (const vlpar::VisionGrid& g : grids) rows += g.patches();
+  if (rows == 0 && px.empty()) return Tensor{};
+  VLPAR_CHECK(patch_dim > 0 && int64_t(px.size()) == rows * patch_dim,
+              "packed batch: {} has {} floats but its grids hold {} patches of {} values", what, px.size(), rows,
+              patch_dim);
+  VLPAR_ASSIGN_OR_RETURN(Tensor t, Tensor::empty(alloc, Shape{rows, patch_dim}, DType::kF32));
+  std::copy(px.begin(), px.end(), t.ptr<float>());
+  return t;
+}
+
+}  // namespace
+
+Result<LoadedBatch> batch_from_packed(const vlpar::data::PackedBatch& pack, Allocator& alloc) {
+  VLPAR_CHECK(!pack.input_ids.empty() && pack.labels.size() == pack.input_ids.size() && pack.cu_seqlens.size() >= 2,
+              "packed batch: {} ids, {} labels, {} cu_seqlens entries (need ids = labels > 0 and >= 2 boundaries)",
+              pack.input_ids.size(), pack.labels.size(), pack.cu_seqlens.size());
+  LoadedBatch lb;
+  VLPAR_ASSIGN_OR_RETURN(lb.input_ids, i64_tensor(pack.input_ids, alloc));
+  VLPAR_ASSIGN_OR_RETURN(lb.labels, i64_tensor(pack.labels, alloc));
+  VLPAR_ASSIGN_OR_RETURN(lb.cu_seqlens, i64_tensor(pack.cu_seqlens, alloc));
+  VLPAR_ASSIGN_OR_RETURN(lb.pixel_values,
+                         pixel_tensor(pack.pixel_values, pack.image_grids, pack.patch_dim, "pixel_values", alloc));
+  VLPAR_ASSIGN_OR_RETURN(lb.pixel_values_videos, pixel_tensor(pack.pixel_values_videos, pack.video_grids,
+                                                              pack.patch_dim, "pixel_values_videos", alloc));
+  lb.images_per_sample = pack.images_per_sample;
+  lb.videos_per_sample = pack.videos_per_sample;
+  lb.batch.input_ids = lb.input_ids;
+  lb.batch.labels = lb.labels;
+  lb.batch.cu_seqlens = lb.cu_seqlens;
+  lb.batch.pixel_values = lb.pixel_values;
+  lb.batch.pixel_values_videos = lb.pixel_values_videos;
+  lb.batch.image_grids = pack.image_grids;
+  lb.batch.video_grids = pack.video_grids;
+  return lb;
+}
+
 }  // namespace qwen3vl

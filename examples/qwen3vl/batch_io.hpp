@@ -14,6 +14,7 @@
 #include <string>
 
 #include "model.hpp"
+#include "vlpar/data/packing.hpp"
 
 namespace qwen3vl {
 
@@ -26,5 +27,10 @@ struct LoadedBatch {
 
 /// @brief Reads and checks the batch file `path` (errors name the file and the tensor).
 Result<LoadedBatch> load_batch(const std::string& path, Allocator& alloc);
+
+/// @brief The data pipeline's packed micro-batch (vlpar/data/packing.hpp) as a LoadedBatch: ids, labels and
+/// cu_seqlens widened to i64, pixels copied into f32 tensors from `alloc`, grids and per-sample counts kept.
+/// Errors: pixel rows that disagree with the grids or patch_dim (a malformed pack).
+Result<LoadedBatch> batch_from_packed(const vlpar::data::PackedBatch& pack, Allocator& alloc);
 
 }  // namespace qwen3vl

@@ -1,16 +1,116 @@
 // The dataset-backed BatchSource. See data_source.hpp.
 #include "data_source.hpp"
 
+#include <algorithm>
+#include <filesystem>
+
+#include <fmt/format.h>
+
+#include "vlpar/data/energon.hpp"
+#include "vlpar/data/loader.hpp"
+
 namespace qwen3vl {
 
+namespace data = vlpar::data;
+namespace fs = std::filesystem;
+
+Result<std::shared_ptr<const data::ConversationBuilder>> make_conversation_builder(const DataSection& d) {
+  VLPAR_CHECK(!d.tokenizer.empty(), "data.tokenizer is empty: the data pipeline needs a tokenizer.json");
+  VLPAR_ASSIGN_OR_RETURN(data::Tokenizer tok, data::Tokenizer::from_file(d.tokenizer));
+  data::ConversationOptions o;
+  o.label_mode = d.mode == "caption" ? data::LabelMode::kAllText : data::LabelMode::kAssistant;
+  o.image.min_pixels = d.min_pixels;
+  o.image.max_pixels = d.max_pixels;
+  VLPAR_ASSIGN_OR_RETURN(data::ConversationBuilder b,
+                         data::ConversationBuilder::create(std::make_shared<const data::Tokenizer>(std::move(tok)), o));
+  return std::make_shared<const data::ConversationBuilder>(std::move(b));
+}
+
+Result<DatasetShards> open_dataset_shards(const std::string& root, const std::string& split) {
+  DatasetShards out;
+  std::error_code ec;
+  if (fs::is_directory(fs::path(root) / ".nv-meta", ec)) {
+    data::EnergonOpenOptions eo;
+    eo.split_part = split;
+    VLPAR_ASSIGN_OR_RETURN(data::EnergonDataset ds, data::open_energon_dataset(root, eo));
+    for (const data::EnergonShard& s : ds.shards) out.shards.push_back({s.name, s.path, s.offsets});
+    out.excludes = ds.sample_excludes;
+    out.kind = fmt::format("energon split '{}'", split);
+    return out;
+  }
+  std::vector<std::string> tars;
+  if (fs::is_directory(root, ec)) {
+    for (const fs::directory_entry& e : fs::directory_iterator(root, ec))
+      if (e.is_regular_file() && e.path().extension() == ".tar") tars.push_back(e.path().string());
+    std::sort(tars.begin(), tars.end());
+    VLPAR_CHECK(!tars.empty(), "dataset {}: no .nv-meta/ (Energon) and no *.tar shards in the directory", root);
+  } else {
+    VLPAR_ASSIGN_OR_RETURN(tars, data::brace_expand(root));
+  }
+  VLPAR_ASSIGN_OR_RETURN(out.shards, data::index_webdataset_shards(tars));
+  out.kind = "webdataset";
+  return out;
+}
+
+namespace {
+
+class DatasetBatchSource final : public BatchSource {
+ public:
+  static Result<std::unique_ptr<BatchSource>> create(const TrainConfig& cfg, int dp_rank, int dp_size) {
+    const DataSection& d = cfg.data;
+    VLPAR_CHECK(!d.train.empty(), "no training data: set data.train to a dataset or pass --batches files");
+    VLPAR_ASSIGN_OR_RETURN(auto builder, make_conversation_builder(d));
+    VLPAR_ASSIGN_OR_RETURN(DatasetShards ds, open_dataset_shards(d.train, d.split));
+    int64_t samples = 0;
+    for (const data::StreamShard& s : ds.shards) samples += s.num_samples();
+    const size_t num_shards = ds.shards.size();
+    data::SampleStreamConfig sc;
+    sc.seed = d.seed;
+    sc.shuffle_buffer = d.shuffle_buffer;
+    sc.dp_rank = dp_rank;
+    sc.dp_size = dp_size;
+    sc.num_epochs = 0;  // endless: training.steps decides when to stop
+    VLPAR_ASSIGN_OR_RETURN(data::SampleStream stream, data::SampleStream::create(std::move(ds.shards), ds.excludes, sc));
+    data::LoaderConfig lc;
+    lc.num_workers = d.workers;
+    lc.prefetch = d.prefetch;
+    lc.packing.max_tokens = d.token_budget;
+    lc.packing.max_patches = d.patch_budget;
+    VLPAR_ASSIGN_OR_RETURN(std::unique_ptr<data::Loader> loader,
+                           data::Loader::create(std::make_unique<data::StreamSampleSource>(std::move(stream)),
+                                                std::move(builder), lc));
+    auto src = std::unique_ptr<DatasetBatchSource>(new DatasetBatchSource());
+    src->loader_ = std::move(loader);
+    src->describe_ = fmt::format("{} ({}, {} samples in {} shards; dp rank {} of {}; {} workers, budgets {} tokens / "
+                                 "{} patches)", d.train, ds.kind, samples, num_shards, dp_rank, dp_size, d.workers,
+                                 d.token_budget, d.patch_budget);
+    return std::unique_ptr<BatchSource>(std::move(src));
+  }
+
+  Result<MicroBatch> next(Allocator& alloc) override {
+    VLPAR_ASSIGN_OR_RETURN(std::optional<data::PackedBatch> pack, loader_->next());
+    VLPAR_CHECK(pack.has_value(), "the data pipeline ended ({})", loader_->summary());
+    MicroBatch mb;
+    VLPAR_ASSIGN_OR_RETURN(mb.data, batch_from_packed(*pack, alloc));
+    mb.real_tokens = pack->real_tokens;
+    mb.images = pack->num_images + pack->num_videos;
+    return mb;
+  }
+  Result<std::string> state() const override { return loader_->save_state(); }
+  Status restore(std::string_view state) override { return loader_->restore(state); }
+  std::string describe() const override { return describe_; }
+  std::string summary() const override { return loader_->summary(); }
+
+ private:
+  DatasetBatchSource() = default;
+  std::unique_ptr<data::Loader> loader_;
+  std::string describe_;
+};
+
+}  // namespace
+
 Result<std::unique_ptr<BatchSource>> make_dataset_source(const TrainConfig& cfg, int dp_rank, int dp_size) {
-  (void)dp_rank;
-  (void)dp_size;
-  VLPAR_CHECK(!cfg.data.train.empty(), "no training data: set data.train to a dataset or pass --batches files");
-  return VLPAR_STATUS(vlpar::StatusCode::kNotSupported,
-                      "data.train = {}: the dataset pipeline (vlpar/data/loader.hpp) is not wired into the trainer in "
-                      "this build; pass pre-packed --batches files",
-                      cfg.data.train);
+  return DatasetBatchSource::create(cfg, dp_rank, dp_size);
 }
 
 }  // namespace qwen3vl

@@ -8,6 +8,7 @@
 #include <cmath>
 #include <filesystem>
 
+#include "checkpoint_model.hpp"
 #include "flops.hpp"
 #include "hf_weights.hpp"
 #include "lr_schedule.hpp"
@@ -106,14 +107,7 @@ Status Trainer::setup_groups() {
 
 Status Trainer::build_model() {
   const ModelSection& m = cfg_.model;
-  Config mc;
-  if (!m.hf_dir.empty()) {
-    VLPAR_ASSIGN_OR_RETURN(mc, load_hf_config(m.hf_dir));
-  } else if (!m.config_json.empty()) {
-    VLPAR_ASSIGN_OR_RETURN(mc, load_hf_config(m.config_json));
-  } else {
-    VLPAR_ASSIGN_OR_RETURN(mc, preset(m.preset));
-  }
+  VLPAR_ASSIGN_OR_RETURN(Config mc, model_config_of(m));
   const Freeze freeze{m.freeze_vision, m.freeze_merger, m.freeze_language_model};
   const nn::TensorParallel tp{cfg_.parallel.tp > 1 ? tp_comm_.get() : nullptr, false};
   VLPAR_ASSIGN_OR_RETURN(Model model, Model::create(ctx_, mc, freeze, m.seed, alloc_, tp));
@@ -384,6 +378,8 @@ Result<TrainSummary> Trainer::run() {
   sum.last_checkpoint = last_checkpoint_;
   sum.seconds = run_watch.elapsed_s();
   if (lead) {
+    if (const std::string data_summary = source_->summary(); !data_summary.empty())
+      vlpar::log_info("data (rank 0):\n{}", data_summary);
     VLPAR_RETURN_IF_ERROR(logs_->jsonl.close());
     if (logs_->tb.is_open()) VLPAR_RETURN_IF_ERROR(logs_->tb.close());
     if (cfg_.metrics.trace) VLPAR_RETURN_IF_ERROR(logs_->trace.write_json(cfg_.metrics.dir + "/trace.json"));

@@ -47,6 +47,8 @@ class BatchSource {
   virtual Result<std::string> state() const = 0;  // JSON
   virtual Status restore(std::string_view state) = 0;
   virtual std::string describe() const = 0;
+  /// Counts worth reporting at the end of training (skipped samples, packing efficiency); "" = nothing.
+  virtual std::string summary() const { return {}; }
 };
 
 /// Pre-packed batch files (batch_io.hpp format), cycled in order; data-parallel rank r of d takes files
