@@ -9,6 +9,7 @@ packages=(
   libjpeg62-turbo-dev libpng-dev libpcre2-dev libyaml-cpp-dev libtomlplusplus-dev
   libgtest-dev libgmock-dev libbenchmark-dev
   libopenmpi-dev openmpi-bin
+  lomiri-wallpapers-16.04   # real photographs for the demo VQA data (scripts/demo.sh) and its CI test
 )
 missing=()
 for p in "${packages[@]}"; do
