@@ -2,12 +2,15 @@
 #include "data_source.hpp"
 
 #include <algorithm>
+#include <deque>
 #include <filesystem>
 
 #include <fmt/format.h>
 
+#include "checkpoint_model.hpp"
 #include "vlpar/data/energon.hpp"
 #include "vlpar/data/loader.hpp"
+#include "vlpar/data/pack_exchange.hpp"
 
 namespace qwen3vl {
 
@@ -81,6 +84,10 @@ class DatasetBatchSource final : public BatchSource {
                                                 std::move(builder), lc));
     auto src = std::unique_ptr<DatasetBatchSource>(new DatasetBatchSource());
     src->loader_ = std::move(loader);
+    src->balance_ = d.balance_vision;
+    // Vision cost per pack: patches (linear layers, ~24·Hv² FLOPs each per block) plus attention pairs (~4·Hv).
+    VLPAR_ASSIGN_OR_RETURN(Config mc, model_config_of(cfg.model));
+    src->cost_model_.per_attention_pair = 1.0 / (6.0 * double(mc.vision.hidden));
     src->describe_ = fmt::format("{} ({}, {} samples in {} shards; dp rank {} of {}; {} workers, budgets {} tokens / "
                                  "{} patches)", d.train, ds.kind, samples, num_shards, dp_rank, dp_size, d.workers,
                                  d.token_budget, d.patch_budget);
@@ -88,23 +95,78 @@ class DatasetBatchSource final : public BatchSource {
   }
 
   Result<MicroBatch> next(Allocator& alloc) override {
-    VLPAR_ASSIGN_OR_RETURN(std::optional<data::PackedBatch> pack, loader_->next());
-    VLPAR_CHECK(pack.has_value(), "the data pipeline ended ({})", loader_->summary());
+    VLPAR_ASSIGN_OR_RETURN(data::PackedBatch pack, next_pack());
     MicroBatch mb;
-    VLPAR_ASSIGN_OR_RETURN(mb.data, batch_from_packed(*pack, alloc));
-    mb.real_tokens = pack->real_tokens;
-    mb.images = pack->num_images + pack->num_videos;
+    VLPAR_ASSIGN_OR_RETURN(mb.data, batch_from_packed(pack, alloc));
+    mb.real_tokens = pack.real_tokens;
+    mb.images = pack.num_images + pack.num_videos;
     return mb;
   }
-  Result<std::string> state() const override { return loader_->save_state(); }
+  Result<std::string> state() const override {
+    VLPAR_CHECK(group_.empty(), "data source state asked for in the middle of a balanced step ({} packs pending)",
+                group_.size());
+    return loader_->save_state();
+  }
   Status restore(std::string_view state) override { return loader_->restore(state); }
   std::string describe() const override { return describe_; }
-  std::string summary() const override { return loader_->summary(); }
+  std::string summary() const override {
+    std::string s = loader_->summary();
+    if (balanced_steps_ > 0)
+      s += fmt::format("\nvision balance over {} steps (dp {}): the most loaded rank's vision cost {:.3f} of what it "
+                       "was without balancing (ideal {:.3f}); this rank sent {} and received {} packs",
+                       balanced_steps_, dp_->size(), sum_after_ / sum_before_, sum_mean_ / sum_before_, sent_,
+                       received_);
+    return s;
+  }
+  Status set_data_parallel(vlpar::comm::Communicator* dp, int micro_batches_per_step) override {
+    dp_ = balance_ && dp != nullptr && dp->size() > 1 ? dp : nullptr;
+    per_step_ = micro_batches_per_step;
+    return Status::Ok();
+  }
 
  private:
   DatasetBatchSource() = default;
+
+  Result<data::PackedBatch> loader_pack() {
+    VLPAR_ASSIGN_OR_RETURN(std::optional<data::PackedBatch> pack, loader_->next());
+    VLPAR_CHECK(pack.has_value(), "the data pipeline ended ({})", loader_->summary());
+    return std::move(*pack);
+  }
+  // Without balancing: the loader's next pack. With it: a step's packs are fetched and re-dealt over the dp
+  // ranks (pack_exchange.hpp) at the step's first micro-batch, then handed out in order.
+  Result<data::PackedBatch> next_pack() {
+    if (dp_ == nullptr) return loader_pack();
+    if (group_.empty()) {
+      std::vector<data::PackedBatch> mine;
+      for (int i = 0; i < per_step_; ++i) {
+        VLPAR_ASSIGN_OR_RETURN(data::PackedBatch p, loader_pack());
+        mine.push_back(std::move(p));
+      }
+      data::PackBalanceReport rep;
+      VLPAR_ASSIGN_OR_RETURN(std::vector<data::PackedBatch> dealt,
+                             data::exchange_balanced_packs(dp_, std::move(mine), cost_model_, &rep));
+      for (data::PackedBatch& p : dealt) group_.push_back(std::move(p));
+      ++balanced_steps_;
+      sum_before_ += rep.max_rank_cost_before;
+      sum_after_ += rep.max_rank_cost_after;
+      sum_mean_ += rep.mean_rank_cost;
+      sent_ += rep.packs_sent;
+      received_ += rep.packs_received;
+    }
+    data::PackedBatch p = std::move(group_.front());
+    group_.pop_front();
+    return p;
+  }
+
   std::unique_ptr<data::Loader> loader_;
   std::string describe_;
+  bool balance_ = true;
+  data::VisionCostModel cost_model_;
+  vlpar::comm::Communicator* dp_ = nullptr;  // set when balancing across > 1 dp ranks
+  int per_step_ = 1;
+  std::deque<data::PackedBatch> group_;      // this step's re-dealt packs not yet handed out
+  int64_t balanced_steps_ = 0, sent_ = 0, received_ = 0;
+  double sum_before_ = 0, sum_after_ = 0, sum_mean_ = 0;
 };
 
 }  // namespace

@@ -46,6 +46,7 @@ std::vector<Field> fields(TrainConfig& c) {
       {"data", "max_pixels", &c.data.max_pixels},
       {"data", "seed", &c.data.seed},
       {"data", "shuffle_buffer", &c.data.shuffle_buffer},
+      {"data", "balance_vision", &c.data.balance_vision},
       {"optimizer", "lr", &c.optimizer.lr},
       {"optimizer", "min_lr_ratio", &c.optimizer.min_lr_ratio},
       {"optimizer", "weight_decay", &c.optimizer.weight_decay},

@@ -43,6 +43,7 @@ struct DataSection {
   int64_t max_pixels = 50176;
   uint64_t seed = 1;                  // shard order and shuffle buffer
   int shuffle_buffer = 64;
+  bool balance_vision = true;         // dp > 1: re-deal each step's packs over the dp ranks by vision cost
 };
 
 struct OptimizerSection {

@@ -139,6 +139,8 @@ Result<std::unique_ptr<Trainer>> Trainer::create(const TrainConfig& cfg, vlpar::
   VLPAR_RETURN_IF_ERROR(t->build_model());
   VLPAR_CHECK(source != nullptr, "Trainer: no batch source (give pre-packed batch files or a dataset)");
   t->source_ = std::move(source);
+  VLPAR_RETURN_IF_ERROR(t->source_->set_data_parallel(t->dp_size_ > 1 ? t->dp_comm_.get() : nullptr,
+                                                      cfg.training.grad_accum));
   t->logs_ = std::make_unique<Logs>();
   return t;
 }

@@ -1,0 +1,282 @@
+// Data-parallel vision balancing of packed micro-batches. See pack_exchange.hpp.
+#include "vlpar/data/pack_exchange.hpp"
+
+#include <algorithm>
+#include <cstring>
+#include <string>
+
+namespace vlpar::data {
+
+namespace {
+
+constexpr char kMagic[4] = {'V', 'P', 'K', 'B'};
+constexpr uint32_t kVersion = 1;
+
+class Writer {
+ public:
+  void raw(const void* p, size_t n) {
+    const auto* b = static_cast<const uint8_t*>(p);
+    out_.insert(out_.end(), b, b + n);
+  }
+  void u64(uint64_t v) { raw(&v, sizeof v); }
+  void i64(int64_t v) { raw(&v, sizeof v); }
+  template <class T>
+  void vec(const std::vector<T>& v) {
+    u64(v.size());
+    raw(v.data(), v.size() * sizeof(T));
+  }
+  void grids(const std::vector<VisionGrid>& g) {
+    u64(g.size());
+    for (const VisionGrid& x : g) {
+      i64(x.t);
+      i64(x.h);
+      i64(x.w);
+    }
+  }
+  void strings(const std::vector<std::string>& s) {
+    u64(s.size());
+    for (const std::string& x : s) {
+      u64(x.size());
+      raw(x.data(), x.size());
+    }
+  }
+  std::vector<uint8_t> take() { return std::move(out_); }
+
+ private:
+  std::vector<uint8_t> out_;
+};
+
+// Bounds-checked reads; every failure names the field.
+class Reader {
+ public:
+  explicit Reader(std::span<const uint8_t> b) : b_(b) {}
+  Status raw(void* p, size_t n, const char* what) {
+    VLPAR_CHECK(n <= b_.size() - pos_, "packed batch bytes: truncated in {} (needs {} bytes at offset {}, {} left)",
+                what, n, pos_, b_.size() - pos_);
+    std::memcpy(p, b_.data() + pos_, n);
+    pos_ += n;
+    return Status::Ok();
+  }
+  Result<uint64_t> u64(const char* what) {
+    uint64_t v = 0;
+    VLPAR_RETURN_IF_ERROR(raw(&v, sizeof v, what));
+    return v;
+  }
+  Result<int64_t> i64(const char* what) {
+    int64_t v = 0;
+    VLPAR_RETURN_IF_ERROR(raw(&v, sizeof v, what));
+    return v;
+  }
+  // A count whose elements of `elem` bytes must fit in what is left (so a corrupt count never allocates wildly).
+  Result<uint64_t> count(size_t elem, const char* what) {
+    VLPAR_ASSIGN_OR_RETURN(uint64_t n, u64(what));
+    VLPAR_CHECK(elem == 0 || n <= (b_.size() - pos_) / elem, "packed batch bytes: {} claims {} entries, only {} bytes left",
+                what, n, b_.size() - pos_);
+    return n;
+  }
+  template <class T>
+  Status vec(std::vector<T>& v, const char* what) {
+    VLPAR_ASSIGN_OR_RETURN(uint64_t n, count(sizeof(T), what));
+    v.resize(n);
+    return raw(v.data(), n * sizeof(T), what);
+  }
+  Status grids(std::vector<VisionGrid>& g, const char* what) {
+    VLPAR_ASSIGN_OR_RETURN(uint64_t n, count(3 * sizeof(int64_t), what));
+    g.resize(n);
+    for (VisionGrid& x : g) {
+      VLPAR_ASSIGN_OR_RETURN(x.t, i64(what));
+      VLPAR_ASSIGN_OR_RETURN(x.h, i64(what));
+      VLPAR_ASSIGN_OR_RETURN(x.w, i64(what));
+    }
+    return Status::Ok();
+  }
+  Status strings(std::vector<std::string>& s, const char* what) {
+    VLPAR_ASSIGN_OR_RETURN(uint64_t n, count(sizeof(uint64_t), what));
+    s.resize(n);
+    for (std::string& x : s) {
+      VLPAR_ASSIGN_OR_RETURN(uint64_t len, count(1, what));
+      x.resize(len);
+      VLPAR_RETURN_IF_ERROR(raw(x.data(), len, what));
+    }
+    return Status::Ok();
+  }
+  size_t left() const { return b_.size() - pos_; }
+
+ private:
+  std::span<const uint8_t> b_;
+  size_t pos_ = 0;
+};
+
+int64_t patches_of(const std::vector<VisionGrid>& grids) {
+  int64_t n = 0;
+  for (const VisionGrid& g : grids) n += g.patches();
+  return n;
+}
+
+Status check_consistent(const PackedBatch& b) {
+  const int64_t n = int64_t(b.input_ids.size());
+  VLPAR_CHECK(int64_t(b.labels.size()) == n && int64_t(b.positions.size()) == 3 * n,
+              "packed batch bytes: {} ids but {} labels and {} positions (need {} and {})", n, b.labels.size(),
+              b.positions.size(), n, 3 * n);
+  VLPAR_CHECK(b.cu_seqlens.size() >= 2 && b.cu_seqlens.front() == 0 && b.cu_seqlens.back() == n,
+              "packed batch bytes: cu_seqlens must run from 0 to {} ({} entries)", n, b.cu_seqlens.size());
+  const size_t samples = b.cu_seqlens.size() - 1;
+  VLPAR_CHECK(b.sample_keys.size() == samples && b.images_per_sample.size() == samples &&
+                  b.videos_per_sample.size() == samples,
+              "packed batch bytes: {} samples but {} keys, {} image counts, {} video counts", samples,
+              b.sample_keys.size(), b.images_per_sample.size(), b.videos_per_sample.size());
+  VLPAR_CHECK(int64_t(b.pixel_values.size()) == patches_of(b.image_grids) * b.patch_dim &&
+                  int64_t(b.pixel_values_videos.size()) == patches_of(b.video_grids) * b.patch_dim,
+              "packed batch bytes: pixel values ({} image, {} video floats) disagree with the grids and patch_dim {}",
+              b.pixel_values.size(), b.pixel_values_videos.size(), b.patch_dim);
+  return Status::Ok();
+}
+
+}  // namespace
+
+std::vector<uint8_t> serialize_packed_batch(const PackedBatch& b) {
+  Writer w;
+  w.raw(kMagic, sizeof kMagic);
+  w.raw(&kVersion, sizeof kVersion);
+  w.vec(b.input_ids);
+  w.vec(b.labels);
+  w.vec(b.cu_seqlens);
+  w.vec(b.positions);
+  w.vec(b.rope_deltas);
+  w.vec(b.pixel_values);
+  w.vec(b.pixel_values_videos);
+  w.grids(b.image_grids);
+  w.grids(b.video_grids);
+  w.vec(b.images_per_sample);
+  w.vec(b.videos_per_sample);
+  w.strings(b.sample_keys);
+  for (int64_t v : {b.patch_dim, b.real_tokens, b.token_budget, b.num_images, b.num_videos, b.vision_patches,
+                    b.num_label_tokens})
+    w.i64(v);
+  return w.take();
+}
+
+Result<PackedBatch> deserialize_packed_batch(std::span<const uint8_t> bytes) {
+  Reader r(bytes);
+  char magic[4] = {};
+  uint32_t version = 0;
+  VLPAR_RETURN_IF_ERROR(r.raw(magic, sizeof magic, "magic"));
+  VLPAR_CHECK(std::memcmp(magic, kMagic, sizeof kMagic) == 0, "packed batch bytes: bad magic (not a serialised pack)");
+  VLPAR_RETURN_IF_ERROR(r.raw(&version, sizeof version, "version"));
+  VLPAR_CHECK(version == kVersion, "packed batch bytes: format version {}, this build reads {}", version, kVersion);
+  PackedBatch b;
+  VLPAR_RETURN_IF_ERROR(r.vec(b.input_ids, "input_ids"));
+  VLPAR_RETURN_IF_ERROR(r.vec(b.labels, "labels"));
+  VLPAR_RETURN_IF_ERROR(r.vec(b.cu_seqlens, "cu_seqlens"));
+  VLPAR_RETURN_IF_ERROR(r.vec(b.positions, "positions"));
+  VLPAR_RETURN_IF_ERROR(r.vec(b.rope_deltas, "rope_deltas"));
+  VLPAR_RETURN_IF_ERROR(r.vec(b.pixel_values, "pixel_values"));
+  VLPAR_RETURN_IF_ERROR(r.vec(b.pixel_values_videos, "pixel_values_videos"));
+  VLPAR_RETURN_IF_ERROR(r.grids(b.image_grids, "image_grids"));
+  VLPAR_RETURN_IF_ERROR(r.grids(b.video_grids, "video_grids"));
+  VLPAR_RETURN_IF_ERROR(r.vec(b.images_per_sample, "images_per_sample"));
+  VLPAR_RETURN_IF_ERROR(r.vec(b.videos_per_sample, "videos_per_sample"));
+  VLPAR_RETURN_IF_ERROR(r.strings(b.sample_keys, "sample_keys"));
+  for (int64_t* v : {&b.patch_dim, &b.real_tokens, &b.token_budget, &b.num_images, &b.num_videos, &b.vision_patches,
+                     &b.num_label_tokens}) {
+    VLPAR_ASSIGN_OR_RETURN(*v, r.i64("counters"));
+  }
+  VLPAR_CHECK(r.left() == 0, "packed batch bytes: {} trailing bytes after the last field", r.left());
+  VLPAR_RETURN_IF_ERROR(check_consistent(b));
+  return b;
+}
+
+Result<std::vector<PackedBatch>> exchange_balanced_packs(comm::Communicator* dp, std::vector<PackedBatch> local,
+                                                         const VisionCostModel& cost_model, PackBalanceReport* report) {
+  const int64_t k = int64_t(local.size());
+  VLPAR_CHECK(k >= 1, "exchange_balanced_packs: no packs to balance");
+  std::vector<double> mine(static_cast<size_t>(k));
+  for (int64_t i = 0; i < k; ++i) mine[size_t(i)] = vision_cost(local[size_t(i)], cost_model);
+  const int ranks = dp ? dp->size() : 1;
+  if (ranks == 1) {
+    if (report) {
+      double sum = 0;
+      for (double c : mine) sum += c;
+      *report = PackBalanceReport{sum, sum, sum, 0, 0};
+    }
+    return local;
+  }
+  const int me = dp->rank();
+  // 1. K of every rank (must agree), then costs and byte sizes.
+  int64_t my_k = k;
+  std::vector<int64_t> ks(static_cast<size_t>(ranks));
+  VLPAR_RETURN_IF_ERROR(dp->all_gather(TensorView(ks.data(), DType::kI64, Shape{ranks}),
+                                       TensorView(&my_k, DType::kI64, Shape{1})));
+  for (int r = 0; r < ranks; ++r)
+    VLPAR_CHECK(ks[size_t(r)] == k, "exchange_balanced_packs on group '{}': rank {} has {} packs, rank {} has {}",
+                dp->options().name, me, k, r, ks[size_t(r)]);
+  std::vector<std::vector<uint8_t>> bytes(static_cast<size_t>(k));
+  std::vector<int64_t> my_sizes(static_cast<size_t>(k));
+  for (int64_t i = 0; i < k; ++i) {
+    bytes[size_t(i)] = serialize_packed_batch(local[size_t(i)]);
+    my_sizes[size_t(i)] = int64_t(bytes[size_t(i)].size());
+  }
+  std::vector<double> costs(static_cast<size_t>(k * ranks));
+  std::vector<int64_t> sizes(static_cast<size_t>(k * ranks));
+  VLPAR_RETURN_IF_ERROR(dp->all_gather(TensorView(costs.data(), DType::kF64, Shape{k * ranks}),
+                                       TensorView(mine.data(), DType::kF64, Shape{k})));
+  VLPAR_RETURN_IF_ERROR(dp->all_gather(TensorView(sizes.data(), DType::kI64, Shape{k * ranks}),
+                                       TensorView(my_sizes.data(), DType::kI64, Shape{k})));
+  // 2. The same assignment on every rank.
+  VLPAR_ASSIGN_OR_RETURN(std::vector<std::vector<int64_t>> assign, balance_packs(costs, ranks));
+  std::vector<int> dest(costs.size());
+  for (int r = 0; r < ranks; ++r)
+    for (int64_t g : assign[size_t(r)]) dest[size_t(g)] = r;
+  // 3. Sends of my packs that move, receives of the packs that come to me (tag = global pack index). Bytes travel
+  // as i64 words: buffers are padded to a multiple of 8, the exact length is in `sizes`.
+  auto words = [](int64_t n) { return (n + 7) / 8; };
+  std::vector<comm::WorkHandle> work;
+  std::vector<std::vector<uint8_t>> incoming(costs.size());
+  int64_t sent = 0, received = 0;
+  for (int64_t i = 0; i < k; ++i) {
+    const int64_t g = int64_t(me) * k + i;
+    if (dest[size_t(g)] == me) continue;
+    std::vector<uint8_t>& b = bytes[size_t(i)];
+    b.resize(size_t(8 * words(int64_t(b.size()))), 0);
+    VLPAR_ASSIGN_OR_RETURN(comm::WorkHandle w, dp->isend(TensorView(b.data(), DType::kI64, Shape{words(my_sizes[size_t(i)])}),
+                                                         dest[size_t(g)], int(g)));
+    work.push_back(std::move(w));
+    ++sent;
+  }
+  for (int64_t g : assign[size_t(me)]) {
+    const int owner = int(g / k);
+    if (owner == me) continue;
+    std::vector<uint8_t>& b = incoming[size_t(g)];
+    b.resize(size_t(8 * words(sizes[size_t(g)])));
+    VLPAR_ASSIGN_OR_RETURN(comm::WorkHandle w,
+                           dp->irecv(TensorView(b.data(), DType::kI64, Shape{words(sizes[size_t(g)])}), owner, int(g)));
+    work.push_back(std::move(w));
+    ++received;
+  }
+  for (comm::WorkHandle& w : work) VLPAR_RETURN_IF_ERROR(w->wait());
+  std::vector<PackedBatch> out;
+  for (int64_t g : assign[size_t(me)]) {
+    if (g / k == me) {
+      out.push_back(std::move(local[size_t(g % k)]));
+    } else {
+      const std::vector<uint8_t>& b = incoming[size_t(g)];
+      VLPAR_ASSIGN_OR_RETURN(PackedBatch p,
+                             deserialize_packed_batch(std::span<const uint8_t>(b.data(), size_t(sizes[size_t(g)]))));
+      out.push_back(std::move(p));
+    }
+  }
+  if (report) {
+    std::vector<double> before(static_cast<size_t>(ranks), 0.0), after(static_cast<size_t>(ranks), 0.0);
+    double total = 0;
+    for (size_t g = 0; g < costs.size(); ++g) {
+      before[g / size_t(k)] += costs[g];
+      after[size_t(dest[g])] += costs[g];
+      total += costs[g];
+    }
+    *report = PackBalanceReport{*std::max_element(before.begin(), before.end()),
+                                *std::max_element(after.begin(), after.end()), total / ranks, sent, received};
+  }
+  return out;
+}
+
+}  // namespace vlpar::data
