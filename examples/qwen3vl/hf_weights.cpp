@@ -45,7 +45,7 @@ std::vector<HfPart> hf_parts(const Model& model, size_t index) {
   return {{name, p.full_shape}};
 }
 
-Status load_hf_weights(Model& model, const std::string& dir) {
+Status load_hf_weights(Model& model, const std::string& dir, vlpar::obs::ProgressBar* progress) {
   VLPAR_ASSIGN_OR_RETURN(io::HfTensorSource src, io::HfTensorSource::open(dir));
   nn::ParamRegistry& reg = model.registry();
   vlpar::Allocator scratch;
@@ -66,6 +66,7 @@ Status load_hf_weights(Model& model, const std::string& dir) {
       used.insert(part.name);
     }
     VLPAR_RETURN_IF_ERROR(nn::gather_shard_from_full(reg.value(i), full, p));
+    if (progress) progress->add(int64_t(full.view().nbytes()));
   }
   for (const std::string& name : src.names()) {
     if (used.contains(name)) continue;
@@ -102,7 +103,8 @@ Result<std::vector<io::NamedTensor>> hf_tensors(const Model& model, HfWhich whic
   return out;
 }
 
-Status export_hf(const Model& model, const std::string& dir, DType dtype, uint64_t max_shard_bytes) {
+Status export_hf(const Model& model, const std::string& dir, DType dtype, uint64_t max_shard_bytes,
+                 vlpar::obs::ProgressBar* progress) {
   VLPAR_CHECK(dtype == DType::kF32 || dtype == DType::kBF16 || dtype == DType::kF16,
               "export_hf: storage dtype {} is not F32, BF16 or F16", vlpar::dtype_name(dtype));
   VLPAR_ASSIGN_OR_RETURN(std::vector<io::NamedTensor> out, hf_tensors(model, HfWhich::kValues));
@@ -118,7 +120,9 @@ Status export_hf(const Model& model, const std::string& dir, DType dtype, uint64
   std::error_code ec;
   std::filesystem::create_directories(dir, ec);
   VLPAR_CHECK_CODE(!ec, vlpar::StatusCode::kIoError, "export_hf: cannot create {}: {}", dir, ec.message());
-  VLPAR_RETURN_IF_ERROR(io::write_hf_safetensors(dir, out, max_shard_bytes));
+  VLPAR_RETURN_IF_ERROR(io::write_hf_safetensors(dir, out, max_shard_bytes, [progress](uint64_t bytes) {
+    if (progress) progress->add(int64_t(bytes));
+  }));
   const std::string json = to_hf_config_json(model.config());
   const std::span<const std::byte> bytes(reinterpret_cast<const std::byte*>(json.data()), json.size());
   const std::span<const std::byte> pieces[] = {bytes};

@@ -21,6 +21,7 @@
 #include "model.hpp"
 #include "vlpar/core/dtype.hpp"
 #include "vlpar/io/safetensors.hpp"
+#include "vlpar/obs/progress_bar.hpp"
 
 namespace qwen3vl {
 
@@ -41,14 +42,16 @@ Result<std::vector<vlpar::io::NamedTensor>> hf_tensors(const Model& model, HfWhi
                                                        const std::string& prefix = "");
 
 /// @brief Reads every parameter of `model` from the HF directory `dir` (shapes checked against the config).
-Status load_hf_weights(Model& model, const std::string& dir);
+/// `progress` (optional) counts parameter bytes as they are read.
+Status load_hf_weights(Model& model, const std::string& dir, vlpar::obs::ProgressBar* progress = nullptr);
 
 /// @brief load_hf_config(dir) + Model::create + load_hf_weights.
 Result<Model> load_hf_model(const Context& ctx, const std::string& dir, const Freeze& freeze, Allocator& alloc);
 
 /// @brief Writes config.json and the weights of `model` (tp 1) into `dir` with storage dtype `dtype`
-/// (F32, BF16 or F16); shards above max_shard_bytes with an index, as save_pretrained does.
+/// (F32, BF16 or F16); shards above max_shard_bytes with an index, as save_pretrained does. `progress` (optional)
+/// counts the stored bytes as each file is written.
 Status export_hf(const Model& model, const std::string& dir, vlpar::DType dtype = vlpar::DType::kF32,
-                 uint64_t max_shard_bytes = 5'000'000'000ull);
+                 uint64_t max_shard_bytes = 5'000'000'000ull, vlpar::obs::ProgressBar* progress = nullptr);
 
 }  // namespace qwen3vl

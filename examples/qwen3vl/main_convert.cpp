@@ -31,8 +31,21 @@ vlpar::Status run(int argc, char** argv) {
   VLPAR_CHECK(dtype == "f32" || dtype == "bf16" || dtype == "f16", "--dtype must be f32, bf16 or f16, got '{}'", dtype);
   vlpar::Allocator alloc;
   vlpar::Context ctx = vlpar::Context::cpu_default();
-  VLPAR_ASSIGN_OR_RETURN(qwen3vl::Model m, qwen3vl::load_hf_model(ctx, model, qwen3vl::Freeze{}, alloc));
-  VLPAR_RETURN_IF_ERROR(qwen3vl::export_hf(m, out, dt, shard_mb * 1000 * 1000));
+  // Inference-only model (every group frozen: no gradients), filled from the HF files with a progress bar.
+  VLPAR_ASSIGN_OR_RETURN(qwen3vl::Config cfg, qwen3vl::load_hf_config(model));
+  VLPAR_ASSIGN_OR_RETURN(qwen3vl::Model m, qwen3vl::Model::create(ctx, cfg, qwen3vl::Freeze{true, true, true},
+                                                                  std::nullopt, alloc));
+  vlpar::obs::ProgressBar::Options po;
+  po.bytes = true;
+  const int64_t param_bytes = m.registry().counts().full_params * 4;
+  {
+    vlpar::obs::ProgressBar load("load", param_bytes, po);
+    VLPAR_RETURN_IF_ERROR(qwen3vl::load_hf_weights(m, model, &load));
+  }
+  {
+    vlpar::obs::ProgressBar write("write", param_bytes / 4 * int64_t(vlpar::dtype_size(dt)), po);
+    VLPAR_RETURN_IF_ERROR(qwen3vl::export_hf(m, out, dt, shard_mb * 1000 * 1000, &write));
+  }
   fmt::print("{} -> {} ({}, {:.2f} M parameters)\n", model, out, dtype, double(m.registry().counts().full_params) * 1e-6);
   return vlpar::Status::Ok();
 }

@@ -150,7 +150,8 @@ std::vector<std::vector<size_t>> plan_hf_shards(std::span<const uint64_t> sizes,
   return shards;
 }
 
-Status write_hf_safetensors(const std::string& dir, std::span<const NamedTensor> tensors, uint64_t max_shard_bytes) {
+Status write_hf_safetensors(const std::string& dir, std::span<const NamedTensor> tensors, uint64_t max_shard_bytes,
+                            const std::function<void(uint64_t bytes)>& on_written) {
   std::set<std::string_view> names;
   for (const NamedTensor& t : tensors)
     VLPAR_CHECK(names.insert(t.name).second, "writing HF checkpoint '{}': duplicate tensor name '{}'", dir, t.name);
@@ -169,17 +170,21 @@ Status write_hf_safetensors(const std::string& dir, std::span<const NamedTensor>
   std::set<std::string> keep;
   if (plan.size() <= 1) {
     VLPAR_RETURN_IF_ERROR(write_safetensors((fs::path(dir) / kSingleFile).string(), tensors));
+    if (on_written) on_written(total);
     keep.insert(kSingleFile);
   } else {
     json weight_map = json::object();
     for (size_t s = 0; s < plan.size(); ++s) {
       const std::string file = shard_name(s, plan.size());
       std::vector<NamedTensor> shard;
+      uint64_t shard_bytes = 0;
       for (const size_t i : plan[s]) {
         shard.push_back(tensors[i]);
         weight_map[tensors[i].name] = file;
+        shard_bytes += sizes[i];
       }
       VLPAR_RETURN_IF_ERROR(write_safetensors((fs::path(dir) / file).string(), shard));
+      if (on_written) on_written(shard_bytes);
       keep.insert(file);
     }
     json index = {{"metadata", {{"total_size", total}}}, {"weight_map", std::move(weight_map)}};

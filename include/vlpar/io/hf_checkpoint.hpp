@@ -8,6 +8,7 @@
 //   plan_hf_shards        : that split on its own.
 // Test: tests/unit/test_hf_checkpoint.cpp (golden directory tests/fixtures/safetensors/sharded/).
 #include <cstdint>
+#include <functional>
 #include <map>
 #include <span>
 #include <string>
@@ -64,8 +65,9 @@ std::vector<std::vector<size_t>> plan_hf_shards(std::span<const uint64_t> sizes,
 /// newline, as transformers writes it). Each file carries {"format":"pt"} and is written atomically; afterwards
 /// files of an earlier save that the new layout does not use (model.safetensors, the index, other shard counts) are
 /// removed. Overwriting a directory is not atomic as a whole: publish checkpoints by directory rename or a commit
-/// marker.
+/// marker. `on_written` (optional) is called with the tensor bytes of each file once it is written (progress bars).
 Status write_hf_safetensors(const std::string& dir, std::span<const NamedTensor> tensors,
-                            uint64_t max_shard_bytes = 5'000'000'000ull);
+                            uint64_t max_shard_bytes = 5'000'000'000ull,
+                            const std::function<void(uint64_t bytes)>& on_written = {});
 
 }  // namespace vlpar::io
