@@ -66,6 +66,7 @@ std::vector<Field> fields(TrainConfig& c) {
       {"checkpoint", "interval", &c.checkpoint.interval},
       {"checkpoint", "keep_last", &c.checkpoint.keep_last},
       {"checkpoint", "resume", &c.checkpoint.resume},
+      {"checkpoint", "allow_layout_change", &c.checkpoint.allow_layout_change},
       {"checkpoint", "export_hf", &c.checkpoint.export_hf},
       {"metrics", "dir", &c.metrics.dir},
       {"metrics", "log_interval", &c.metrics.log_interval},

@@ -73,6 +73,8 @@ struct CheckpointSection {
   int interval = 0;              // save every N steps (0 = only at the end)
   int keep_last = 2;             // complete checkpoints kept
   bool resume = true;            // continue from the latest checkpoint in dir when there is one
+  bool allow_layout_change = false;  // resume a checkpoint saved at another dp size: model and optimizer reshard,
+                                     // the data stream restarts (a tp change alone keeps the data position)
   std::string export_hf;         // at the end, also export an HF directory here
 };
 

@@ -187,20 +187,35 @@ Status Trainer::resume() {
   VLPAR_ASSIGN_OR_RETURN(std::optional<io::CheckpointInfo> latest, io::latest_checkpoint(cfg_.checkpoint.dir));
   if (!latest) return Status::Ok();
   const nlohmann::json layout = nlohmann::json::parse(latest->layout_json);
-  VLPAR_CHECK(layout.value("dp", 1) == dp_size_,
+  const int saved_tp = layout.value("tp", 1), saved_dp = layout.value("dp", 1);
+  const bool same_dp = saved_dp == dp_size_;
+  VLPAR_CHECK(same_dp || cfg_.checkpoint.allow_layout_change,
               "{}: saved with {} data-parallel ranks but this run has {}; the data position is per dp rank, so resume "
-              "with the same dp size (parameters alone would reshard)",
-              latest->dir, layout.value("dp", 1), dp_size_);
+              "with the same dp size, or set checkpoint.allow_layout_change=true to reshard the model and optimizer "
+              "and restart the data stream",
+              latest->dir, saved_dp, dp_size_);
+  // Parameters and AdamW state are loaded piece by piece into this run's shards, whatever the saved tp (any layout
+  // loads any other: io/checkpoint.hpp).
   std::vector<io::CheckpointTensor> tensors = checkpoint_tensors();
   std::string user;
   VLPAR_RETURN_IF_ERROR(io::load_checkpoint(latest->dir, tensors, &user));
   const nlohmann::json u = nlohmann::json::parse(user);
   step_ = first_step_ = u.at("step").get<int64_t>();
   optim_->set_steps_taken(u.at("optimizer_steps").get<int64_t>());
-  VLPAR_ASSIGN_OR_RETURN(std::string rank_json, io::read_checkpoint_rank_json(latest->dir, world_ ? world_->rank() : 0));
-  VLPAR_RETURN_IF_ERROR(source_->restore(nlohmann::json::parse(rank_json).at("data").dump()));
+  const bool lead = !world_ || world_->rank() == 0;
+  if (same_dp) {
+    // dp rank d's data position was saved by its first tp rank: world rank d · saved_tp.
+    VLPAR_ASSIGN_OR_RETURN(std::string rank_json, io::read_checkpoint_rank_json(latest->dir, dp_rank_ * saved_tp));
+    VLPAR_RETURN_IF_ERROR(source_->restore(nlohmann::json::parse(rank_json).at("data").dump()));
+  } else if (lead) {
+    vlpar::log_warn("{}: layout tp {} x dp {} -> tp {} x dp {}: model and optimizer resharded; the data position is "
+                    "per dp rank, so the data stream restarts from its beginning",
+                    latest->dir, saved_tp, saved_dp, cfg_.parallel.tp, dp_size_);
+  }
   last_checkpoint_ = latest->dir;
-  if (!world_ || world_->rank() == 0) vlpar::log_info("resumed from {} at step {}", latest->dir, step_);
+  if (lead)
+    vlpar::log_info("resumed from {} at step {} (saved at tp {} x dp {}, now tp {} x dp {})", latest->dir, step_,
+                    saved_tp, saved_dp, cfg_.parallel.tp, dp_size_);
   return Status::Ok();
 }
 
