@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
-# The README's main job until the trainer exists: install missing dependencies, build (Release, CPU),
-# run the op benchmarks and the attention benchmark, and print where the JSON results are.
+# The kernel benchmarks (the README's main job is scripts/demo.sh): install missing dependencies, build (Release,
+# CPU), run the op benchmarks and the attention benchmark, and print where the JSON results are. Side-by-side
+# comparisons with PyTorch, HF image processors and HF tokenizers are in tools/bench/ (bench/README.md).
 # Usage: scripts/bench.sh [extra Google Benchmark flags, e.g. --benchmark_filter=rmsnorm]
 set -euo pipefail
 cd "$(dirname "$0")/.."
