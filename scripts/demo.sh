@@ -2,7 +2,8 @@
 # The README main job: on a fresh Debian machine, install what is missing, build the three programs, prepare the
 # demo VQA data from real photographs, train a tiny Qwen3-VL from scratch on CPU, and report held-out accuracy next
 # to chance with the paths of the checkpoint, metrics, plot and trace.
-# Usage: scripts/demo.sh [--section.key=value ...]     (overrides for qwen3vl-train, e.g. --training.steps=100)
+# Usage: scripts/demo.sh [--section.key=value ...]     (overrides for qwen3vl-train, e.g. --training.steps=100;
+#        the outputs stay in runs/demo, so do not override checkpoint.dir or metrics.dir here)
 # Environment: VLPAR_DEMO_DATA (default runs/demo_data) is reused when it already holds a complete dataset made with
 # the same options (demo_meta.json present); VLPAR_DEMO_IMAGES (default 2000) training questions.
 set -euo pipefail
@@ -19,12 +20,14 @@ cmake --build --preset cpu -j"$(nproc)" --target vlpar-data qwen3vl-train qwen3v
 
 data="${VLPAR_DEMO_DATA:-runs/demo_data}"
 images="${VLPAR_DEMO_IMAGES:-2000}"
-if [ -f "$data/demo_meta.json" ] && [ -f "$data/.nv-meta/.info.json" ] && \
-   grep -q "\"samples\": $images," "$data/demo_meta.json"; then
-  stamp "demo data: reusing $data"
+demo_args="make-demo --images $images --val-images 200 (seed 0)"
+if [ -f "$data/.nv-meta/.info.json" ] && [ "$(cat "$data/.demo_args" 2>/dev/null)" = "$demo_args" ]; then
+  stamp "demo data: reusing $data ($demo_args)"
 else
   stamp "demo data -> $data"
+  rm -f "$data/.demo_args"
   scripts/make_demo_data.sh "$data" --images "$images" --val-images 200
+  echo "$demo_args" > "$data/.demo_args"
 fi
 
 stamp "train (examples/qwen3vl/configs/demo.toml $*)"

@@ -107,11 +107,14 @@ class DatasetBatchSource final : public BatchSource {
                 group_.size());
     return loader_->save_state();
   }
-  Status restore(std::string_view state) override { return loader_->restore(state); }
+  Status restore(std::string_view state) override {
+    group_.clear();
+    return loader_->restore(state);
+  }
   std::string describe() const override { return describe_; }
   std::string summary() const override {
     std::string s = loader_->summary();
-    if (balanced_steps_ > 0)
+    if (balanced_steps_ > 0 && sum_before_ > 0)
       s += fmt::format("\nvision balance over {} steps (dp {}): the most loaded rank's vision cost {:.3f} of what it "
                        "was without balancing (ideal {:.3f}); this rank sent {} and received {} packs",
                        balanced_steps_, dp_->size(), sum_after_ / sum_before_, sum_mean_ / sum_before_, sent_,

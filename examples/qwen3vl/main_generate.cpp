@@ -6,11 +6,13 @@
 //   qwen3vl-generate (--model HF_DIR | --checkpoint DIR) --eval [--dataset ROOT] [--split val] [--limit N]
 //                    [--tokenizer TOKENIZER.json] [--min-pixels P] [--max-pixels P] [--threads T]
 // The model: an HF directory, or a qwen3vl-train checkpoint (its root, i.e. the latest committed step, or one
-// step-<N> directory; checkpoint_model.hpp).
+// step-<N> directory; checkpoint_model.hpp). Relative paths stored in a checkpoint's config (model.config_json,
+// data.tokenizer, data.train) resolve against the current directory, as they did for the training run.
 // One sample: the prompt is sample I of the batch file (format: README.md), truncated to its first K tokens when
 // K > 0 (a training batch holds the answer too), with all of that sample's images and videos. eos ids: --eos, else
 // the model directory's generation_config.json `eos_token_id` (int or list) when present, else none ("--eos none"
-// forces none). max_length (the KV cache, prompt + new tokens) defaults to prompt + N.
+// forces none; with --checkpoint the default is the tokenizer's <|im_end|>). max_length (the KV cache, prompt + new
+// tokens) defaults to prompt + N.
 // Prints the generated ids on one line ("generated: 1 2 3"), with --tokenizer their text ("text: ...", special
 // tokens kept, as HF decode(skip_special_tokens=False)), then the stop reason, prefill time, decode tokens/s,
 // the cache size and the allocator's peak.
@@ -191,6 +193,13 @@ vlpar::Status run(const Args& args) {
     opt.eos_ids = *args.eos;
   } else if (!args.model.empty()) {
     VLPAR_ASSIGN_OR_RETURN(opt.eos_ids, eos_from_generation_config(args.model));
+  } else {
+    // A training checkpoint: the chat template's end of turn, from its tokenizer (--tokenizer or data.tokenizer).
+    const std::string path = !args.tokenizer.empty() ? args.tokenizer : ckpt->config.data.tokenizer;
+    if (!path.empty()) {
+      VLPAR_ASSIGN_OR_RETURN(vlpar::data::Tokenizer t, vlpar::data::Tokenizer::from_file(path));
+      if (const std::optional<int32_t> id = t.token_to_id("<|im_end|>")) opt.eos_ids = {*id};
+    }
   }
   const int64_t n = prompt.input_ids.numel();
   const int64_t max_length = args.max_length > 0 ? args.max_length : n + args.max_new_tokens;

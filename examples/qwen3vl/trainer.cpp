@@ -54,12 +54,21 @@ Result<MicroBatch> FileBatchSource::next(Allocator& alloc) {
   return mb;
 }
 
-Result<std::string> FileBatchSource::state() const { return nlohmann::json{{"position", position_}}.dump(); }
+Result<std::string> FileBatchSource::state() const {
+  return nlohmann::json{{"position", position_}, {"files", files_}}.dump();
+}
 
 Status FileBatchSource::restore(std::string_view state) {
   const nlohmann::json j = nlohmann::json::parse(state, nullptr, /*allow_exceptions=*/false);
   VLPAR_CHECK(j.is_object() && j.contains("position") && j["position"].is_number_integer(),
               "FileBatchSource: bad state '{}'", state);
+  // The position counts this rank's share of the files: a state saved for another share would silently skip or
+  // repeat data.
+  if (j.contains("files")) {
+    VLPAR_CHECK(j["files"].is_array() && j["files"].get<std::vector<std::string>>() == files_,
+                "FileBatchSource: the state was saved for the files {} but this rank reads {}", j["files"].dump(),
+                nlohmann::json(files_).dump());
+  }
   position_ = j["position"].get<int64_t>();
   return Status::Ok();
 }

@@ -60,7 +60,8 @@ class BatchSource {
 };
 
 /// Pre-packed batch files (batch_io.hpp format), cycled in order; data-parallel rank r of d takes files
-/// r, r + d, r + 2d, ... (so each rank sees a disjoint share). State: {"position": k}.
+/// r, r + d, r + 2d, ... (so each rank sees a disjoint share). State: {"position": k, "files": [this rank's
+/// files]}; restoring a state of another share is an error.
 class FileBatchSource : public BatchSource {
  public:
   static Result<std::unique_ptr<FileBatchSource>> create(std::vector<std::string> files, int dp_rank, int dp_size);

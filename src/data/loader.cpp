@@ -50,6 +50,8 @@ Status LoaderConfig::validate() const {
               "LoaderConfig: reorder_window {} is below num_workers {} (workers would idle); 0 picks 4·workers + 8",
               reorder_window, num_workers);
   VLPAR_CHECK(max_logged_skips >= 0, "LoaderConfig: max_logged_skips is {}, it must be >= 0", max_logged_skips);
+  VLPAR_CHECK(max_skips_in_a_row >= 0, "LoaderConfig: max_skips_in_a_row is {}, it must be >= 0 (0 = no limit)",
+              max_skips_in_a_row);
   return packing.validate();
 }
 
@@ -192,6 +194,7 @@ struct Loader::Impl {
   std::map<uint64_t, std::string> state_before;  // buffered sequence number → source state before it
   std::string last_state_after;                   // source state after the last consumed sequence number
   Counters counters;                              // as of the packing stage's progress
+  int64_t skips_in_a_row = 0;                     // consecutive skipped samples (LoaderConfig::max_skips_in_a_row)
 
   // ---- consumer side (the next() caller)
   std::string current_state;  // after the last returned batch
@@ -340,6 +343,19 @@ struct Loader::Impl {
     return true;
   }
 
+  // Counts a skipped sample; past config.max_skips_in_a_row consecutive skips the loader fails (false: stop).
+  bool count_skip_in_a_row(const std::string& key, const std::string& reason) {
+    ++skips_in_a_row;
+    if (config.max_skips_in_a_row <= 0 || skips_in_a_row < config.max_skips_in_a_row) return true;
+    OutItem e;
+    e.kind = OutItem::kError;
+    e.status = VLPAR_STATUS(StatusCode::kInvalidArgument,
+                            "loader: {} samples in a row were skipped (the last: {}: {}); this data cannot feed "
+                            "training (see the skip warnings)", skips_in_a_row, key, reason);
+    push_out(std::move(e));
+    return false;
+  }
+
   void packing_loop() {
     while (true) {
       Work w;
@@ -363,6 +379,7 @@ struct Loader::Impl {
           ++counters.samples_read;
           ++counters.skipped_invalid;
           note_skip(w.key, w.reason);
+          if (!count_skip_in_a_row(w.key, w.reason)) return;
           break;
         case Work::kSample: {
           if (seq >= replay_end) ++counters.samples_read;  // a replayed sample was counted before the save
@@ -371,12 +388,15 @@ struct Loader::Impl {
           if (!a.ok()) {
             ++counters.skipped_invalid;
             note_skip(key, a.status().message());
+            if (!count_skip_in_a_row(key, a.status().message())) return;
           } else if (a.value() != Packer::Admit::kBuffered) {
             ++counters.skipped_oversize;  // the packer warned
             if (static_cast<int64_t>(counters.skipped.size()) < config.max_logged_skips)
               counters.skipped.push_back(key + ": over a pack budget alone");
+            if (!count_skip_in_a_row(key, "over a pack budget alone")) return;
           } else {
             state_before.emplace(seq, before);
+            skips_in_a_row = 0;
           }
           while (packer->ready())
             if (!emit()) return;

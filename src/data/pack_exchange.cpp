@@ -15,6 +15,7 @@ constexpr uint32_t kVersion = 1;
 class Writer {
  public:
   void raw(const void* p, size_t n) {
+    if (n == 0) return;
     const auto* b = static_cast<const uint8_t*>(p);
     out_.insert(out_.end(), b, b + n);
   }
@@ -53,7 +54,7 @@ class Reader {
   Status raw(void* p, size_t n, const char* what) {
     VLPAR_CHECK(n <= b_.size() - pos_, "packed batch bytes: truncated in {} (needs {} bytes at offset {}, {} left)",
                 what, n, pos_, b_.size() - pos_);
-    std::memcpy(p, b_.data() + pos_, n);
+    if (n > 0) std::memcpy(p, b_.data() + pos_, n);  // an empty vector's data() may be null
     pos_ += n;
     return Status::Ok();
   }
@@ -107,10 +108,24 @@ class Reader {
   size_t pos_ = 0;
 };
 
-int64_t patches_of(const std::vector<VisionGrid>& grids) {
+// Σ t·h·w with every dimension in [1, 2^20] (no overflow below 2^60 per grid); an error names the bad grid.
+Result<int64_t> patches_of(const std::vector<VisionGrid>& grids, const char* what) {
   int64_t n = 0;
-  for (const VisionGrid& g : grids) n += g.patches();
+  constexpr int64_t kMax = int64_t(1) << 20;
+  for (size_t i = 0; i < grids.size(); ++i) {
+    const VisionGrid& g = grids[i];
+    VLPAR_CHECK(g.t >= 1 && g.h >= 1 && g.w >= 1 && g.t <= kMax && g.h <= kMax && g.w <= kMax,
+                "packed batch bytes: {} grid {} is ({}, {}, {}), each side must be in [1, 2^20]", what, i, g.t, g.h,
+                g.w);
+    n += g.t * g.h * g.w;
+  }
   return n;
+}
+
+int64_t sum_of(const std::vector<int64_t>& v) {
+  int64_t s = 0;
+  for (int64_t x : v) s += x;
+  return s;
 }
 
 Status check_consistent(const PackedBatch& b) {
@@ -120,13 +135,23 @@ Status check_consistent(const PackedBatch& b) {
               b.positions.size(), n, 3 * n);
   VLPAR_CHECK(b.cu_seqlens.size() >= 2 && b.cu_seqlens.front() == 0 && b.cu_seqlens.back() == n,
               "packed batch bytes: cu_seqlens must run from 0 to {} ({} entries)", n, b.cu_seqlens.size());
+  for (size_t i = 1; i < b.cu_seqlens.size(); ++i)
+    VLPAR_CHECK(b.cu_seqlens[i] > b.cu_seqlens[i - 1], "packed batch bytes: cu_seqlens does not increase at entry {}",
+                i);
   const size_t samples = b.cu_seqlens.size() - 1;
   VLPAR_CHECK(b.sample_keys.size() == samples && b.images_per_sample.size() == samples &&
-                  b.videos_per_sample.size() == samples,
-              "packed batch bytes: {} samples but {} keys, {} image counts, {} video counts", samples,
-              b.sample_keys.size(), b.images_per_sample.size(), b.videos_per_sample.size());
-  VLPAR_CHECK(int64_t(b.pixel_values.size()) == patches_of(b.image_grids) * b.patch_dim &&
-                  int64_t(b.pixel_values_videos.size()) == patches_of(b.video_grids) * b.patch_dim,
+                  b.videos_per_sample.size() == samples && b.rope_deltas.size() == samples,
+              "packed batch bytes: {} samples but {} keys, {} image counts, {} video counts, {} rope deltas", samples,
+              b.sample_keys.size(), b.images_per_sample.size(), b.videos_per_sample.size(), b.rope_deltas.size());
+  VLPAR_CHECK(sum_of(b.images_per_sample) == int64_t(b.image_grids.size()) &&
+                  sum_of(b.videos_per_sample) == int64_t(b.video_grids.size()),
+              "packed batch bytes: per-sample counts give {} images and {} videos, the grids {} and {}",
+              sum_of(b.images_per_sample), sum_of(b.videos_per_sample), b.image_grids.size(), b.video_grids.size());
+  VLPAR_ASSIGN_OR_RETURN(const int64_t image_patches, patches_of(b.image_grids, "image"));
+  VLPAR_ASSIGN_OR_RETURN(const int64_t video_patches, patches_of(b.video_grids, "video"));
+  VLPAR_CHECK(b.patch_dim >= 0 && b.patch_dim <= (int64_t(1) << 20) &&
+                  int64_t(b.pixel_values.size()) == image_patches * b.patch_dim &&
+                  int64_t(b.pixel_values_videos.size()) == video_patches * b.patch_dim,
               "packed batch bytes: pixel values ({} image, {} video floats) disagree with the grids and patch_dim {}",
               b.pixel_values.size(), b.pixel_values_videos.size(), b.patch_dim);
   return Status::Ok();
@@ -210,50 +235,62 @@ Result<std::vector<PackedBatch>> exchange_balanced_packs(comm::Communicator* dp,
   for (int r = 0; r < ranks; ++r)
     VLPAR_CHECK(ks[size_t(r)] == k, "exchange_balanced_packs on group '{}': rank {} has {} packs, rank {} has {}",
                 dp->options().name, me, k, r, ks[size_t(r)]);
-  std::vector<std::vector<uint8_t>> bytes(static_cast<size_t>(k));
-  std::vector<int64_t> my_sizes(static_cast<size_t>(k));
-  for (int64_t i = 0; i < k; ++i) {
-    bytes[size_t(i)] = serialize_packed_batch(local[size_t(i)]);
-    my_sizes[size_t(i)] = int64_t(bytes[size_t(i)].size());
-  }
   std::vector<double> costs(static_cast<size_t>(k * ranks));
-  std::vector<int64_t> sizes(static_cast<size_t>(k * ranks));
   VLPAR_RETURN_IF_ERROR(dp->all_gather(TensorView(costs.data(), DType::kF64, Shape{k * ranks}),
                                        TensorView(mine.data(), DType::kF64, Shape{k})));
-  VLPAR_RETURN_IF_ERROR(dp->all_gather(TensorView(sizes.data(), DType::kI64, Shape{k * ranks}),
-                                       TensorView(my_sizes.data(), DType::kI64, Shape{k})));
-  // 2. The same assignment on every rank.
+  // 2. The same assignment on every rank; only the packs that move are serialised (their sizes all-gathered, 0
+  // for those that stay).
   VLPAR_ASSIGN_OR_RETURN(std::vector<std::vector<int64_t>> assign, balance_packs(costs, ranks));
   std::vector<int> dest(costs.size());
   for (int r = 0; r < ranks; ++r)
     for (int64_t g : assign[size_t(r)]) dest[size_t(g)] = r;
+  std::vector<std::vector<uint8_t>> bytes(static_cast<size_t>(k));
+  std::vector<int64_t> my_sizes(static_cast<size_t>(k), 0);
+  for (int64_t i = 0; i < k; ++i) {
+    if (dest[size_t(int64_t(me) * k + i)] == me) continue;
+    bytes[size_t(i)] = serialize_packed_batch(local[size_t(i)]);
+    my_sizes[size_t(i)] = int64_t(bytes[size_t(i)].size());
+  }
+  std::vector<int64_t> sizes(static_cast<size_t>(k * ranks));
+  VLPAR_RETURN_IF_ERROR(dp->all_gather(TensorView(sizes.data(), DType::kI64, Shape{k * ranks}),
+                                       TensorView(my_sizes.data(), DType::kI64, Shape{k})));
   // 3. Sends of my packs that move, receives of the packs that come to me (tag = global pack index). Bytes travel
-  // as i64 words: buffers are padded to a multiple of 8, the exact length is in `sizes`.
+  // as i64 words: buffers are padded to a multiple of 8, the exact length is in `sizes`. Every operation that was
+  // started is waited for before returning, errors included, so no buffer is freed under a pending request.
   auto words = [](int64_t n) { return (n + 7) / 8; };
   std::vector<comm::WorkHandle> work;
   std::vector<std::vector<uint8_t>> incoming(costs.size());
   int64_t sent = 0, received = 0;
-  for (int64_t i = 0; i < k; ++i) {
+  Status first_error = Status::Ok();
+  auto started = [&](Result<comm::WorkHandle> w) {
+    if (w.ok()) work.push_back(std::move(w).value());
+    else if (first_error.ok()) first_error = w.status();
+    return w.ok();
+  };
+  for (int64_t i = 0; i < k && first_error.ok(); ++i) {
     const int64_t g = int64_t(me) * k + i;
     if (dest[size_t(g)] == me) continue;
     std::vector<uint8_t>& b = bytes[size_t(i)];
     b.resize(size_t(8 * words(int64_t(b.size()))), 0);
-    VLPAR_ASSIGN_OR_RETURN(comm::WorkHandle w, dp->isend(TensorView(b.data(), DType::kI64, Shape{words(my_sizes[size_t(i)])}),
-                                                         dest[size_t(g)], int(g)));
-    work.push_back(std::move(w));
-    ++sent;
+    sent += started(dp->isend(TensorView(b.data(), DType::kI64, Shape{words(my_sizes[size_t(i)])}), dest[size_t(g)],
+                              int(g)));
   }
   for (int64_t g : assign[size_t(me)]) {
     const int owner = int(g / k);
-    if (owner == me) continue;
+    if (owner == me || !first_error.ok()) continue;
     std::vector<uint8_t>& b = incoming[size_t(g)];
     b.resize(size_t(8 * words(sizes[size_t(g)])));
-    VLPAR_ASSIGN_OR_RETURN(comm::WorkHandle w,
-                           dp->irecv(TensorView(b.data(), DType::kI64, Shape{words(sizes[size_t(g)])}), owner, int(g)));
-    work.push_back(std::move(w));
-    ++received;
+    received += started(dp->irecv(TensorView(b.data(), DType::kI64, Shape{words(sizes[size_t(g)])}), owner, int(g)));
   }
-  for (comm::WorkHandle& w : work) VLPAR_RETURN_IF_ERROR(w->wait());
+  for (comm::WorkHandle& w : work)
+    if (Status s = w->wait(); !s.ok() && first_error.ok()) first_error = s;
+  if (!first_error.ok()) {
+    // A request that timed out may still be pending inside MPI (a send cannot be cancelled): its buffer must
+    // outlive it, so the buffers are deliberately leaked on this error path (the job is failing anyway).
+    new std::vector<std::vector<uint8_t>>(std::move(bytes));
+    new std::vector<std::vector<uint8_t>>(std::move(incoming));
+    return first_error;
+  }
   std::vector<PackedBatch> out;
   for (int64_t g : assign[size_t(me)]) {
     if (g / k == me) {

@@ -392,6 +392,20 @@ TEST(Loader, DestructionNeverHangs) {
   SUCCEED();
 }
 
+TEST(Loader, EndlessDataThatNeverBuildsIsAnErrorNotASpin) {
+  // Every sample is defective (truncated image, malformed record, missing image, over the budget), repeated
+  // endlessly: after max_skips_in_a_row consecutive skips next() fails with a message naming the last one.
+  std::vector<int> all(12);
+  for (int i = 0; i < 12; ++i) all[size_t(i)] = i;
+  LoaderConfig c = loader_config(2);
+  c.max_skips_in_a_row = 50;
+  auto l = make_loader(std::make_shared<const std::vector<Sample>>(make_samples(12, all)), c, /*epochs=*/0);
+  Result<std::optional<PackedBatch>> b = l->next();
+  ASSERT_FALSE(b.ok());
+  EXPECT_NE(b.status().message().find("50 samples in a row were skipped"), std::string::npos) << b.status().message();
+  EXPECT_FALSE(l->next().ok());  // the error stays
+}
+
 TEST(Loader, ConfigErrors) {
   LoaderConfig c = loader_config(0);
   EXPECT_FALSE(c.validate().ok());

@@ -58,6 +58,18 @@ TEST(PackBytes, CorruptImagesAreNamedErrors) {
   bad = good;
   bad[8] = 0xff;  // the input_ids count's low byte: a huge count that cannot fit
   EXPECT_FALSE(deserialize_packed_batch(bad).ok());
+  // Images that decode but describe an impossible pack.
+  PackedBatch q = sample_pack(1);
+  q.cu_seqlens = {0, 12, 11};
+  EXPECT_NE(deserialize_packed_batch(serialize_packed_batch(q)).status().message().find("does not increase"),
+            std::string::npos);
+  q = sample_pack(1);
+  q.image_grids = {VisionGrid{1, -4, -4}};
+  EXPECT_NE(deserialize_packed_batch(serialize_packed_batch(q)).status().message().find("grid 0"), std::string::npos);
+  q = sample_pack(1);
+  q.images_per_sample = {2, 0};
+  EXPECT_NE(deserialize_packed_batch(serialize_packed_batch(q)).status().message().find("per-sample counts"),
+            std::string::npos);
   // A consistent-looking image whose pixels disagree with its grid.
   PackedBatch p = sample_pack(1);
   p.pixel_values.pop_back();

@@ -35,8 +35,18 @@ Result<TrainSummary> train(vlpar::comm::Communicator& world, const std::string& 
                                 "--metrics.trace=false"};
   VLPAR_ASSIGN_OR_RETURN(TrainConfig c, parse_train_config("", "mpi test", o));
   VLPAR_ASSIGN_OR_RETURN(std::unique_ptr<BatchSource> src, make_dataset_source(c, world.rank(), world.size()));
+  const BatchSource* source = src.get();  // owned by the trainer, which outlives the check below
   VLPAR_ASSIGN_OR_RETURN(std::unique_ptr<Trainer> t, Trainer::create(c, &world, std::move(src)));
   Result<TrainSummary> r = t->run();
+  // With balancing, the summary reports the exchange; packs really moved on some rank.
+  if (r.ok() && balance) {
+    const std::string s = source->summary();
+    EXPECT_NE(s.find("vision balance over 3 steps"), std::string::npos) << s;
+    int64_t moved = s.find(" sent 0 and received 0 ") == std::string::npos ? 1 : 0;
+    VLPAR_RETURN_IF_ERROR(world.all_reduce(TensorView(&moved, vlpar::DType::kI64, vlpar::Shape{1}),
+                                           vlpar::comm::ReduceOp::kSum));
+    EXPECT_GT(moved, 0) << "no rank sent or received a pack";
+  }
   VLPAR_RETURN_IF_ERROR(world.barrier());
   if (world.rank() == 0) std::filesystem::remove_all(dir);
   return r;
@@ -46,7 +56,8 @@ TEST(DataParallelTrainer, VisionBalancingTrainsOnTheSameSamples) {
   auto world = vlpar::test::world_comm("world");
   ASSERT_TRUE(world);
   // Every rank builds the same bytes in its own directory (shard names are relative: the same stream).
-  const std::string data = test::make_vqa_dataset("dp" + std::to_string(world->rank()), 120, 4);
+  // 119 + the corrupt one = 3 shards of 40: every rank's share holds valid samples at np 2 and 4.
+  const std::string data = test::make_vqa_dataset("dp" + std::to_string(world->rank()), 119, 4);
   Result<TrainSummary> unbalanced = train(*world, data, false);
   ASSERT_TRUE(unbalanced.ok()) << unbalanced.status().message();
   Result<TrainSummary> balanced = train(*world, data, true);

@@ -1,4 +1,5 @@
-// The trainer saved at one layout and resumed at another (mpirun -np 2: TP2×DP1, -np 4: TP2×DP2 → TP1×DP1):
+// The trainer saved at one layout and resumed at another (mpirun -np 2: TP2×DP1, -np 4: TP2×DP2 → TP1×DP1 and,
+// at np 4, → TP1×DP2):
 // every parameter of the resumed single-process model equals, bit for bit, the slice each TP2 rank held at the
 // save; a dp change is refused unless checkpoint.allow_layout_change is set (the data position is per dp rank), a
 // tp change alone keeps the data position; the resumed run trains on.
@@ -92,7 +93,21 @@ TEST(TrainerReshard, Tp2CheckpointResumesAtTp1) {
     EXPECT_EQ(std::memcmp(back.view().data, reg.value(i).data, size_t(back.view().nbytes())), 0)
         << p.name << " differs after the TP2 -> TP1 resume";
   }
-  // 4. The resumed run trains on.
+  // 4. np 4: ranks 0 and 1 resume at TP1 × DP2 (a tp change only): dp rank d continues from the data position the
+  // saving run's dp rank d held (its first tp rank, world rank 2d); reading another share's state is an error.
+  if (world->size() == 4) {
+    auto half = world->split(rank < 2 ? 0 : 1, rank, vlpar::test::test_options("half"));
+    ASSERT_TRUE(half.ok()) << half.status().message();
+    if (rank < 2) {
+      auto t = make(config(dir, 1, 2, false), half.value().get(), rank, 2);
+      ASSERT_TRUE(t.ok()) << t.status().message();
+      Result<TrainSummary> r = t.value()->run();
+      ASSERT_TRUE(r.ok()) << r.status().message();
+      EXPECT_EQ(r.value().first_step, 2);
+    }
+  }
+  ASSERT_TRUE(world->barrier().ok());
+  // 5. The resumed run trains on.
   if (rank == 0) {
     auto t = make(config(dir, 1, 3, dp > 1), nullptr, 0, 1);
     ASSERT_TRUE(t.ok());

@@ -18,7 +18,8 @@
 // number of workers (test: 1, 2 and 4 workers).
 // Skips: a sample whose build fails (malformed record, undecodable image, ...) is skipped, counted and warned
 // with its key and reason; so is a sample over a pack budget alone (the Packer's rule). summary() lists counts
-// and the first skipped keys. Fatal errors (the source's I/O errors) are returned by next().
+// and the first skipped keys. Fatal errors (the source's I/O errors, and max_skips_in_a_row consecutive skips:
+// data that cannot feed training, e.g. an endless source of corrupt files) are returned by next().
 //
 // Resume (save_state / restore): the state after the last batch next() returned is
 //   the source state before the oldest sample still in the packer's buffer (or before the next unread sample),
@@ -105,6 +106,8 @@ struct LoaderConfig {
   int64_t prefetch = 4;           // packed batches ready ahead of the consumer (>= 1)
   int64_t reorder_window = 0;     // samples read but not yet packed (>= num_workers); 0 = 4·num_workers + 8
   int64_t max_logged_skips = 64;  // skipped "key: reason" lines kept for summary()
+  int64_t max_skips_in_a_row = 100000;  // this many consecutive skipped samples are a fatal error for next() (data
+                                        // that cannot feed training must not spin forever); 0 = no limit
   PackingConfig packing;
   /// @brief One sentence per conflict.
   Status validate() const;
