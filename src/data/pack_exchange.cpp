@@ -20,26 +20,33 @@ class Writer {
     out_.insert(out_.end(), b, b + n);
   }
   void u64(uint64_t v) { raw(&v, sizeof v); }
-  void i64(int64_t v) { raw(&v, sizeof v); }
+  // The field visitors of visit_fields (same signatures as Reader's).
+  Status i64(const int64_t& v, const char*) {
+    raw(&v, sizeof v);
+    return Status::Ok();
+  }
   template <class T>
-  void vec(const std::vector<T>& v) {
+  Status vec(const std::vector<T>& v, const char*) {
     u64(v.size());
     raw(v.data(), v.size() * sizeof(T));
+    return Status::Ok();
   }
-  void grids(const std::vector<VisionGrid>& g) {
+  Status grids(const std::vector<VisionGrid>& g, const char*) {
     u64(g.size());
     for (const VisionGrid& x : g) {
-      i64(x.t);
-      i64(x.h);
-      i64(x.w);
+      raw(&x.t, sizeof x.t);
+      raw(&x.h, sizeof x.h);
+      raw(&x.w, sizeof x.w);
     }
+    return Status::Ok();
   }
-  void strings(const std::vector<std::string>& s) {
+  Status strings(const std::vector<std::string>& s, const char*) {
     u64(s.size());
     for (const std::string& x : s) {
       u64(x.size());
       raw(x.data(), x.size());
     }
+    return Status::Ok();
   }
   std::vector<uint8_t> take() { return std::move(out_); }
 
@@ -63,11 +70,7 @@ class Reader {
     VLPAR_RETURN_IF_ERROR(raw(&v, sizeof v, what));
     return v;
   }
-  Result<int64_t> i64(const char* what) {
-    int64_t v = 0;
-    VLPAR_RETURN_IF_ERROR(raw(&v, sizeof v, what));
-    return v;
-  }
+  Status i64(int64_t& v, const char* what) { return raw(&v, sizeof v, what); }
   // A count whose elements of `elem` bytes must fit in what is left (so a corrupt count never allocates wildly).
   Result<uint64_t> count(size_t elem, const char* what) {
     VLPAR_ASSIGN_OR_RETURN(uint64_t n, u64(what));
@@ -85,9 +88,9 @@ class Reader {
     VLPAR_ASSIGN_OR_RETURN(uint64_t n, count(3 * sizeof(int64_t), what));
     g.resize(n);
     for (VisionGrid& x : g) {
-      VLPAR_ASSIGN_OR_RETURN(x.t, i64(what));
-      VLPAR_ASSIGN_OR_RETURN(x.h, i64(what));
-      VLPAR_ASSIGN_OR_RETURN(x.w, i64(what));
+      VLPAR_RETURN_IF_ERROR(i64(x.t, what));
+      VLPAR_RETURN_IF_ERROR(i64(x.h, what));
+      VLPAR_RETURN_IF_ERROR(i64(x.w, what));
     }
     return Status::Ok();
   }
@@ -107,6 +110,28 @@ class Reader {
   std::span<const uint8_t> b_;
   size_t pos_ = 0;
 };
+
+// Every field of a PackedBatch in byte-image order, for the Writer (const batch) and the Reader (mutable batch).
+template <class Visitor, class Batch>
+Status visit_fields(Visitor& v, Batch& b) {
+  VLPAR_RETURN_IF_ERROR(v.vec(b.input_ids, "input_ids"));
+  VLPAR_RETURN_IF_ERROR(v.vec(b.labels, "labels"));
+  VLPAR_RETURN_IF_ERROR(v.vec(b.cu_seqlens, "cu_seqlens"));
+  VLPAR_RETURN_IF_ERROR(v.vec(b.positions, "positions"));
+  VLPAR_RETURN_IF_ERROR(v.vec(b.rope_deltas, "rope_deltas"));
+  VLPAR_RETURN_IF_ERROR(v.vec(b.pixel_values, "pixel_values"));
+  VLPAR_RETURN_IF_ERROR(v.vec(b.pixel_values_videos, "pixel_values_videos"));
+  VLPAR_RETURN_IF_ERROR(v.grids(b.image_grids, "image_grids"));
+  VLPAR_RETURN_IF_ERROR(v.grids(b.video_grids, "video_grids"));
+  VLPAR_RETURN_IF_ERROR(v.vec(b.images_per_sample, "images_per_sample"));
+  VLPAR_RETURN_IF_ERROR(v.vec(b.videos_per_sample, "videos_per_sample"));
+  VLPAR_RETURN_IF_ERROR(v.strings(b.sample_keys, "sample_keys"));
+  for (auto* x : {&b.patch_dim, &b.real_tokens, &b.token_budget, &b.num_images, &b.num_videos, &b.vision_patches,
+                  &b.num_label_tokens}) {
+    VLPAR_RETURN_IF_ERROR(v.i64(*x, "counters"));
+  }
+  return Status::Ok();
+}
 
 // Σ t·h·w with every dimension in [1, 2^20] (no overflow below 2^60 per grid); an error names the bad grid.
 Result<int64_t> patches_of(const std::vector<VisionGrid>& grids, const char* what) {
@@ -163,21 +188,7 @@ std::vector<uint8_t> serialize_packed_batch(const PackedBatch& b) {
   Writer w;
   w.raw(kMagic, sizeof kMagic);
   w.raw(&kVersion, sizeof kVersion);
-  w.vec(b.input_ids);
-  w.vec(b.labels);
-  w.vec(b.cu_seqlens);
-  w.vec(b.positions);
-  w.vec(b.rope_deltas);
-  w.vec(b.pixel_values);
-  w.vec(b.pixel_values_videos);
-  w.grids(b.image_grids);
-  w.grids(b.video_grids);
-  w.vec(b.images_per_sample);
-  w.vec(b.videos_per_sample);
-  w.strings(b.sample_keys);
-  for (int64_t v : {b.patch_dim, b.real_tokens, b.token_budget, b.num_images, b.num_videos, b.vision_patches,
-                    b.num_label_tokens})
-    w.i64(v);
+  (void)visit_fields(w, b);  // the writer cannot fail
   return w.take();
 }
 
@@ -190,22 +201,7 @@ Result<PackedBatch> deserialize_packed_batch(std::span<const uint8_t> bytes) {
   VLPAR_RETURN_IF_ERROR(r.raw(&version, sizeof version, "version"));
   VLPAR_CHECK(version == kVersion, "packed batch bytes: format version {}, this build reads {}", version, kVersion);
   PackedBatch b;
-  VLPAR_RETURN_IF_ERROR(r.vec(b.input_ids, "input_ids"));
-  VLPAR_RETURN_IF_ERROR(r.vec(b.labels, "labels"));
-  VLPAR_RETURN_IF_ERROR(r.vec(b.cu_seqlens, "cu_seqlens"));
-  VLPAR_RETURN_IF_ERROR(r.vec(b.positions, "positions"));
-  VLPAR_RETURN_IF_ERROR(r.vec(b.rope_deltas, "rope_deltas"));
-  VLPAR_RETURN_IF_ERROR(r.vec(b.pixel_values, "pixel_values"));
-  VLPAR_RETURN_IF_ERROR(r.vec(b.pixel_values_videos, "pixel_values_videos"));
-  VLPAR_RETURN_IF_ERROR(r.grids(b.image_grids, "image_grids"));
-  VLPAR_RETURN_IF_ERROR(r.grids(b.video_grids, "video_grids"));
-  VLPAR_RETURN_IF_ERROR(r.vec(b.images_per_sample, "images_per_sample"));
-  VLPAR_RETURN_IF_ERROR(r.vec(b.videos_per_sample, "videos_per_sample"));
-  VLPAR_RETURN_IF_ERROR(r.strings(b.sample_keys, "sample_keys"));
-  for (int64_t* v : {&b.patch_dim, &b.real_tokens, &b.token_budget, &b.num_images, &b.num_videos, &b.vision_patches,
-                     &b.num_label_tokens}) {
-    VLPAR_ASSIGN_OR_RETURN(*v, r.i64("counters"));
-  }
+  VLPAR_RETURN_IF_ERROR(visit_fields(r, b));
   VLPAR_CHECK(r.left() == 0, "packed batch bytes: {} trailing bytes after the last field", r.left());
   VLPAR_RETURN_IF_ERROR(check_consistent(b));
   return b;
