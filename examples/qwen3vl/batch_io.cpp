@@ -45,6 +45,15 @@ Result<std::vector<vlpar::VisionGrid>> read_grids(const io::SafetensorsFile& f, 
   return grids;
 }
 
+// Points the Batch views at the tensors the LoadedBatch owns (grids are set by the caller).
+void view_tensors(LoadedBatch& lb) {
+  lb.batch.input_ids = lb.input_ids;
+  lb.batch.labels = lb.labels;
+  lb.batch.cu_seqlens = lb.cu_seqlens;
+  lb.batch.pixel_values = lb.pixel_values;
+  lb.batch.pixel_values_videos = lb.pixel_values_videos;
+}
+
 }  // namespace
 
 Result<LoadedBatch> load_batch(const std::string& path, Allocator& alloc) {
@@ -73,11 +82,7 @@ Result<LoadedBatch> load_batch(const std::string& path, Allocator& alloc) {
   }
   VLPAR_ASSIGN_OR_RETURN(lb.pixel_values, read_as(f, "pixel_values", DType::kF32, alloc));
   VLPAR_ASSIGN_OR_RETURN(lb.pixel_values_videos, read_as(f, "pixel_values_videos", DType::kF32, alloc));
-  lb.batch.input_ids = lb.input_ids;
-  lb.batch.labels = lb.labels;
-  lb.batch.cu_seqlens = lb.cu_seqlens;
-  lb.batch.pixel_values = lb.pixel_values;
-  lb.batch.pixel_values_videos = lb.pixel_values_videos;
+  view_tensors(lb);
   VLPAR_ASSIGN_OR_RETURN(lb.batch.image_grids, read_grids(f, "image_grid_thw", alloc));
   VLPAR_ASSIGN_OR_RETURN(lb.batch.video_grids, read_grids(f, "video_grid_thw", alloc));
   for (auto [name, out] : {std::pair{"images_per_sample", &lb.images_per_sample},
@@ -130,11 +135,7 @@ Result<LoadedBatch> batch_from_packed(const vlpar::data::PackedBatch& pack, Allo
                                                               pack.patch_dim, "pixel_values_videos", alloc));
   lb.images_per_sample = pack.images_per_sample;
   lb.videos_per_sample = pack.videos_per_sample;
-  lb.batch.input_ids = lb.input_ids;
-  lb.batch.labels = lb.labels;
-  lb.batch.cu_seqlens = lb.cu_seqlens;
-  lb.batch.pixel_values = lb.pixel_values;
-  lb.batch.pixel_values_videos = lb.pixel_values_videos;
+  view_tensors(lb);
   lb.batch.image_grids = pack.image_grids;
   lb.batch.video_grids = pack.video_grids;
   return lb;

@@ -7,7 +7,6 @@
 
 #include <fmt/format.h>
 
-#include "checkpoint_model.hpp"
 #include "vlpar/data/energon.hpp"
 #include "vlpar/data/loader.hpp"
 #include "vlpar/data/pack_exchange.hpp"
@@ -85,9 +84,6 @@ class DatasetBatchSource final : public BatchSource {
     auto src = std::unique_ptr<DatasetBatchSource>(new DatasetBatchSource());
     src->loader_ = std::move(loader);
     src->balance_ = d.balance_vision;
-    // Vision cost per pack: patches (linear layers, ~24·Hv² FLOPs each per block) plus attention pairs (~4·Hv).
-    VLPAR_ASSIGN_OR_RETURN(Config mc, model_config_of(cfg.model));
-    src->cost_model_.per_attention_pair = 1.0 / (6.0 * double(mc.vision.hidden));
     src->describe_ = fmt::format("{} ({}, {} samples in {} shards; dp rank {} of {}; {} workers, budgets {} tokens / "
                                  "{} patches)", d.train, ds.kind, samples, num_shards, dp_rank, dp_size, d.workers,
                                  d.token_budget, d.patch_budget);
@@ -121,9 +117,11 @@ class DatasetBatchSource final : public BatchSource {
                        received_);
     return s;
   }
-  Status set_data_parallel(vlpar::comm::Communicator* dp, int micro_batches_per_step) override {
+  Status set_data_parallel(vlpar::comm::Communicator* dp, int micro_batches_per_step,
+                           const data::VisionCostModel& vision_cost) override {
     dp_ = balance_ && dp != nullptr && dp->size() > 1 ? dp : nullptr;
     per_step_ = micro_batches_per_step;
+    cost_model_ = vision_cost;
     return Status::Ok();
   }
 
@@ -164,7 +162,7 @@ class DatasetBatchSource final : public BatchSource {
   std::unique_ptr<data::Loader> loader_;
   std::string describe_;
   bool balance_ = true;
-  data::VisionCostModel cost_model_;
+  data::VisionCostModel cost_model_;        // from the trainer (the model's vision width)
   vlpar::comm::Communicator* dp_ = nullptr;  // set when balancing across > 1 dp ranks
   int per_step_ = 1;
   std::deque<data::PackedBatch> group_;      // this step's re-dealt packs not yet handed out

@@ -195,10 +195,14 @@ vlpar::Status run(const Args& args) {
     VLPAR_ASSIGN_OR_RETURN(opt.eos_ids, eos_from_generation_config(args.model));
   } else {
     // A training checkpoint: the chat template's end of turn, from its tokenizer (--tokenizer or data.tokenizer).
-    const std::string path = !args.tokenizer.empty() ? args.tokenizer : ckpt->config.data.tokenizer;
-    if (!path.empty()) {
-      VLPAR_ASSIGN_OR_RETURN(vlpar::data::Tokenizer t, vlpar::data::Tokenizer::from_file(path));
-      if (const std::optional<int32_t> id = t.token_to_id("<|im_end|>")) opt.eos_ids = {*id};
+    // The --tokenizer already loaded is reused; the checkpoint's only looks up the id (no text is printed then).
+    std::optional<vlpar::data::Tokenizer> ckpt_tok;
+    if (!tok && !ckpt->config.data.tokenizer.empty()) {
+      VLPAR_ASSIGN_OR_RETURN(vlpar::data::Tokenizer t, vlpar::data::Tokenizer::from_file(ckpt->config.data.tokenizer));
+      ckpt_tok.emplace(std::move(t));
+    }
+    if (const vlpar::data::Tokenizer* t = tok ? &*tok : ckpt_tok ? &*ckpt_tok : nullptr) {
+      if (const std::optional<int32_t> id = t->token_to_id("<|im_end|>")) opt.eos_ids = {*id};
     }
   }
   const int64_t n = prompt.input_ids.numel();

@@ -148,8 +148,11 @@ Result<std::unique_ptr<Trainer>> Trainer::create(const TrainConfig& cfg, vlpar::
   VLPAR_RETURN_IF_ERROR(t->build_model());
   VLPAR_CHECK(source != nullptr, "Trainer: no batch source (give pre-packed batch files or a dataset)");
   t->source_ = std::move(source);
+  // Vision cost per pack: patches (linear layers, ~24·Hv² FLOPs each per block) plus attention pairs (~4·Hv).
+  vlpar::data::VisionCostModel cost;
+  cost.per_attention_pair = 1.0 / (6.0 * double(t->model_->config().vision.hidden));
   VLPAR_RETURN_IF_ERROR(t->source_->set_data_parallel(t->dp_size_ > 1 ? t->dp_comm_.get() : nullptr,
-                                                      cfg.training.grad_accum));
+                                                      cfg.training.grad_accum, cost));
   t->logs_ = std::make_unique<Logs>();
   return t;
 }

@@ -49,12 +49,14 @@ class BatchSource {
   virtual std::string describe() const = 0;
   /// Counts worth reporting at the end of training (skipped samples, packing efficiency); "" = nothing.
   virtual std::string summary() const { return {}; }
-  /// Called by the trainer before the first next(): the data-parallel group (null at dp 1) and the micro-batches
-  /// of one optimizer step. Sources that balance work across ranks use it; state() is then only asked for at step
-  /// boundaries. Default: ignored.
-  virtual Status set_data_parallel(vlpar::comm::Communicator* dp, int micro_batches_per_step) {
+  /// Called by the trainer before the first next(): the data-parallel group (null at dp 1), the micro-batches of
+  /// one optimizer step and the model's vision cost per pack. Sources that balance work across ranks use it;
+  /// state() is then only asked for at step boundaries. Default: ignored.
+  virtual Status set_data_parallel(vlpar::comm::Communicator* dp, int micro_batches_per_step,
+                                   const vlpar::data::VisionCostModel& vision_cost) {
     (void)dp;
     (void)micro_batches_per_step;
+    (void)vision_cost;
     return Status::Ok();
   }
 };

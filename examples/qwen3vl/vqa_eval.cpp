@@ -3,6 +3,8 @@
 
 #include <fmt/format.h>
 
+#include <algorithm>
+
 #include <nlohmann/json.hpp>
 
 #include "data_source.hpp"
@@ -18,10 +20,7 @@ using vlpar::DType;
 using vlpar::Shape;
 
 bool vqa_correct(const std::vector<int64_t>& generated, const std::vector<int32_t>& reference) {
-  if (generated.size() != reference.size()) return false;
-  for (size_t i = 0; i < reference.size(); ++i)
-    if (generated[i] != reference[i]) return false;
-  return true;
+  return std::equal(generated.begin(), generated.end(), reference.begin(), reference.end());
 }
 
 std::string VqaEvalReport::to_string() const {
@@ -64,8 +63,6 @@ Result<VqaEvalReport> evaluate_vqa(const Context& ctx, const Model& model, const
   VLPAR_ASSIGN_OR_RETURN(data::SampleStream stream, data::SampleStream::create(std::move(ds.shards), ds.excludes, sc));
   const int32_t im_end = builder.token_ids().im_end;
   VqaEvalReport report;
-  double chance_sum = 0;
-  std::vector<std::pair<std::string, std::string>> answers;  // (type, reference text) per evaluated sample
   while (o.limit <= 0 || report.total < o.limit) {
     VLPAR_ASSIGN_OR_RETURN(std::optional<data::Sample> sample, stream.next());
     if (!sample) break;
@@ -116,7 +113,6 @@ Result<VqaEvalReport> evaluate_vqa(const Context& ctx, const Model& model, const
     ++t.answers[answer];
     ++report.total;
     report.correct += ok;
-    answers.emplace_back(type, answer);
     if (int64_t(report.examples.size()) < o.examples) {
       const std::vector<int32_t> gen_ids(r.tokens.begin(), r.tokens.end());
       VLPAR_ASSIGN_OR_RETURN(std::string said, builder.tokenizer().decode(gen_ids));
@@ -126,7 +122,9 @@ Result<VqaEvalReport> evaluate_vqa(const Context& ctx, const Model& model, const
   }
   VLPAR_CHECK(report.total > 0, "eval: split '{}' of {} gave no sample to evaluate ({} skipped)", o.split, o.dataset,
               report.skipped);
-  for (const auto& [type, answer] : answers) chance_sum += report.by_type[type].chance();
+  // Mean of the samples' chances: each type's chance weighted by its sample count.
+  double chance_sum = 0;
+  for (const auto& [type, t] : report.by_type) chance_sum += double(t.total) * t.chance();
   report.chance = chance_sum / double(report.total);
   report.seconds = watch.elapsed_s();
   return report;

@@ -13,7 +13,7 @@ C++ tests check vlpar against it: bit-exact reads, byte-identical writes.
                                                      an oversize tensor) + model.safetensors.index.json written as
                                                      transformers' save_pretrained does (indent 2, sorted, newline)
 
-Run: /work/main/.venv/bin/python tools/golden/make_safetensors_fixtures.py   (deterministic; no RNG)
+Run from the repo root: .venv/bin/python tools/golden/make_safetensors_fixtures.py   (deterministic; no RNG)
 """
 import json
 import math
