@@ -494,14 +494,22 @@ Status Model::vision_backward(const Context& ctx, const Stash& stash, VisionPass
   return vision().backward(ctx, pass.stash, d_merged, d_ds_views);
 }
 
-Status Model::backward(const Context& ctx, const Batch& batch, Stash& stash, float grad_loss) const {
+std::vector<size_t> Model::backward_order() const {
+  std::vector<size_t> order;
+  for (size_t i = reg_.size(); i-- > embed_ + 1;) order.push_back(i);
+  for (size_t i = embed_; i-- > 0;) order.push_back(i);
+  order.push_back(embed_);
+  return order;
+}
+
+Status Model::backward(const Context& ctx, const Batch& batch, Stash& stash, float grad_loss,
+                       const nn::GradReadyFn& ready) const {
   VLPAR_CHECK(ctx.allocator != nullptr, "Model::backward: ctx.allocator must be set");
   VLPAR_CHECK(!stash.layers.empty(), "Model::backward: run forward first");
   Allocator& alloc = *ctx.allocator;
   const TextConfig& t = cfg_.text;
   const int64_t N = batch.input_ids.numel(), H = t.hidden;
   const nn::PackedSeq seq{stash.cu_seqlens, stash.positions};
-  const nn::GradReadyFn none;
   const float grad_aux = float(t.router_aux_loss_coef) * grad_loss;
 
   VLPAR_ASSIGN_OR_RETURN(Tensor dx, Tensor::empty(alloc, Shape{N, H}, DType::kF32));
@@ -509,7 +517,7 @@ Status Model::backward(const Context& ctx, const Batch& batch, Stash& stash, flo
   VLPAR_ASSIGN_OR_RETURN(Tensor dtmp, Tensor::empty(alloc, Shape{N, H}, DType::kF32));
   {
     vlpar::obs::Span s = span(vlpar::obs::trace_cat::kLoss, "loss_backward");
-    VLPAR_RETURN_IF_ERROR(head().backward(ctx, dx, stash.labels, stash.head, grad_loss, none));
+    VLPAR_RETURN_IF_ERROR(head().backward(ctx, dx, stash.labels, stash.head, grad_loss, ready));
   }
   vlpar::obs::Span decoder_span = span(vlpar::obs::trace_cat::kDecoder, "decoder_backward");
 
@@ -524,11 +532,11 @@ Status Model::backward(const Context& ctx, const Batch& batch, Stash& stash, flo
     }
     VLPAR_RETURN_IF_ERROR(recompute_layer(ctx, l, stash));
     if (layers_[size_t(l)].moe) {
-      VLPAR_RETURN_IF_ERROR(moe(l).backward(ctx, dmid, dx, N, ls.moe, none, &stash.aux, grad_aux));
+      VLPAR_RETURN_IF_ERROR(moe(l).backward(ctx, dmid, dx, N, ls.moe, ready, &stash.aux, grad_aux));
     } else {
-      VLPAR_RETURN_IF_ERROR(mlp(l).backward(ctx, dmid, dx, N, ls.mlp, none));
+      VLPAR_RETURN_IF_ERROR(mlp(l).backward(ctx, dmid, dx, N, ls.mlp, ready));
     }
-    VLPAR_RETURN_IF_ERROR(attention(l).backward(ctx, dtmp, dmid, seq, ls.attn, none));
+    VLPAR_RETURN_IF_ERROR(attention(l).backward(ctx, dtmp, dmid, seq, ls.attn, ready));
     std::swap(dx, dtmp);
     // This layer's activations are consumed: free them now (lowers the backward's peak in every mode).
     ls.attn = nn::AttentionStash{};
@@ -544,10 +552,16 @@ Status Model::backward(const Context& ctx, const Batch& batch, Stash& stash, flo
   vlpar::obs::Span vision_span = span(vlpar::obs::trace_cat::kVisionEncoder, "vision_backward");
   if (stash.image) VLPAR_RETURN_IF_ERROR(vision_backward(ctx, stash, *stash.image, dx, d_deepstack));
   if (stash.video) VLPAR_RETURN_IF_ERROR(vision_backward(ctx, stash, *stash.video, dx, d_deepstack));
+  vision_span.end();
+  if (ready) {  // the vision tower and mergers (both passes done), in reverse registration order
+    for (size_t i = embed_; i-- > 0;)
+      if (!reg_.frozen(i)) VLPAR_RETURN_IF_ERROR(ready(i));
+  }
   if (!reg_.grad(embed_).empty()) {
     zero_rows(dx, stash.visual_rows);
     VLPAR_RETURN_IF_ERROR(nn::vocab_parallel_embedding_backward(ctx, tp_, reg_.grad(embed_), dx,
                                                                 batch.input_ids, vocab_block_));
+    if (ready) VLPAR_RETURN_IF_ERROR(ready(embed_));
   }
   return Status::Ok();
 }

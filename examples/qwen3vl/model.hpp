@@ -133,8 +133,15 @@ class Model {
   /// ctx.allocator must be set (blocks take their scratch from it).
   Result<StepLoss> forward(const Context& ctx, const Batch& batch, Stash& stash) const;
   /// @brief Accumulates grad_loss · ∂loss/∂θ into every trainable parameter's gradient. Consumes the stash
-  /// (each layer's activations are freed as soon as its backward is done).
-  Status backward(const Context& ctx, const Batch& batch, Stash& stash, float grad_loss = 1.f) const;
+  /// (each layer's activations are freed as soon as its backward is done). `ready` (optional) is called with each
+  /// trainable parameter's registry index as soon as its gradient is final, in backward_order() (where a
+  /// data-parallel optimizer starts the reduction of a full bucket); give it on a step's last micro-batch only.
+  Status backward(const Context& ctx, const Batch& batch, Stash& stash, float grad_loss = 1.f,
+                  const vlpar::nn::GradReadyFn& ready = {}) const;
+  /// Every registry index in the order backward() finishes the gradients: LM head, final norm, decoder layers
+  /// last to first (each block's parameters in reverse), vision tower and mergers in reverse, the embedding last
+  /// (its gradient is complete only after the vision passes, and the tied LM head adds to it first).
+  std::vector<size_t> backward_order() const;
   /// @brief logits [N, V/tp] f32 of the last forward (final normed hidden states · lm_headᵀ, this rank's vocab
   /// block), for parity checks and the forward CLI; training never materialises them.
   Result<Tensor> logits(const Context& ctx, const Stash& stash, Allocator& alloc) const;

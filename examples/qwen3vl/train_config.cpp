@@ -74,6 +74,8 @@ std::vector<Field> fields(TrainConfig& c) {
       {"metrics", "trace", &c.metrics.trace},
       {"metrics", "peak_gflops", &c.metrics.peak_gflops},
       {"parallel", "tp", &c.parallel.tp},
+      {"parallel", "zero1", &c.parallel.zero1},
+      {"parallel", "bucket_mb", &c.parallel.bucket_mb},
   };
 }
 
@@ -217,6 +219,8 @@ Status TrainConfig::validate() const {
   VLPAR_CHECK(metrics.log_interval >= 1, "metrics.log_interval must be >= 1, got {}", metrics.log_interval);
   VLPAR_CHECK(metrics.peak_gflops >= 0, "metrics.peak_gflops must be >= 0 (0 = measure), got {}", metrics.peak_gflops);
   VLPAR_CHECK(parallel.tp >= 1, "parallel.tp must be >= 1, got {}", parallel.tp);
+  VLPAR_CHECK(parallel.bucket_mb > 0 && parallel.bucket_mb <= 4096, "parallel.bucket_mb must be in (0, 4096], got {}",
+              parallel.bucket_mb);
   return Status::Ok();
 }
 

@@ -88,6 +88,8 @@ struct MetricsSection {
 
 struct ParallelSection {
   int tp = 1;                    // tensor parallel size (world = tp · dp under mpirun)
+  bool zero1 = false;            // shard the fp32 optimizer state over the dp ranks (ZeRO-1)
+  double bucket_mb = 25;         // gradient-reduction bucket size (MiB of fp32), started during the backward
 };
 
 struct TrainConfig {

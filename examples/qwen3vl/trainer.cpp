@@ -12,6 +12,7 @@
 #include "flops.hpp"
 #include "hf_weights.hpp"
 #include "lr_schedule.hpp"
+#include "vlpar/comm/single_communicator.hpp"
 #include "vlpar/core/log.hpp"
 #include "vlpar/io/checkpoint.hpp"
 #include "vlpar/kernels/gemm.hpp"
@@ -98,19 +99,28 @@ Trainer::~Trainer() = default;
 // ---- setup ---------------------------------------------------------------------------------------------------
 
 Status Trainer::setup_groups() {
-  const int world = world_ ? world_->size() : 1, rank = world_ ? world_->rank() : 0;
-  const int tp = cfg_.parallel.tp;
-  VLPAR_CHECK(world % tp == 0, "parallel.tp = {} does not divide the {} ranks of the job", tp, world);
-  tp_rank_ = rank % tp;
-  dp_rank_ = rank / tp;
-  dp_size_ = world / tp;
-  if (world_ != nullptr && world > 1) {
-    vlpar::comm::CommOptions o = world_->options();
-    o.name = "tp";
-    VLPAR_ASSIGN_OR_RETURN(tp_comm_, world_->split(dp_rank_, tp_rank_, o));
-    o.name = "dp";
-    VLPAR_ASSIGN_OR_RETURN(dp_comm_, world_->split(tp_rank_, dp_rank_, o));
+  if (world_ == nullptr) {
+    own_world_ = std::make_unique<vlpar::comm::SingleCommunicator>(vlpar::comm::CommOptions{"world"});
+    world_ = own_world_.get();
   }
+  const int world = world_->size(), tp = cfg_.parallel.tp;
+  VLPAR_CHECK(world % tp == 0, "parallel.tp = {} does not divide the {} ranks of the job", tp, world);
+  VLPAR_ASSIGN_OR_RETURN(Config mc, model_config_of(cfg_.model));
+  vlpar::parallel::ParallelConfig pc;
+  pc.world = world;
+  pc.tp = tp;
+  pc.etp = 1;        // MoE experts run replicated on every rank (no expert parallelism in the model yet)
+  pc.vision_tp = 1;  // so does the vision tower
+  vlpar::parallel::ModelDims dims;
+  dims.num_layers = mc.text.layers;
+  dims.num_heads = mc.text.heads;
+  dims.num_kv_heads = mc.text.kv_heads;
+  dims.vocab = mc.text.vocab;
+  VLPAR_ASSIGN_OR_RETURN(vlpar::parallel::ProcessGroups g, vlpar::parallel::ProcessGroups::create(*world_, pc, dims));
+  groups_ = std::make_unique<vlpar::parallel::ProcessGroups>(std::move(g));
+  tp_rank_ = groups_->tp().rank();
+  dp_rank_ = groups_->dp().rank();
+  dp_size_ = groups_->dp().size();
   return Status::Ok();
 }
 
@@ -118,20 +128,37 @@ Status Trainer::build_model() {
   const ModelSection& m = cfg_.model;
   VLPAR_ASSIGN_OR_RETURN(Config mc, model_config_of(m));
   const Freeze freeze{m.freeze_vision, m.freeze_merger, m.freeze_language_model};
-  const nn::TensorParallel tp{cfg_.parallel.tp > 1 ? tp_comm_.get() : nullptr, false};
+  const nn::TensorParallel tp{cfg_.parallel.tp > 1 ? &groups_->tp() : nullptr, false};
   VLPAR_ASSIGN_OR_RETURN(Model model, Model::create(ctx_, mc, freeze, m.seed, alloc_, tp));
   model_ = std::make_unique<Model>(std::move(model));
   if (!m.hf_dir.empty()) VLPAR_RETURN_IF_ERROR(load_hf_weights(*model_, m.hf_dir));
   const std::string& r = cfg_.training.recompute;
   model_->set_recompute(r == "full" ? Recompute::kFull : r == "selective" ? Recompute::kSelective : Recompute::kNone);
-  vlpar::AdamWConfig a;
-  a.lr = float(cfg_.optimizer.lr);
-  a.beta1 = float(cfg_.optimizer.beta1);
-  a.beta2 = float(cfg_.optimizer.beta2);
-  a.eps = float(cfg_.optimizer.eps);
-  a.weight_decay = float(cfg_.optimizer.weight_decay);
-  VLPAR_ASSIGN_OR_RETURN(TrainOptimizer o, TrainOptimizer::create(ctx_, *model_, a, dp_comm_.get(), alloc_));
-  optim_ = std::make_unique<TrainOptimizer>(std::move(o));
+  // The library's data-parallel optimizer over the registry, parameters in the order the backward finishes them.
+  vlpar::parallel::OptimizerConfig oc;
+  oc.adamw.lr = float(cfg_.optimizer.lr);
+  oc.adamw.beta1 = float(cfg_.optimizer.beta1);
+  oc.adamw.beta2 = float(cfg_.optimizer.beta2);
+  oc.adamw.eps = float(cfg_.optimizer.eps);
+  oc.adamw.weight_decay = float(cfg_.optimizer.weight_decay);
+  oc.max_grad_norm = cfg_.training.max_grad_norm;
+  oc.zero1 = cfg_.parallel.zero1;
+  oc.average_grads = false;  // each micro-batch's backward is scaled by its share of the global label count
+  oc.bucket_bytes = size_t(cfg_.parallel.bucket_mb * double(1 << 20));
+  const nn::ParamRegistry& reg = model_->registry();
+  const std::vector<size_t> order = model_->backward_order();
+  VLPAR_ASSIGN_OR_RETURN(std::vector<vlpar::parallel::OptimParam> params,
+                         vlpar::parallel::optim_params_from_registry(reg, order, cfg_.parallel.tp));
+  optim_slot_.assign(reg.size(), SIZE_MAX);
+  for (size_t i : order) {
+    if (reg.frozen(i)) continue;
+    optim_slot_[i] = optim_index_.size();
+    optim_index_.push_back(i);
+  }
+  VLPAR_ASSIGN_OR_RETURN(vlpar::parallel::DistributedOptimizer o,
+                         vlpar::parallel::DistributedOptimizer::create(ctx_, &groups_->dp(), &groups_->tp(),
+                                                                       std::move(params), oc, alloc_));
+  optim_ = std::make_unique<vlpar::parallel::DistributedOptimizer>(std::move(o));
   return Status::Ok();
 }
 
@@ -151,7 +178,7 @@ Result<std::unique_ptr<Trainer>> Trainer::create(const TrainConfig& cfg, vlpar::
   // Vision cost per pack: patches (linear layers, ~24·Hv² FLOPs each per block) plus attention pairs (~4·Hv).
   vlpar::data::VisionCostModel cost;
   cost.per_attention_pair = 1.0 / (6.0 * double(t->model_->config().vision.hidden));
-  VLPAR_RETURN_IF_ERROR(t->source_->set_data_parallel(t->dp_size_ > 1 ? t->dp_comm_.get() : nullptr,
+  VLPAR_RETURN_IF_ERROR(t->source_->set_data_parallel(t->dp_comm(),
                                                       cfg.training.grad_accum, cost));
   t->logs_ = std::make_unique<Logs>();
   return t;
@@ -159,7 +186,7 @@ Result<std::unique_ptr<Trainer>> Trainer::create(const TrainConfig& cfg, vlpar::
 
 // ---- checkpoints ---------------------------------------------------------------------------------------------
 
-std::vector<io::CheckpointTensor> Trainer::checkpoint_tensors() {
+std::vector<io::CheckpointTensor> Trainer::checkpoint_tensors(const vlpar::parallel::OptimizerState& optim) {
   // Replica numbering: the ranks holding identical copies of a shard are the dp replicas times the tp ranks that
   // hold the same pieces (all tp ranks for a replicated tensor, tp/nKV for a replicated kv head).
   const int tp = cfg_.parallel.tp;
@@ -173,7 +200,13 @@ std::vector<io::CheckpointTensor> Trainer::checkpoint_tensors() {
     const nn::ParamShard& p = reg.entry(i).shard;
     out.push_back(io::sharded_tensor(p.name, reg.value(i), p, replica_of(p)));
   }
-  for (const OptimizerTensor& t : optim_->tensors()) out.push_back(io::sharded_tensor(t.name, t.local, t.shard, replica_of(t.shard)));
+  // AdamW m and v per trainable parameter, in registry order (the optimizer's own order is the backward's).
+  for (size_t i = 0; i < reg.size(); ++i) {
+    if (optim_slot_[i] == SIZE_MAX) continue;
+    const nn::ParamShard& p = reg.entry(i).shard;
+    out.push_back(io::sharded_tensor("optim.m." + p.name, optim.m[optim_slot_[i]], p, replica_of(p)));
+    out.push_back(io::sharded_tensor("optim.v." + p.name, optim.v[optim_slot_[i]], p, replica_of(p)));
+  }
   return out;
 }
 
@@ -182,7 +215,9 @@ Status Trainer::save(int64_t step) {
   io::CheckpointWriteSpec spec;
   spec.root = cfg_.checkpoint.dir;
   spec.step = step;
-  spec.tensors = checkpoint_tensors();
+  // Collective over dp with ZeRO-1 (the optimizer gathers its shards): every rank saves.
+  VLPAR_ASSIGN_OR_RETURN(const vlpar::parallel::OptimizerState optim, optim_->state(/*gathered=*/true));
+  spec.tensors = checkpoint_tensors(optim);
   spec.layout_json = nlohmann::json{{"tp", cfg_.parallel.tp}, {"dp", dp_size_}}.dump();
   spec.user_json = nlohmann::json{{"step", step}, {"optimizer_steps", optim_->steps_taken()},
                                   {"config", cfg_.to_toml()}}.dump();
@@ -208,9 +243,11 @@ Status Trainer::resume() {
               latest->dir, saved_dp, dp_size_);
   // Parameters and AdamW state are loaded piece by piece into this run's shards, whatever the saved tp (any layout
   // loads any other: io/checkpoint.hpp).
-  std::vector<io::CheckpointTensor> tensors = checkpoint_tensors();
+  VLPAR_ASSIGN_OR_RETURN(const vlpar::parallel::OptimizerState optim, optim_->state(/*gathered=*/false));
+  std::vector<io::CheckpointTensor> tensors = checkpoint_tensors(optim);
   std::string user;
   VLPAR_RETURN_IF_ERROR(io::load_checkpoint(latest->dir, tensors, &user));
+  VLPAR_RETURN_IF_ERROR(optim_->load_state(optim));
   const nlohmann::json u = nlohmann::json::parse(user);
   step_ = first_step_ = u.at("step").get<int64_t>();
   optim_->set_steps_taken(u.at("optimizer_steps").get<int64_t>());
@@ -308,8 +345,8 @@ Result<TrainSummary> Trainer::run() {
       local[0] += double(n);
     }
     double global_count = local[0];
-    if (dp_comm_) {
-      VLPAR_RETURN_IF_ERROR(dp_comm_->all_reduce(TensorView(&global_count, DType::kF64, Shape{1}),
+    if (vlpar::comm::Communicator* dp = dp_comm()) {
+      VLPAR_RETURN_IF_ERROR(dp->all_reduce(TensorView(&global_count, DType::kF64, Shape{1}),
                                                  vlpar::comm::ReduceOp::kSum));
     }
     // 2. Forward + backward per micro-batch, scaled by its share of the global supervised tokens.
@@ -328,7 +365,10 @@ Result<TrainSummary> Trainer::run() {
       }
       loss_sum[0] += w * l.loss;
       loss_sum[1] += w * l.aux_loss * model_->config().text.router_aux_loss_coef;
-      VLPAR_RETURN_IF_ERROR(model_->backward(ctx_, micro[i].data.batch, stash, float(w)));
+      // The last micro-batch's backward reports each finished gradient, starting the dp reduction of full buckets.
+      nn::GradReadyFn ready;
+      if (i + 1 == micro.size()) ready = [this](size_t r) { return optim_->grad_ready(optim_slot_[r]); };
+      VLPAR_RETURN_IF_ERROR(model_->backward(ctx_, micro[i].data.batch, stash, float(w), ready));
       tokens += micro[i].real_tokens;
       images += micro[i].images;
       std::vector<int64_t> lengths;
@@ -338,19 +378,25 @@ Result<TrainSummary> Trainer::run() {
       grids.insert(grids.end(), micro[i].data.batch.video_grids.begin(), micro[i].data.batch.video_grids.end());
       flops += count_flops(model_->config(), lengths, grids).train();
     }
-    if (dp_comm_) {
-      VLPAR_RETURN_IF_ERROR(dp_comm_->all_reduce(TensorView(loss_sum, DType::kF64, Shape{3}),
+    if (loss_sum[2] != 0) {
+      // This rank stopped before its last backward: report every gradient, so its bucket reductions are issued in
+      // the same order as its peers' (whose backward did) before the loss all-reduce below.
+      for (size_t k = 0; k < optim_->num_params(); ++k) VLPAR_RETURN_IF_ERROR(optim_->grad_ready(k));
+    }
+    if (vlpar::comm::Communicator* dp = dp_comm()) {
+      VLPAR_RETURN_IF_ERROR(dp->all_reduce(TensorView(loss_sum, DType::kF64, Shape{3}),
                                                  vlpar::comm::ReduceOp::kSum));
     }
     // 3. Optimizer step (skipped on a non-finite loss or gradient norm).
     const double lr = lr_at(cfg_, step_);
-    StepReport rep;
+    vlpar::parallel::StepReport rep;
     if (loss_sum[2] == 0) {
       vlpar::obs::Span span = logs_->trace.span(obs::trace_cat::kOptimizer, "adamw");
-      VLPAR_ASSIGN_OR_RETURN(rep, optim_->step(ctx_, lr, cfg_.training.max_grad_norm));
+      VLPAR_ASSIGN_OR_RETURN(rep, optim_->step(ctx_, lr));
       if (!rep.applied) bad = fmt::format("gradient norm is {}", rep.grad_norm);
-    } else if (bad.empty()) {
-      bad = "loss is not finite on another data-parallel rank";
+    } else {
+      VLPAR_RETURN_IF_ERROR(optim_->skip_step());
+      if (bad.empty()) bad = "loss is not finite on another data-parallel rank";
     }
     const double seconds = step_watch.elapsed_s();
     const obs::DataWaitMeter::Report wait = logs_->wait.end_step(seconds);

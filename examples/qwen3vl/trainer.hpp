@@ -7,12 +7,17 @@
 // One optimizer step:
 //   fetch grad_accum micro-batches (time waiting for them = data wait) → token counts n_i, all-reduced over dp →
 //   for each micro-batch: forward, backward with grad_loss = n_i / N_global (the gradient of the global
-//   token-weighted mean loss) → a non-finite loss skips the step → TrainOptimizer::step (dp sum, tp-aware norm,
-//   clip, AdamW) → a non-finite norm skips the step → metrics → checkpoint every checkpoint.interval steps.
+//   token-weighted mean loss); the last micro-batch's backward reports each gradient ready to the library's
+//   parallel::DistributedOptimizer, whose buckets start their dp reduction during that backward → a non-finite
+//   loss skips the step → DistributedOptimizer::step (finish the reduction, tp-aware global norm, clip, AdamW with
+//   replicated or ZeRO-1 sharded state) → a non-finite norm skips the step → metrics → checkpoint every
+//   checkpoint.interval steps.
 // training.max_nonfinite_in_a_row consecutive skipped steps abort with an error naming what was non-finite.
 //
-// Layout: world = tp · dp ranks (mpirun), rank = dp_rank · tp + tp_rank (tp ranks adjacent). Rank 0 writes the
-// logs; every rank writes its checkpoint shard. Resume: the latest committed checkpoint in checkpoint.dir is loaded
+// Layout: world = tp · dp ranks (mpirun), the library's mesh and process groups (parallel::ProcessGroups, order
+// "tp-cp-ep-dp-pp": rank = dp_rank · tp + tp_rank, tp ranks adjacent); the vision tower and MoE experts are
+// replicated (vision tp 1, etp 1). Rank 0 writes the logs; every rank writes its checkpoint shard. The optimizer
+// state in checkpoints is per parameter in both modes (ZeRO-1 gathers it), so parallel.zero1 may change on resume. Resume: the latest committed checkpoint in checkpoint.dir is loaded
 // (parameters, m, v, step, each rank's data-source state), so 2N steps equal N steps, a resume and N more, bit for
 // bit (same layout, CPU, fixed thread count).
 // Test: examples/qwen3vl/tests/test_trainer.cpp (resume, kill during save, faults, recompute), and the README main
@@ -25,9 +30,10 @@
 #include "batch_io.hpp"
 #include "model.hpp"
 #include "train_config.hpp"
-#include "train_optimizer.hpp"
 #include "vlpar/comm/communicator.hpp"
 #include "vlpar/io/checkpoint.hpp"
+#include "vlpar/parallel/distributed_optimizer.hpp"
+#include "vlpar/parallel/process_groups.hpp"
 
 namespace qwen3vl {
 
@@ -109,19 +115,23 @@ class Trainer {
   Status build_model();
   Status resume();
   Status save(int64_t step);
-  std::vector<vlpar::io::CheckpointTensor> checkpoint_tensors();
+  std::vector<vlpar::io::CheckpointTensor> checkpoint_tensors(const vlpar::parallel::OptimizerState& optim);
+  vlpar::comm::Communicator* dp_comm() const { return dp_size_ > 1 ? &groups_->dp() : nullptr; }
   Result<double> measure_peak_gflops();
 
   struct Logs;  // metrics writers (trainer.cpp)
 
   TrainConfig cfg_;
   vlpar::comm::Communicator* world_ = nullptr;
-  std::unique_ptr<vlpar::comm::Communicator> tp_comm_, dp_comm_;
+  std::unique_ptr<vlpar::comm::Communicator> own_world_;  // a SingleCommunicator when run without MPI
+  std::unique_ptr<vlpar::parallel::ProcessGroups> groups_;
   int tp_rank_ = 0, dp_rank_ = 0, dp_size_ = 1;
   Allocator alloc_;
   Context ctx_;
   std::unique_ptr<Model> model_;
-  std::unique_ptr<TrainOptimizer> optim_;
+  std::unique_ptr<vlpar::parallel::DistributedOptimizer> optim_;
+  std::vector<size_t> optim_index_;  // optimizer parameter k → registry index (backward order)
+  std::vector<size_t> optim_slot_;   // registry index → optimizer parameter (SIZE_MAX: frozen)
   std::unique_ptr<BatchSource> source_;
   std::unique_ptr<Logs> logs_;
   int64_t step_ = 0;

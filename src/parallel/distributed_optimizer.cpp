@@ -1,98 +1,265 @@
-// ZeRO-1 distributed optimizer. See include/vlpar/parallel/distributed_optimizer.hpp.
+// The data-parallel optimizer (replicated or ZeRO-1). See include/vlpar/parallel/distributed_optimizer.hpp.
 #include "vlpar/parallel/distributed_optimizer.hpp"
 
+#include <algorithm>
 #include <cmath>
 #include <cstring>
 
-#include "vlpar/core/dispatch.hpp"
-
 namespace vlpar::parallel {
 
-Status ZeroConfig::validate() const {
+Status OptimizerConfig::validate() const {
   VLPAR_RETURN_IF_ERROR(adamw.validate());
-  VLPAR_CHECK(max_grad_norm >= 0.0, "zero: max_grad_norm must be >= 0, got {}", max_grad_norm);
-  VLPAR_CHECK(offload_fraction >= 0.0 && offload_fraction <= 1.0, "zero: offload_fraction must be in [0, 1], got {}",
-              offload_fraction);
+  VLPAR_CHECK(max_grad_norm >= 0.0 && std::isfinite(max_grad_norm),
+              "optimizer: max_grad_norm must be a finite number >= 0, got {}", max_grad_norm);
+  VLPAR_CHECK(bucket_bytes >= 4, "optimizer: bucket_bytes must be at least 4, got {}", bucket_bytes);
   return Status::Ok();
 }
 
-Result<DistributedOptimizer> DistributedOptimizer::create(const Context& ctx, comm::Communicator& dp,
-                                                          std::vector<TensorView> params, ZeroConfig cfg,
+Result<DistributedOptimizer> DistributedOptimizer::create(const Context& ctx, comm::Communicator* dp,
+                                                          comm::Communicator* norm_group,
+                                                          std::vector<OptimParam> params, OptimizerConfig cfg,
                                                           Allocator& alloc) {
   VLPAR_RETURN_IF_ERROR(cfg.validate());
+  VLPAR_CHECK(dp != nullptr || !cfg.zero1, "optimizer: zero1 shards the optimizer state over a data-parallel group, "
+                                           "but none was given");
   DistributedOptimizer o;
-  o.ctx_ = ctx;
-  o.dp_ = &dp;
+  o.dp_ = dp;
+  o.norm_group_ = norm_group != nullptr && norm_group->size() > 1 ? norm_group : nullptr;
   o.cfg_ = cfg;
+  o.alloc_ = &alloc;
   for (size_t i = 0; i < params.size(); ++i) {
-    const TensorView& p = params[i];
-    VLPAR_CHECK(p.is_contiguous() && p.device.is_cpu() && p.data != nullptr && is_floating(p.dtype) &&
-                    p.dtype != DType::kF64,
-                "DistributedOptimizer: parameter {} ({}) must be a contiguous f32/bf16/f16 CPU tensor", i,
-                p.to_string());
-    o.total_ += p.numel();
+    const OptimParam& p = params[i];
+    VLPAR_CHECK(p.value.data != nullptr && p.value.is_contiguous() && p.value.device.is_cpu() &&
+                    is_floating(p.value.dtype) && p.value.dtype != DType::kF64,
+                "optimizer: parameter {} '{}' ({}) must be a contiguous f32/bf16/f16 CPU tensor", i, p.name,
+                p.value.to_string());
+    VLPAR_CHECK(p.grad.data != nullptr && p.grad.dtype == DType::kF32 && p.grad.is_contiguous() &&
+                    p.grad.numel() == p.value.numel(),
+                "optimizer: the gradient of parameter {} '{}' ({}) must be a contiguous f32 tensor of {} elements "
+                "(a frozen parameter has no gradient and must not be given to the optimizer)",
+                i, p.name, p.grad.to_string(), p.value.numel());
+    VLPAR_CHECK(cfg.zero1 || p.value.dtype == DType::kF32,
+                "optimizer: parameter {} '{}' is stored as {}; without zero1 AdamW updates the values in place and "
+                "needs f32 storage (zero1 keeps an fp32 master copy)",
+                i, p.name, dtype_name(p.value.dtype));
+    VLPAR_CHECK(p.norm_weight > 0.0 && p.norm_weight <= 1.0, "optimizer: parameter {} '{}' has norm_weight {}", i,
+                p.name, p.norm_weight);
   }
   o.params_ = std::move(params);
-  const int64_t world = dp.size();
-  o.padded_ = (o.total_ + world - 1) / world * world;
-  o.shard_ = o.padded_ / world;
-  VLPAR_ASSIGN_OR_RETURN(o.flat_grad_, Tensor::zeros(alloc, {o.padded_}, DType::kF32));
-  VLPAR_ASSIGN_OR_RETURN(o.flat_param_, Tensor::zeros(alloc, {o.padded_}, DType::kF32));
-  VLPAR_ASSIGN_OR_RETURN(o.shard_grad_, Tensor::zeros(alloc, {o.shard_}, DType::kF32));
-  VLPAR_ASSIGN_OR_RETURN(o.master_, Tensor::zeros(alloc, {o.shard_}, DType::kF32));
-  VLPAR_ASSIGN_OR_RETURN(o.m_, Tensor::zeros(alloc, {o.shard_}, DType::kF32));
-  VLPAR_ASSIGN_OR_RETURN(o.v_, Tensor::zeros(alloc, {o.shard_}, DType::kF32));
-  // Master shard ← this rank's slice of the current parameters.
-  float* flat = o.flat_param_.ptr<float>();
-  for (const TensorView& p : o.params_) {
-    VLPAR_RETURN_IF_ERROR(convert_(TensorView(flat, DType::kF32, {p.numel()}), TensorView(p.data, p.dtype, {p.numel()})));
-    flat += p.numel();
+  const bool reduce = dp != nullptr && (dp->size() > 1 || cfg.zero1);
+  if (reduce) {
+    std::vector<TensorView> grads;
+    for (const OptimParam& p : o.params_) grads.push_back(p.grad);
+    BucketConfig bc{.bucket_bytes = cfg.bucket_bytes, .average = cfg.average_grads, .shard = cfg.zero1};
+    VLPAR_ASSIGN_OR_RETURN(GradBuckets b, GradBuckets::create(*dp, std::move(grads), bc, alloc));
+    o.buckets_.emplace(std::move(b));
   }
-  std::memcpy(o.master_.ptr<float>(), o.flat_param_.ptr<float>() + dp.rank() * o.shard_, size_t(o.shard_) * 4);
+  if (cfg.zero1) {
+    VLPAR_RETURN_IF_ERROR(o.build_shards(alloc));
+    VLPAR_RETURN_IF_ERROR(o.read_master_from_params());
+  } else {
+    for (const OptimParam& p : o.params_) {
+      VLPAR_ASSIGN_OR_RETURN(Tensor m, Tensor::zeros(alloc, p.value.shape, DType::kF32, ctx.device));
+      VLPAR_ASSIGN_OR_RETURN(Tensor v, Tensor::zeros(alloc, p.value.shape, DType::kF32, ctx.device));
+      o.m_.push_back(std::move(m));
+      o.v_.push_back(std::move(v));
+    }
+  }
   return o;
 }
 
-Status DistributedOptimizer::pack_grads(std::span<const TensorView> grads) {
-  VLPAR_CHECK(grads.size() == params_.size(), "DistributedOptimizer::step: {} gradients for {} parameters",
-              grads.size(), params_.size());
-  float* flat = flat_grad_.ptr<float>();
-  for (size_t i = 0; i < grads.size(); ++i) {
-    const TensorView& g = grads[i];
-    VLPAR_CHECK(g.numel() == params_[i].numel() && g.is_contiguous() && g.device.is_cpu(),
-                "DistributedOptimizer::step: gradient {} ({}) does not match parameter {} ({})", i, g.to_string(), i,
-                params_[i].to_string());
-    VLPAR_RETURN_IF_ERROR(convert_(TensorView(flat, DType::kF32, {g.numel()}), TensorView(g.data, g.dtype, {g.numel()})));
-    flat += g.numel();
-  }
-  return Status::Ok();  // the padding tail stays zero
-}
-
-Status DistributedOptimizer::unpack_params() {
-  const float* flat = flat_param_.ptr<float>();
-  for (const TensorView& p : params_) {
-    VLPAR_RETURN_IF_ERROR(convert_(TensorView(p.data, p.dtype, {p.numel()}),
-                                   TensorView(const_cast<float*>(flat), DType::kF32, {p.numel()})));
-    flat += p.numel();
+Status DistributedOptimizer::build_shards(Allocator& alloc) {
+  bucket_offset_.assign(params_.size(), 0);
+  bucket_of_.assign(params_.size(), 0);
+  for (size_t b = 0; b < buckets_->num_buckets(); ++b) {
+    const BucketInfo info = buckets_->bucket(b);
+    ShardState s;
+    const int64_t n = info.shard.numel(), lo = info.shard_begin, hi = lo + n;
+    VLPAR_ASSIGN_OR_RETURN(s.master, Tensor::zeros(alloc, {n}, DType::kF32));
+    VLPAR_ASSIGN_OR_RETURN(s.m, Tensor::zeros(alloc, {n}, DType::kF32));
+    VLPAR_ASSIGN_OR_RETURN(s.v, Tensor::zeros(alloc, {n}, DType::kF32));
+    int64_t offset = 0;  // of parameter i in the bucket's flat buffer
+    for (size_t i = info.first; i < info.last; ++i) {
+      const int64_t len = params_[i].value.numel();
+      bucket_of_[i] = b;
+      bucket_offset_[i] = offset;
+      const int64_t a = std::max(lo, offset), e = std::min(hi, offset + len);
+      if (a < e) s.segments.push_back({i, a - offset, a - lo, e - a});
+      offset += len;
+    }
+    shards_.push_back(std::move(s));
   }
   return Status::Ok();
 }
 
-Result<double> DistributedOptimizer::step(std::span<const TensorView> grads, int64_t step) {
-  VLPAR_RETURN_IF_ERROR(pack_grads(grads));
-  VLPAR_RETURN_IF_ERROR(dp_->reduce_scatter(shard_grad_.view(), flat_grad_.view(), comm::ReduceOp::kSum));
-  VLPAR_RETURN_IF_ERROR(scale_(ctx_, shard_grad_.view(), 1.0f / float(dp_->size())));
-  // Global norm of the mean gradient: Σ over shards of the shard's sum of squares.
-  VLPAR_ASSIGN_OR_RETURN(const double shard_norm, global_grad_norm(ctx_, std::span(&shard_grad_.view(), 1)));
-  double sq = shard_norm * shard_norm;
-  VLPAR_RETURN_IF_ERROR(dp_->all_reduce(TensorView(&sq, DType::kF64, {1}), comm::ReduceOp::kSum));
-  const double norm = std::sqrt(sq);
-  if (cfg_.max_grad_norm > 0.0 && std::isfinite(norm) && norm > cfg_.max_grad_norm)
-    VLPAR_RETURN_IF_ERROR(scale_(ctx_, shard_grad_.view(), float(cfg_.max_grad_norm / (norm + 1e-6))));
-  VLPAR_RETURN_IF_ERROR(adamw_step(ctx_, master_.view(), TensorView(), shard_grad_.view(), m_.view(), v_.view(),
-                                   cfg_.adamw, step));
-  VLPAR_RETURN_IF_ERROR(dp_->all_gather(flat_param_.view(), master_.view()));
-  VLPAR_RETURN_IF_ERROR(unpack_params());
-  return norm;
+Status DistributedOptimizer::read_master_from_params() {
+  for (ShardState& s : shards_) {
+    for (const Segment& g : s.segments) {
+      const TensorView& p = params_[g.param].value;
+      const TensorView src(static_cast<char*>(p.data) + g.param_offset * int64_t(dtype_size(p.dtype)), p.dtype,
+                           {g.length});
+      VLPAR_RETURN_IF_ERROR(convert_(TensorView(s.master.ptr<float>() + g.shard_offset, DType::kF32, {g.length}), src));
+    }
+  }
+  return Status::Ok();
+}
+
+Status DistributedOptimizer::grad_ready(size_t i) {
+  VLPAR_CHECK(i < params_.size(), "optimizer: grad_ready({}) but there are {} parameters", i, params_.size());
+  return buckets_ ? buckets_->mark_ready(i) : Status::Ok();
+}
+
+AdamWConfig DistributedOptimizer::adamw_for(size_t param, const AdamWConfig& base) const {
+  AdamWConfig c = base;
+  if (!params_[param].weight_decay) c.weight_decay = 0.f;
+  return c;
+}
+
+Result<double> DistributedOptimizer::local_sum_of_squares(const Context& ctx) const {
+  // Σ norm_weight · Σg² in a fixed order (fp64), over whole parameters or over this rank's slices.
+  double sum = 0.0;
+  auto add = [&](const TensorView& g, double weight) -> Status {
+    VLPAR_ASSIGN_OR_RETURN(const double n, global_grad_norm(ctx, std::span<const TensorView>(&g, 1)));
+    sum += weight * n * n;
+    return Status::Ok();
+  };
+  if (!cfg_.zero1) {
+    for (const OptimParam& p : params_) VLPAR_RETURN_IF_ERROR(add(p.grad, p.norm_weight));
+    return sum;
+  }
+  for (size_t b = 0; b < shards_.size(); ++b) {
+    const float* shard = buckets_->bucket(b).shard.ptr<float>();
+    for (const Segment& g : shards_[b].segments)
+      VLPAR_RETURN_IF_ERROR(add(TensorView(const_cast<float*>(shard) + g.shard_offset, DType::kF32, {g.length}),
+                                params_[g.param].norm_weight));
+  }
+  return sum;
+}
+
+Status DistributedOptimizer::apply_replicated(const Context& ctx, const AdamWConfig& c, float clip) {
+  for (size_t i = 0; i < params_.size(); ++i) {
+    const OptimParam& p = params_[i];
+    if (clip != 1.0f) VLPAR_RETURN_IF_ERROR(scale_(ctx, p.grad, clip));
+    VLPAR_RETURN_IF_ERROR(adamw_step(ctx, p.value, TensorView{}, p.grad, m_[i], v_[i], adamw_for(i, c), step_));
+  }
+  return Status::Ok();
+}
+
+Status DistributedOptimizer::apply_sharded(const Context& ctx, const AdamWConfig& c, float clip) {
+  for (size_t b = 0; b < shards_.size(); ++b) {
+    const BucketInfo info = buckets_->bucket(b);
+    if (clip != 1.0f) VLPAR_RETURN_IF_ERROR(scale_(ctx, info.shard, clip));
+    ShardState& s = shards_[b];
+    for (const Segment& g : s.segments) {
+      auto seg = [&](const TensorView& t) {
+        return TensorView(t.ptr<float>() + g.shard_offset, DType::kF32, {g.length});
+      };
+      VLPAR_RETURN_IF_ERROR(adamw_step(ctx, seg(s.master.view()), TensorView{}, seg(info.shard), seg(s.m.view()),
+                                       seg(s.v.view()), adamw_for(g.param, c), step_));
+    }
+  }
+  return gather_into_params();
+}
+
+Status DistributedOptimizer::gather_into_params() {
+  // Every bucket's all-gather is started before any is waited for; each lands in the bucket's flat buffer (free
+  // until the next step's gradients are packed) and is unpacked into the values (rounded to their dtype).
+  std::vector<comm::WorkHandle> work;
+  for (size_t b = 0; b < shards_.size(); ++b) {
+    VLPAR_ASSIGN_OR_RETURN(comm::WorkHandle w, dp_->iall_gather(buckets_->bucket(b).flat, shards_[b].master.view()));
+    work.push_back(std::move(w));
+  }
+  for (size_t b = 0; b < shards_.size(); ++b) {
+    VLPAR_RETURN_IF_ERROR(work[b]->wait());
+    const BucketInfo info = buckets_->bucket(b);
+    for (size_t i = info.first; i < info.last; ++i) {
+      const TensorView& p = params_[i].value;
+      VLPAR_RETURN_IF_ERROR(
+          convert_(TensorView(p.data, p.dtype, {p.numel()}), TensorView(info.flat.ptr<float>() + bucket_offset_[i], DType::kF32, {p.numel()})));
+    }
+  }
+  return Status::Ok();
+}
+
+Result<StepReport> DistributedOptimizer::step(const Context& ctx, double lr) {
+  if (buckets_) VLPAR_RETURN_IF_ERROR(buckets_->finish());
+  VLPAR_ASSIGN_OR_RETURN(double sq, local_sum_of_squares(ctx));
+  if (cfg_.zero1 && dp_->size() > 1)
+    VLPAR_RETURN_IF_ERROR(dp_->all_reduce(TensorView(&sq, DType::kF64, {1}), comm::ReduceOp::kSum));
+  if (norm_group_ != nullptr)
+    VLPAR_RETURN_IF_ERROR(norm_group_->all_reduce(TensorView(&sq, DType::kF64, {1}), comm::ReduceOp::kSum));
+  StepReport r;
+  r.grad_norm = std::sqrt(sq);
+  if (!std::isfinite(r.grad_norm)) return r;  // skipped: the caller warns and counts
+  const float clip = cfg_.max_grad_norm > 0 && r.grad_norm > cfg_.max_grad_norm
+                         ? float(cfg_.max_grad_norm / (r.grad_norm + 1e-6))
+                         : 1.0f;
+  AdamWConfig c = cfg_.adamw;
+  c.lr = float(lr);
+  ++step_;
+  VLPAR_RETURN_IF_ERROR(cfg_.zero1 ? apply_sharded(ctx, c, clip) : apply_replicated(ctx, c, clip));
+  r.applied = true;
+  return r;
+}
+
+Status DistributedOptimizer::skip_step() { return buckets_ ? buckets_->finish() : Status::Ok(); }
+
+Result<OptimizerState> DistributedOptimizer::state(bool gathered) {
+  OptimizerState s;
+  if (!cfg_.zero1) {
+    for (size_t i = 0; i < params_.size(); ++i) {
+      s.m.push_back(m_[i].view());
+      s.v.push_back(v_[i].view());
+    }
+    return s;
+  }
+  for (const OptimParam& p : params_) {
+    for (int k = 0; k < 2; ++k) {
+      VLPAR_ASSIGN_OR_RETURN(Tensor t, Tensor::zeros(*alloc_, p.value.shape, DType::kF32));
+      (k == 0 ? s.m : s.v).push_back(t.view());
+      s.staging.push_back(std::move(t));
+    }
+  }
+  if (!gathered) return s;
+  for (int k = 0; k < 2; ++k) {
+    for (size_t b = 0; b < shards_.size(); ++b) {
+      const BucketInfo info = buckets_->bucket(b);
+      VLPAR_RETURN_IF_ERROR(dp_->all_gather(info.flat, (k == 0 ? shards_[b].m : shards_[b].v).view()));
+      for (size_t i = info.first; i < info.last; ++i) {
+        const TensorView& dst = (k == 0 ? s.m : s.v)[i];
+        std::memcpy(dst.data, info.flat.ptr<float>() + bucket_offset_[i], size_t(dst.numel()) * sizeof(float));
+      }
+    }
+  }
+  return s;
+}
+
+Status DistributedOptimizer::load_state(const OptimizerState& s) {
+  VLPAR_CHECK(s.m.size() == params_.size() && s.v.size() == params_.size(),
+              "optimizer: load_state got state for {} parameters, the optimizer has {}", s.m.size(), params_.size());
+  if (!cfg_.zero1) {
+    for (size_t i = 0; i < params_.size(); ++i) {
+      if (s.m[i].data != m_[i].view().data) VLPAR_RETURN_IF_ERROR(copy_(m_[i], s.m[i]));
+      if (s.v[i].data != v_[i].view().data) VLPAR_RETURN_IF_ERROR(copy_(v_[i], s.v[i]));
+    }
+    return Status::Ok();
+  }
+  for (ShardState& sh : shards_) {
+    for (const Segment& g : sh.segments) {
+      std::memcpy(sh.m.ptr<float>() + g.shard_offset, s.m[g.param].ptr<float>() + g.param_offset,
+                  size_t(g.length) * sizeof(float));
+      std::memcpy(sh.v.ptr<float>() + g.shard_offset, s.v[g.param].ptr<float>() + g.param_offset,
+                  size_t(g.length) * sizeof(float));
+    }
+  }
+  return read_master_from_params();
+}
+
+int64_t DistributedOptimizer::state_elements() const {
+  int64_t n = 0;
+  for (const Tensor& t : m_) n += 2 * t.numel();
+  for (const ShardState& s : shards_) n += 3 * s.master.numel();
+  return n;
 }
 
 }  // namespace vlpar::parallel

@@ -1,13 +1,15 @@
 // The trainer's pieces: the learning-rate schedule's shape (warmup, cosine/linear/constant, floor) and the
-// registry optimizer against a plain per-tensor AdamW written here (weight decay only on matrices, clipping by
-// the global norm, non-finite norms skip the update).
+// library's DistributedOptimizer over the Qwen3-VL registry (replicated and ZeRO-1 state on one rank) against a
+// plain per-tensor AdamW written here (weight decay only on matrices, clipping by the global norm, non-finite norms
+// skip the update).
 #include <gtest/gtest.h>
 
 #include <cmath>
 
 #include "lr_schedule.hpp"
 #include "model_test_util.hpp"
-#include "train_optimizer.hpp"
+#include "vlpar/comm/single_communicator.hpp"
+#include "vlpar/parallel/distributed_optimizer.hpp"
 
 namespace qwen3vl {
 namespace {
@@ -31,7 +33,9 @@ TEST(LrSchedule, WarmupThenDecayToTheFloor) {
   EXPECT_DOUBLE_EQ(lr_at(schedule("constant"), 80), 1.0);
 }
 
-TEST(TrainOptimizer, MatchesPlainAdamWWithDecayOnMatricesAndClipping) {
+class RegistryOptimizer : public ::testing::TestWithParam<bool> {};
+
+TEST_P(RegistryOptimizer, MatchesPlainAdamWWithDecayOnMatricesAndClipping) {
   test::Loaded l;
   test::load(l, "dense");
   Model& m = *l.model;
@@ -57,32 +61,42 @@ TEST(TrainOptimizer, MatchesPlainAdamWWithDecayOnMatricesAndClipping) {
     }
     want.push_back(std::move(p));
   }
-  vlpar::AdamWConfig a;
-  a.lr = float(lr);
-  a.beta1 = float(b1);
-  a.beta2 = float(b2);
-  a.eps = float(eps);
-  a.weight_decay = float(wd);
-  Result<TrainOptimizer> o = TrainOptimizer::create(l.ctx, m, a, nullptr, l.alloc);
-  ASSERT_TRUE(o.ok());
-  Result<StepReport> r = o.value().step(l.ctx, lr, max_norm);
-  ASSERT_TRUE(r.ok());
+  vlpar::parallel::OptimizerConfig oc;
+  oc.adamw.lr = float(lr);
+  oc.adamw.beta1 = float(b1);
+  oc.adamw.beta2 = float(b2);
+  oc.adamw.eps = float(eps);
+  oc.adamw.weight_decay = float(wd);
+  oc.max_grad_norm = max_norm;
+  oc.zero1 = GetParam();
+  oc.bucket_bytes = 4096;  // several buckets, parameters split across bucket edges
+  vlpar::comm::SingleCommunicator dp;
+  auto params = vlpar::parallel::optim_params_from_registry(reg, m.backward_order(), 1);
+  ASSERT_TRUE(params.ok()) << params.status().to_string();
+  auto o = vlpar::parallel::DistributedOptimizer::create(l.ctx, &dp, nullptr, std::move(params).value(), oc, l.alloc);
+  ASSERT_TRUE(o.ok()) << o.status().to_string();
+  Result<vlpar::parallel::StepReport> r = o.value().step(l.ctx, lr);
+  ASSERT_TRUE(r.ok()) << r.status().to_string();
   EXPECT_TRUE(r.value().applied);
   EXPECT_NEAR(r.value().grad_norm, norm, 1e-9 * norm);
   for (size_t i = 0; i < reg.size(); ++i)
     for (int64_t k = 0; k < reg.value(i).numel(); ++k)
       ASSERT_NEAR(reg.value(i).ptr<float>()[k], want[i][size_t(k)], 1e-6 + 1e-6 * std::abs(want[i][size_t(k)]))
           << reg.name(i) << "[" << k << "]";
-  EXPECT_EQ(o.value().tensors().size(), 2 * reg.size());
+  Result<vlpar::parallel::OptimizerState> st = o.value().state(true);
+  ASSERT_TRUE(st.ok());
+  EXPECT_EQ(st.value().m.size(), reg.size());
   // A non-finite gradient norm leaves the parameters alone.
   const float before = reg.value(0).ptr<float>()[0];
   reg.grad(0).ptr<float>()[0] = NAN;
-  Result<StepReport> bad = o.value().step(l.ctx, lr, max_norm);
+  Result<vlpar::parallel::StepReport> bad = o.value().step(l.ctx, lr);
   ASSERT_TRUE(bad.ok());
   EXPECT_FALSE(bad.value().applied);
   EXPECT_EQ(reg.value(0).ptr<float>()[0], before);
   EXPECT_EQ(o.value().steps_taken(), 1);
 }
+INSTANTIATE_TEST_SUITE_P(Zero1, RegistryOptimizer, ::testing::Values(false, true),
+                         [](const auto& info) { return info.param ? "Sharded" : "Replicated"; });
 
 }  // namespace
 }  // namespace qwen3vl

@@ -1,15 +1,30 @@
 #pragma once
-// ZeRO-1 distributed optimizer: fp32 master weights and AdamW state sharded over the data-parallel group.
+// The data-parallel optimizer: bucketed gradient reduction overlapped with the backward (GradBuckets), the global
+// gradient norm, clipping and AdamW (PyTorch semantics, kernels/optimizer.hpp) with fp32 state — replicated on
+// every dp rank, or sharded over dp (ZeRO-1, `zero1 = true`).
 //
-// Layout: the parameters, in registration order, are concatenated into one flat fp32 vector of n elements,
-// padded to n_pad = ceil(n / dp)·dp; rank r owns elements [r·s, (r+1)·s), s = n_pad / dp, and keeps the master
-// copy, m and v of that shard only (memory per rank: 3·s fp32 instead of 3·n).
-// step(): gradients are packed flat → reduce-scatter (sum) → ÷ dp gives this rank's shard of the mean
-// gradient → optional global-norm clipping (shard sums of squares all-reduced) → AdamW on the shard →
-// all-gather of the updated shards → unpacked into the model's parameter views (any float dtype).
-// Offload: `offload_fraction` moves that fraction of the optimizer state to host memory on GPU runs; on the
-// CPU the state already lives in host memory, so it is accepted and changes nothing.
-// Test: tests/mpi/test_data_parallel.cpp (5 steps equal plain AdamW on the averaged gradients).
+//   replicated (zero1 = false)            ZeRO-1 (zero1 = true)
+//   buckets all-reduced into the grads    buckets reduce-scattered: rank r gets slice r of every bucket
+//   m, v per parameter (3 × P fp32)        fp32 master, m, v of this rank's slices only (3 × P / dp)
+//   AdamW in place on the f32 values      AdamW on the slices, then the slices are all-gathered into the
+//                                          bucket buffers and unpacked into the values (any float dtype)
+// The gradient norm: Σ norm_weight · Σg² per parameter (or per slice), summed over dp (ZeRO) and over the norm
+// group (tp), so every element of the model counts once. A non-finite norm skips the update (the caller counts
+// consecutive skips); max_grad_norm > 0 clips to it.
+//
+// Use: params in the order the backward finishes them (optim_params_from_registry(reg, model order, tp));
+// call grad_ready(i) from the backward of the step's last micro-batch (earlier micro-batches only accumulate),
+// then step(ctx, lr). Without grad_ready calls every bucket is reduced inside step() (no overlap, same result).
+//
+// Checkpoints: state(gathered) returns m and v per parameter, shaped like the parameter, named by the caller
+// (`optim.m.<name>` in the trainer) — the same tensors in both modes, so a checkpoint written with ZeRO-1 loads
+// without it and the other way round, at any dp. In ZeRO mode state(true) all-gathers (collective over dp) into
+// staging tensors; for a load, state(false) gives staging to fill and load_state() takes this rank's slices and
+// re-reads the fp32 master from the (just loaded) values.
+// Tests: tests/mpi/test_distributed_optimizer.cpp (np 2, 4: both modes vs plain per-tensor AdamW, clipping,
+// odd sizes, frozen parameters, state round trip across modes), tests/mpi/test_data_parallel.cpp.
+#include <cstdint>
+#include <optional>
 #include <span>
 #include <vector>
 
@@ -17,42 +32,94 @@
 #include "vlpar/core/context.hpp"
 #include "vlpar/core/tensor.hpp"
 #include "vlpar/kernels/optimizer.hpp"
+#include "vlpar/parallel/grad_buckets.hpp"
+#include "vlpar/parallel/optim_params.hpp"
 
 namespace vlpar::parallel {
 
-struct ZeroConfig {
-  AdamWConfig adamw;
+struct OptimizerConfig {
+  AdamWConfig adamw;              // adamw.lr is replaced by step()'s lr (the schedule's value)
   double max_grad_norm = 0.0;     // > 0: clip the global gradient norm to this value
-  double offload_fraction = 0.0;  // [0, 1]: share of optimizer state kept in host memory (GPU runs)
+  bool zero1 = false;             // shard fp32 master weights, m and v over the dp group
+  bool average_grads = true;      // ÷ dp after summing; false when each rank's loss is already scaled by its share
+  size_t bucket_bytes = size_t(25) << 20;
 
   Status validate() const;
 };
 
+struct StepReport {
+  double grad_norm = 0.0;  // global, before clipping
+  bool applied = false;    // false: non-finite norm, nothing was updated
+};
+
+/// m and v per parameter, in the optimizer's parameter order; views into live state or into `staging`.
+struct OptimizerState {
+  std::vector<TensorView> m, v;
+  std::vector<Tensor> staging;  // owns the gathered / to-be-loaded copies in ZeRO mode
+};
+
 class DistributedOptimizer {
  public:
-  /// @param params model parameters (contiguous CPU views, any float dtype); they must outlive the optimizer.
-  ///               Their current values initialise the fp32 master shard.
-  static Result<DistributedOptimizer> create(const Context& ctx, comm::Communicator& dp,
-                                             std::vector<TensorView> params, ZeroConfig cfg, Allocator& alloc);
+  /// @param dp         the data-parallel group (null: no data parallelism)
+  /// @param norm_group the group a parameter is sharded over (tp), whose Σg² the norm sums (null: none)
+  /// @param params     in backward-completion order; their views must outlive the optimizer
+  static Result<DistributedOptimizer> create(const Context& ctx, comm::Communicator* dp, comm::Communicator* norm_group,
+                                             std::vector<OptimParam> params, OptimizerConfig cfg, Allocator& alloc);
 
-  /// @brief One optimizer step from this rank's local gradients (same shapes and order as params).
-  /// @return the global L2 norm of the mean gradient before clipping.
-  Result<double> step(std::span<const TensorView> grads, int64_t step);
+  /// @brief Parameter i's gradient is final for this step (starts its bucket's reduction when complete).
+  Status grad_ready(size_t i);
+  /// @brief Finishes the reduction, computes the norm, clips, and applies AdamW at learning rate `lr`.
+  Result<StepReport> step(const Context& ctx, double lr);
+  /// @brief Ends the step without an update (the caller saw a non-finite loss): completes the reductions, so every
+  /// rank has issued the same collectives, and resets for the next step.
+  Status skip_step();
 
-  int64_t shard_elements() const { return shard_; }
-  int64_t total_elements() const { return total_; }
+  Result<OptimizerState> state(bool gathered);
+  Status load_state(const OptimizerState& s);
+
+  size_t num_params() const { return params_.size(); }
+  const OptimParam& param(size_t i) const { return params_.at(i); }
+  const OptimizerConfig& config() const { return cfg_; }
+  int64_t steps_taken() const { return step_; }
+  void set_steps_taken(int64_t s) { step_ = s; }
+  size_t num_buckets() const { return buckets_ ? buckets_->num_buckets() : 0; }
+  /// fp32 elements of optimizer state (master + m + v) this rank holds.
+  int64_t state_elements() const;
+  /// Seconds the last step spent blocked on the gradient reduction (the part the backward did not hide).
+  double exposed_seconds() const { return buckets_ ? buckets_->exposed_seconds() : 0.0; }
 
  private:
-  Status pack_grads(std::span<const TensorView> grads);
-  Status unpack_params();
+  /// The part of parameter `param` inside one bucket's shard (ZeRO mode).
+  struct Segment {
+    size_t param = 0;
+    int64_t param_offset = 0;  // first element within the parameter
+    int64_t shard_offset = 0;  // first element within the bucket's shard
+    int64_t length = 0;
+  };
+  struct ShardState {
+    Tensor master, m, v;  // [shard] f32
+    std::vector<Segment> segments;
+  };
 
-  Context ctx_;
+  Status build_shards(Allocator& alloc);
+  Result<double> local_sum_of_squares(const Context& ctx) const;
+  Status apply_replicated(const Context& ctx, const AdamWConfig& c, float clip);
+  Status apply_sharded(const Context& ctx, const AdamWConfig& c, float clip);
+  Status gather_into_params();
+  Status read_master_from_params();
+  AdamWConfig adamw_for(size_t param, const AdamWConfig& base) const;
+
   comm::Communicator* dp_ = nullptr;
-  std::vector<TensorView> params_;
-  ZeroConfig cfg_;
-  int64_t total_ = 0, padded_ = 0, shard_ = 0;
-  Tensor flat_grad_, flat_param_;     // [padded] f32: packing buffers
-  Tensor shard_grad_, master_, m_, v_;  // [shard] f32: this rank's slice
+  comm::Communicator* norm_group_ = nullptr;
+  std::vector<OptimParam> params_;
+  OptimizerConfig cfg_;
+  Allocator* alloc_ = nullptr;
+  std::optional<GradBuckets> buckets_;  // absent without dp
+  std::vector<Tensor> m_, v_;           // replicated mode: per parameter
+  std::vector<ShardState> shards_;      // ZeRO mode: per bucket
+  std::vector<int64_t> bucket_offset_;  // ZeRO: element offset of each parameter in its bucket's flat buffer
+  std::vector<size_t> bucket_of_;       // ZeRO: each parameter's bucket
+  int64_t step_ = 0;
 };
 
 }  // namespace vlpar::parallel

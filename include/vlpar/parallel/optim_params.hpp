@@ -1,0 +1,35 @@
+#pragma once
+// What the optimizer needs to know about each trainable parameter, and how to read it from the parameter registry
+// (DESIGN §2: gradient reduction and the optimizer keep no list of their own).
+//
+//   weight_decay  AdamW's decoupled decay applies to matrices only (ndim ≥ 2), never to norms or biases;
+//   norm_weight   1 / (ranks of the norm group that hold a copy of each element): the global gradient norm sums
+//                 Σg² over the tp group, and an element held by r tp ranks (replicated norms, vision tower,
+//                 replicated kv heads) must count once. From the shard: full / (tp · local) elements.
+// Test: tests/mpi/test_distributed_optimizer.cpp (through the optimizer), tests/unit/test_optim_params.cpp.
+#include <span>
+#include <string>
+#include <vector>
+
+#include "vlpar/core/status.hpp"
+#include "vlpar/core/tensor.hpp"
+#include "vlpar/nn/param_registry.hpp"
+
+namespace vlpar::parallel {
+
+struct OptimParam {
+  std::string name;
+  TensorView value;          // this rank's shard, contiguous CPU, f32 (bf16/f16 need zero1's fp32 master)
+  TensorView grad;           // contiguous f32, same element count
+  bool weight_decay = true;
+  double norm_weight = 1.0;  // 1 / (norm-group ranks holding a copy of each element)
+};
+
+/// @brief The trainable parameters of `reg` in `order` (registry indices, e.g. the order the model's backward
+/// finishes them: that is the bucket order). Frozen indices in `order` are skipped; a trainable parameter missing
+/// from `order`, or an index repeated or out of range, is an error naming it. `tp` = size of the group the
+/// parameters are sharded over (1 without TP).
+Result<std::vector<OptimParam>> optim_params_from_registry(const nn::ParamRegistry& reg, std::span<const size_t> order,
+                                                           int tp);
+
+}  // namespace vlpar::parallel

@@ -1,0 +1,35 @@
+// Optimizer parameters read from the registry. See include/vlpar/parallel/optim_params.hpp.
+#include "vlpar/parallel/optim_params.hpp"
+
+namespace vlpar::parallel {
+
+Result<std::vector<OptimParam>> optim_params_from_registry(const nn::ParamRegistry& reg, std::span<const size_t> order,
+                                                           int tp) {
+  VLPAR_CHECK(tp >= 1, "optim_params_from_registry: tp must be >= 1, got {}", tp);
+  VLPAR_CHECK(reg.materialized(), "optim_params_from_registry: the registry is not materialised");
+  std::vector<bool> seen(reg.size(), false);
+  std::vector<OptimParam> out;
+  for (size_t i : order) {
+    VLPAR_CHECK(i < reg.size(), "optim_params_from_registry: index {} is out of range (the registry has {})", i,
+                reg.size());
+    VLPAR_CHECK(!seen[i], "optim_params_from_registry: parameter {} '{}' appears twice in the order", i, reg.name(i));
+    seen[i] = true;
+    if (reg.frozen(i)) continue;
+    const nn::ParamShard& s = reg.entry(i).shard;
+    OptimParam p;
+    p.name = s.name;
+    p.value = reg.value(i);
+    p.grad = reg.grad(i);
+    p.weight_decay = s.full_shape.ndim >= 2;
+    const double holders = double(s.local_shape().numel()) * tp / double(s.full_shape.numel());
+    p.norm_weight = 1.0 / holders;
+    out.push_back(std::move(p));
+  }
+  for (size_t i = 0; i < reg.size(); ++i) {
+    VLPAR_CHECK(seen[i] || reg.frozen(i),
+                "optim_params_from_registry: trainable parameter {} '{}' is missing from the order", i, reg.name(i));
+  }
+  return out;
+}
+
+}  // namespace vlpar::parallel

@@ -1,0 +1,279 @@
+// parallel::DistributedOptimizer at dp = 2 and 4 (mpirun), both modes (replicated state, ZeRO-1 sharded state),
+// against a plain per-tensor AdamW on the mean gradient written here:
+//   - dyadic gradients k/64 · (rank + 1): every partial sum is exact, so any reduction order (bucket all-reduce,
+//     bucket reduce-scatter) gives the same bits, and AdamW is elementwise: parameters equal bit for bit after 5
+//     steps, for buckets of one tensor, of a few tensors with shard edges inside tensors, and of everything; odd
+//     tensor sizes make the shards padded; weight decay only where the parameter asks for it;
+//   - clipping: the norm is a fixed-order fp64 sum, equal to the plain one within a few fp64 ulps;
+//   - checkpoint state is the same per-parameter m and v in both modes: ZeRO state loads into a replicated
+//     optimizer and back, and the runs continue bit for bit;
+//   - bad input is a named error; optim_params_from_registry skips frozen parameters and weights replicated ones.
+// Run: ctest --preset cpu -R distributed_optimizer   (or: mpirun -np 2 ./build/cpu/tests/test_distributed_optimizer)
+#include <gtest/gtest.h>
+
+#include <fmt/format.h>
+
+#include <cmath>
+
+#include "mpi/mpi_test_util.hpp"
+#include "mpi/nn_equivalence.hpp"
+#include "vlpar/kernels/optimizer.hpp"
+#include "vlpar/nn/param_registry.hpp"
+#include "vlpar/parallel/distributed_optimizer.hpp"
+
+namespace vlpar::test {
+namespace {
+
+const std::vector<Shape> kShapes = {Shape{5}, Shape{7}, Shape{3}, Shape{3, 4}};  // 27 elements
+
+struct Model {
+  std::vector<Tensor> p, g;
+  Model(Allocator& alloc, uint64_t seed) {
+    for (size_t i = 0; i < kShapes.size(); ++i) {
+      p.push_back(random_tensor(alloc, kShapes[i], DType::kF32, seed + i));
+      g.push_back(Tensor::zeros(alloc, kShapes[i], DType::kF32).value());
+    }
+  }
+  std::vector<parallel::OptimParam> params() const {
+    std::vector<parallel::OptimParam> out;
+    for (size_t i = 0; i < p.size(); ++i)
+      out.push_back({fmt::format("p{}", i), p[i].view(), g[i].view(), kShapes[i].ndim >= 2, 1.0});
+    return out;
+  }
+  void fill_grads(int rank, int64_t t) {
+    for (size_t i = 0; i < g.size(); ++i)
+      for (int64_t k = 0; k < g[i].numel(); ++k)
+        g[i].ptr<float>()[k] = float(int64_t((k * 7 + int64_t(i) * 3 + t) % 11) - 5) / 64.f * float(rank + 1);
+  }
+};
+
+// Plain AdamW on the dp-mean gradient, per tensor, with the clipping rule of kernels/optimizer.hpp.
+struct Plain {
+  Model model;
+  std::vector<Tensor> m, v;
+  Plain(Allocator& alloc, uint64_t seed) : model(alloc, seed) {
+    for (const Shape& s : kShapes) {
+      m.push_back(Tensor::zeros(alloc, s, DType::kF32).value());
+      v.push_back(Tensor::zeros(alloc, s, DType::kF32).value());
+    }
+  }
+  double step(const Context& ctx, comm::Communicator& dp, const parallel::OptimizerConfig& cfg, int64_t t) {
+    double sq = 0;
+    for (Tensor& g : model.g) {
+      EXPECT_TRUE(dp.all_reduce(g, comm::ReduceOp::kSum).ok());
+      EXPECT_TRUE(scale_(ctx, g, 1.0f / float(dp.size())).ok());
+      for (int64_t k = 0; k < g.numel(); ++k) sq += double(g.ptr<float>()[k]) * g.ptr<float>()[k];
+    }
+    const double norm = std::sqrt(sq);
+    for (size_t i = 0; i < kShapes.size(); ++i) {
+      if (cfg.max_grad_norm > 0 && norm > cfg.max_grad_norm) {
+        EXPECT_TRUE(scale_(ctx, model.g[i], float(cfg.max_grad_norm / (norm + 1e-6))).ok());
+      }
+      AdamWConfig c = cfg.adamw;
+      if (kShapes[i].ndim < 2) c.weight_decay = 0.f;
+      EXPECT_TRUE(adamw_step(ctx, model.p[i], {}, model.g[i], m[i], v[i], c, t).ok());
+    }
+    return norm;
+  }
+};
+
+parallel::OptimizerConfig config(bool zero1, size_t bucket_bytes, double max_norm = 0.0) {
+  parallel::OptimizerConfig c;
+  c.adamw.lr = 1e-2f;
+  c.adamw.weight_decay = 0.1f;
+  c.zero1 = zero1;
+  c.bucket_bytes = bucket_bytes;
+  c.max_grad_norm = max_norm;
+  return c;
+}
+
+::testing::AssertionResult same_params(const std::string& what, const Model& a, const Model& b) {
+  for (size_t i = 0; i < a.p.size(); ++i) {
+    auto eq = bitwise_equal(what + " p" + std::to_string(i), a.p[i], b.p[i]);
+    if (!eq) return eq;
+  }
+  return ::testing::AssertionSuccess();
+}
+
+struct Mode {
+  bool zero1;
+  size_t bucket_bytes;
+};
+class Optimizer : public ::testing::TestWithParam<Mode> {};
+
+TEST_P(Optimizer, FiveStepsEqualPlainAdamWBitwise) {
+  auto dp = world_comm("dp");
+  ASSERT_TRUE(dp);
+  Allocator alloc;
+  const Context ctx = test_ctx(1);
+  const parallel::OptimizerConfig cfg = config(GetParam().zero1, GetParam().bucket_bytes);
+  Plain plain(alloc, 7);
+  Model mine(alloc, 7);
+  auto opt = parallel::DistributedOptimizer::create(ctx, dp.get(), nullptr, mine.params(), cfg, alloc);
+  ASSERT_TRUE(opt.ok()) << opt.status().to_string();
+  if (cfg.bucket_bytes == 4) {
+    EXPECT_EQ(opt->num_buckets(), kShapes.size());
+  }
+  if (cfg.zero1) {
+    EXPECT_LT(opt->state_elements(), 3 * 27);
+  }
+  for (int64_t t = 1; t <= 5; ++t) {
+    mine.fill_grads(dp->rank(), t);
+    plain.model.fill_grads(dp->rank(), t);
+    const double want = plain.step(ctx, *dp, cfg, t);
+    // Report gradients ready in backward order for odd steps (reductions start early), none for even steps
+    // (step() starts them): the result must not depend on it.
+    if (t % 2 == 1) {
+      for (size_t i = 0; i < kShapes.size(); ++i) ASSERT_TRUE(opt->grad_ready(i).ok());
+    }
+    auto r = opt->step(ctx, cfg.adamw.lr);
+    ASSERT_TRUE(r.ok()) << r.status().to_string();
+    EXPECT_TRUE(r->applied);
+    EXPECT_NEAR(r->grad_norm, want, 1e-14 * want);  // fp64 sums of sqrt(Σg²)² per tensor or slice: a few ulps
+    const auto eq = same_params("step " + std::to_string(t), mine, plain.model);
+    EXPECT_TRUE(eq);
+    if (!all_ranks_ok(*dp, bool(eq))) break;
+  }
+  EXPECT_EQ(opt->steps_taken(), 5);
+}
+INSTANTIATE_TEST_SUITE_P(Modes, Optimizer,
+                         ::testing::Values(Mode{false, 4}, Mode{false, 40}, Mode{true, 4}, Mode{true, 40},
+                                           Mode{true, size_t(1) << 20}),
+                         [](const auto& info) {
+                           return std::string(info.param.zero1 ? "Zero1" : "Replicated") + "Bucket" +
+                                  std::to_string(info.param.bucket_bytes);
+                         });
+
+TEST(OptimizerClip, BothModesClipLikePlainAdamW) {
+  auto dp = world_comm("dp");
+  ASSERT_TRUE(dp);
+  Allocator alloc;
+  const Context ctx = test_ctx(1);
+  Plain plain(alloc, 3);
+  Model rep(alloc, 3), zero(alloc, 3);
+  auto a = parallel::DistributedOptimizer::create(ctx, dp.get(), nullptr, rep.params(), config(false, 40, 0.05), alloc);
+  auto b = parallel::DistributedOptimizer::create(ctx, dp.get(), nullptr, zero.params(), config(true, 40, 0.05), alloc);
+  ASSERT_TRUE(a.ok() && b.ok());
+  for (int64_t t = 1; t <= 3; ++t) {
+    rep.fill_grads(dp->rank(), t);
+    zero.fill_grads(dp->rank(), t);
+    plain.model.fill_grads(dp->rank(), t);
+    const double want = plain.step(ctx, *dp, config(false, 40, 0.05), t);
+    ASSERT_GT(want, 0.05);  // clipping is active
+    auto ra = a->step(ctx, 1e-2);
+    auto rb = b->step(ctx, 1e-2);
+    ASSERT_TRUE(ra.ok() && rb.ok());
+    // The norms are fp64 sums in another order (sqrt then square per tensor or slice): a few ulps apart.
+    EXPECT_NEAR(ra->grad_norm, want, 1e-14 * want);
+    EXPECT_NEAR(rb->grad_norm, want, 1e-14 * want);
+    for (size_t i = 0; i < kShapes.size(); ++i) {
+      const std::vector<double> w = to_f64(plain.model.p[i]), x = to_f64(rep.p[i]), y = to_f64(zero.p[i]);
+      for (size_t k = 0; k < w.size(); ++k) {
+        EXPECT_NEAR(x[k], w[k], 1e-6 * (1 + std::abs(w[k])));
+        EXPECT_NEAR(y[k], w[k], 1e-6 * (1 + std::abs(w[k])));
+      }
+    }
+  }
+}
+
+// Three steps in one mode, the checkpoint state (gathered) loaded into a fresh optimizer of the other mode over a
+// copy of the parameters, then two more steps on both: bit for bit.
+void continue_in_other_mode(bool first_zero1) {
+  auto dp = world_comm("dp");
+  ASSERT_TRUE(dp);
+  Allocator alloc;
+  const Context ctx = test_ctx(1);
+  Model a(alloc, 11), b(alloc, 99);
+  auto oa = parallel::DistributedOptimizer::create(ctx, dp.get(), nullptr, a.params(), config(first_zero1, 40), alloc);
+  ASSERT_TRUE(oa.ok());
+  for (int64_t t = 1; t <= 3; ++t) {
+    a.fill_grads(dp->rank(), t);
+    ASSERT_TRUE(oa->step(ctx, 1e-2).ok());
+  }
+  for (size_t i = 0; i < a.p.size(); ++i) ASSERT_TRUE(copy_(b.p[i], a.p[i]).ok());
+  auto ob = parallel::DistributedOptimizer::create(ctx, dp.get(), nullptr, b.params(), config(!first_zero1, 4), alloc);
+  ASSERT_TRUE(ob.ok());
+  auto saved = oa->state(true);
+  ASSERT_TRUE(saved.ok()) << saved.status().to_string();
+  auto target = ob->state(false);
+  ASSERT_TRUE(target.ok());
+  for (size_t i = 0; i < a.p.size(); ++i) {  // what a checkpoint save + load does, tensor by tensor
+    ASSERT_TRUE(copy_(target->m[i], saved->m[i]).ok());
+    ASSERT_TRUE(copy_(target->v[i], saved->v[i]).ok());
+  }
+  ASSERT_TRUE(ob->load_state(target.value()).ok());
+  ob->set_steps_taken(oa->steps_taken());
+  for (int64_t t = 4; t <= 5; ++t) {
+    a.fill_grads(dp->rank(), t);
+    b.fill_grads(dp->rank(), t);
+    ASSERT_TRUE(oa->step(ctx, 1e-2).ok());
+    ASSERT_TRUE(ob->step(ctx, 1e-2).ok());
+  }
+  EXPECT_TRUE(same_params("after resume in the other mode", a, b));
+}
+TEST(OptimizerState, ZeroStateContinuesReplicated) { continue_in_other_mode(true); }
+TEST(OptimizerState, ReplicatedStateContinuesZero) { continue_in_other_mode(false); }
+
+TEST(OptimizerBadInput, NamedErrors) {
+  auto dp = world_comm("dp");
+  ASSERT_TRUE(dp);
+  Allocator alloc;
+  const Context ctx = test_ctx(1);
+  Model m(alloc, 1);
+  auto expect_error = [&](std::vector<parallel::OptimParam> p, parallel::OptimizerConfig c, comm::Communicator* g,
+                          const std::string& needle) {
+    auto o = parallel::DistributedOptimizer::create(ctx, g, nullptr, std::move(p), c, alloc);
+    ASSERT_FALSE(o.ok()) << needle;
+    EXPECT_NE(o.status().to_string().find(needle), std::string::npos) << o.status().to_string();
+  };
+  Tensor bf = random_tensor(alloc, {5}, DType::kBF16, 3);
+  std::vector<parallel::OptimParam> p = m.params();
+  p[0].value = bf;
+  expect_error(p, config(false, 40), dp.get(), "'p0' is stored as bf16");
+  p = m.params();
+  p[2].grad = TensorView{};
+  expect_error(p, config(true, 40), dp.get(), "a frozen parameter has no gradient");
+  expect_error(m.params(), config(true, 40), nullptr, "zero1");
+  expect_error(m.params(), config(false, 2), dp.get(), "bucket_bytes");
+  // bf16 storage is fine with zero1 (fp32 master).
+  p = m.params();
+  p[0].value = bf;
+  auto ok = parallel::DistributedOptimizer::create(ctx, dp.get(), nullptr, p, config(true, 40), alloc);
+  ASSERT_TRUE(ok.ok()) << ok.status().to_string();
+  EXPECT_FALSE(ok->grad_ready(4).ok());
+  parallel::OptimizerState wrong;
+  EXPECT_FALSE(ok->load_state(wrong).ok());
+}
+
+TEST(OptimParamsFromRegistry, SkipsFrozenAndWeightsReplicas) {
+  Allocator alloc;
+  Context ctx = test_ctx(1);
+  ctx.allocator = &alloc;
+  nn::ParamRegistry reg;
+  const InitRule init = InitRule::normal(0.f, 0.02f);
+  // tp 2, rank 0: a row-split matrix (each element on one rank), a replicated norm (on both), a frozen one.
+  ASSERT_TRUE(reg.add(nn::make_split_param("w", Shape{4, 3}, 0, nn::Range{0, 2}, 0, init), "lm").ok());
+  ASSERT_TRUE(reg.add(nn::make_replicated_param("norm", Shape{3}, 1, InitRule::ones()), "lm").ok());
+  ASSERT_TRUE(reg.add(nn::make_replicated_param("frozen", Shape{3}, 2, init), "vision").ok());
+  ASSERT_TRUE(reg.freeze_group("vision").ok());
+  ASSERT_TRUE(reg.materialize(ctx, alloc, 1).ok());
+  const std::vector<size_t> order = {2, 1, 0};
+  auto p = parallel::optim_params_from_registry(reg, order, 2);
+  ASSERT_TRUE(p.ok()) << p.status().to_string();
+  ASSERT_EQ(p->size(), 2u);
+  EXPECT_EQ(p.value()[0].name, "norm");
+  EXPECT_DOUBLE_EQ(p.value()[0].norm_weight, 0.5);
+  EXPECT_FALSE(p.value()[0].weight_decay);
+  EXPECT_EQ(p.value()[1].name, "w");
+  EXPECT_DOUBLE_EQ(p.value()[1].norm_weight, 1.0);
+  EXPECT_TRUE(p.value()[1].weight_decay);
+  const std::vector<size_t> missing = {2, 1}, twice = {0, 1, 0}, out_of_range = {0, 1, 7};
+  auto e1 = parallel::optim_params_from_registry(reg, missing, 2);
+  ASSERT_FALSE(e1.ok());
+  EXPECT_NE(e1.status().to_string().find("'w'"), std::string::npos) << e1.status().to_string();
+  EXPECT_FALSE(parallel::optim_params_from_registry(reg, twice, 2).ok());
+  EXPECT_FALSE(parallel::optim_params_from_registry(reg, out_of_range, 2).ok());
+}
+
+}  // namespace
+}  // namespace vlpar::test
