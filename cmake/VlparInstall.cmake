@@ -1,6 +1,8 @@
-# `cmake --install` exports vlpar::vlpar for find_package(vlpar CONFIG) and a pkg-config file.
+# `cmake --install` exports the components (vlpar::core, ::kernels, ::comm, ::nn, ::parallel, ::io, ::obs, ::data)
+# and the umbrella vlpar::vlpar for find_package(vlpar CONFIG [COMPONENTS ...]), and a pkg-config file.
 include(CMakePackageConfigHelpers)
-install(TARGETS vlpar EXPORT vlparTargets
+get_property(VLPAR_COMPONENT_TARGETS GLOBAL PROPERTY VLPAR_COMPONENTS)
+install(TARGETS vlpar ${VLPAR_COMPONENT_TARGETS} EXPORT vlparTargets
   ARCHIVE DESTINATION ${CMAKE_INSTALL_LIBDIR}
   LIBRARY DESTINATION ${CMAKE_INSTALL_LIBDIR})
 install(DIRECTORY include/vlpar DESTINATION ${CMAKE_INSTALL_INCLUDEDIR})

@@ -6,9 +6,15 @@
 #include <cmath>
 #include <cstring>
 
-#if defined(__SSSE3__) || defined(__AVX__)
+#if defined(__x86_64__) && (defined(__GNUC__) || defined(__clang__))
 #include <immintrin.h>
+// The SIMD passes are compiled for their instruction sets with target attributes and chosen at run time from the
+// CPU path of vlpar::kernels (cpu_isa.hpp): the library itself is built for the baseline x86-64.
+#define VLPAR_X86_SIMD 1
+#define VLPAR_TARGET(isa) __attribute__((target(isa)))
 #endif
+
+#include "vlpar/kernels/cpu_isa.hpp"
 #if defined(__linux__)
 #include <sys/mman.h>
 #endif
@@ -173,12 +179,12 @@ void resample_row_scalar(const uint8_t* s, uint8_t* d, const Axis& ax) {
   }
 }
 
-#if defined(__SSSE3__)
-// The same with SSSE3: one 16-byte load holds 4 taps (12 bytes) of an output pixel; two pshufb spread taps
+#if defined(VLPAR_X86_SIMD)
+// The same with SSSE3 (run on the avx2 and avx512 paths): one 16-byte load holds 4 taps (12 bytes) of an output pixel; two pshufb spread taps
 // (k, k+1) and (k+2, k+3) into int16 pairs {r_k, r_k+1, g_k, g_k+1, b_k, b_k+1, 0, 0} and pmaddwd with the pair
 // weights adds them into int32 {r, g, b, 0}. Integer sums in any order are exact, so this equals the scalar pass.
 // Reads 12·ceil(count/4) + 4 <= 3·count + 13 bytes from the pixel's first tap: at most 13 bytes past the row.
-void resample_row_simd(const uint8_t* s, uint8_t* d, const Axis& ax) {
+VLPAR_TARGET("ssse3") void resample_row_simd(const uint8_t* s, uint8_t* d, const Axis& ax) {
   const __m128i lo = _mm_setr_epi8(0, -1, 3, -1, 1, -1, 4, -1, 2, -1, 5, -1, -1, -1, -1, -1);
   const __m128i hi = _mm_setr_epi8(6, -1, 9, -1, 7, -1, 10, -1, 8, -1, 11, -1, -1, -1, -1, -1);
   const __m128i half = _mm_set1_epi32(1 << (ax.precision - 1));
@@ -205,10 +211,15 @@ void resample_row_simd(const uint8_t* s, uint8_t* d, const Axis& ax) {
 // Horizontal pass over rows [r0, r1) of an image with `rows` rows.
 void resample_rows(const uint8_t* src, int64_t src_stride, uint8_t* dst, int64_t dst_stride, int64_t r0, int64_t r1,
                    int64_t rows, const Axis& ax) {
-#if defined(__SSSE3__)
+#if defined(VLPAR_X86_SIMD)
   // A SIMD row reads up to 13 bytes past its end (see resample_row_simd), which land in the following rows;
   // the last rows, with fewer than 16 bytes after them, run scalar.
+  const bool simd = cpu_isa_active() >= CpuIsa::kAvx2;
   for (int64_t r = r0; r < r1; ++r) {
+    if (!simd) {
+      resample_row_scalar(src + r * src_stride, dst + r * dst_stride, ax);
+      continue;
+    }
     if ((rows - 1 - r) * src_stride >= 16) {
       resample_row_simd(src + r * src_stride, dst + r * dst_stride, ax);
     } else {
@@ -235,8 +246,9 @@ void resample_col_tail(const uint8_t* src, uint8_t* d, int64_t row_bytes, int64_
   }
 }
 
-void resample_cols(const uint8_t* src, uint8_t* dst, int64_t row_bytes, int64_t y0, int64_t y1, const Axis& ax) {
-#if defined(__AVX2__)
+#if defined(VLPAR_X86_SIMD)
+VLPAR_TARGET("avx2")
+void resample_cols_avx2(const uint8_t* src, uint8_t* dst, int64_t row_bytes, int64_t y0, int64_t y1, const Axis& ax) {
   // 32 columns at a time: the bytes of source rows k and k+1 are interleaved and widened to int16 pairs
   // {a_i, b_i}, and pmaddwd with the broadcast pair {w_k, w_k+1} adds both taps into int32 per column.
   const __m256i zero = _mm256_setzero_si256();
@@ -269,9 +281,14 @@ void resample_cols(const uint8_t* src, uint8_t* dst, int64_t row_bytes, int64_t 
     }
     resample_col_tail(src, d, row_bytes, simd_end, y, ax);
   }
-#else
-  for (int64_t y = y0; y < y1; ++y) resample_col_tail(src, dst + y * row_bytes, row_bytes, 0, y, ax);
+}
 #endif
+
+void resample_cols(const uint8_t* src, uint8_t* dst, int64_t row_bytes, int64_t y0, int64_t y1, const Axis& ax) {
+#if defined(VLPAR_X86_SIMD)
+  if (cpu_isa_active() >= CpuIsa::kAvx2) return resample_cols_avx2(src, dst, row_bytes, y0, y1, ax);
+#endif
+  for (int64_t y = y0; y < y1; ++y) resample_col_tail(src, dst + y * row_bytes, row_bytes, 0, y, ax);
 }
 
 // ---- normalise + flatten ------------------------------------------------------------------------------------
@@ -293,25 +310,40 @@ NormLut make_lut(const ImageProcessorConfig& cfg) {
   return lut;
 }
 
-// Copies one run of P floats (a patch row) into the output. `stream`: P = 16, the destination is 64-byte aligned
-// and the target has AVX-512 or AVX: the run is one cache line, written with non-temporal stores (no read for
-// ownership of output that is far larger than the caches).
-inline void put_run(float* dst, const float* src, int64_t P, bool stream) {
-#if defined(__AVX512F__)
-  if (stream) return _mm512_stream_ps(dst, _mm512_loadu_ps(src));
-#elif defined(__AVX__)
-  if (stream) {
-    _mm256_stream_ps(dst, _mm256_loadu_ps(src));
-    return _mm256_stream_ps(dst + 8, _mm256_loadu_ps(src + 8));
+// Copies the P runs of P floats of one patch plane (source rows W floats apart) into the output, contiguous.
+// With P = 16, a 64-byte aligned destination and the avx2 or avx512 path, each run is one cache line written with
+// non-temporal stores (no read for ownership of output far larger than the caches).
+using StreamPatch = void (*)(float* dst, const float* src, int64_t W);
+#if defined(VLPAR_X86_SIMD)
+VLPAR_TARGET("avx512f") void stream_patch16_avx512(float* dst, const float* src, int64_t W) {
+  for (int64_t py = 0; py < 16; ++py) _mm512_stream_ps(dst + py * 16, _mm512_loadu_ps(src + py * W));
+}
+VLPAR_TARGET("avx") void stream_patch16_avx(float* dst, const float* src, int64_t W) {
+  for (int64_t py = 0; py < 16; ++py) {
+    _mm256_stream_ps(dst + py * 16, _mm256_loadu_ps(src + py * W));
+    _mm256_stream_ps(dst + py * 16 + 8, _mm256_loadu_ps(src + py * W + 8));
   }
-#else
-  (void)stream;
+}
 #endif
-  std::memcpy(dst, src, static_cast<size_t>(P) * sizeof(float));
+
+StreamPatch stream_patch16() {
+#if defined(VLPAR_X86_SIMD)
+  switch (cpu_isa_active()) {
+    case CpuIsa::kAvx512: return stream_patch16_avx512;
+    case CpuIsa::kAvx2: return stream_patch16_avx;
+    case CpuIsa::kBase: break;
+  }
+#endif
+  return nullptr;
+}
+
+inline void put_patch(float* dst, const float* src, int64_t P, int64_t W, StreamPatch stream) {
+  if (stream != nullptr) return stream(dst, src, W);
+  for (int64_t py = 0; py < P; ++py) std::memcpy(dst + py * P, src + py * W, static_cast<size_t>(P) * sizeof(float));
 }
 
 inline void stream_fence() {
-#if defined(__AVX__)
+#if defined(VLPAR_X86_SIMD)
   _mm_sfence();  // streaming stores are weakly ordered: complete them before another thread reads the output
 #endif
 }
@@ -328,7 +360,7 @@ void flatten_patches(const Context& ctx, std::span<const Frame> frames, int64_t 
   const int64_t gh = frames[0].height / P, gw = W / P;
   const int64_t patch_dim = kChannels * Tp * P * P;
   const int64_t frame_plane = kChannels * P * W;  // floats of one frame's planes
-  const bool stream = P == 16 && reinterpret_cast<uintptr_t>(out) % 64 == 0;
+  const StreamPatch stream = P == 16 && reinterpret_cast<uintptr_t>(out) % 64 == 0 ? stream_patch16() : nullptr;
   parallel_for(ctx, gt * gh, [&](int64_t u0, int64_t u1) {
     std::vector<float> planes(static_cast<size_t>(Tp * frame_plane));
     std::vector<const float*> plane_of(static_cast<size_t>(Tp));
@@ -362,11 +394,11 @@ void flatten_patches(const Context& ctx, std::span<const Frame> frames, int64_t 
         for (int64_t c = 0; c < kChannels; ++c)
           for (int64_t t = 0; t < Tp; ++t) {
             const float* src = plane_of[static_cast<size_t>(t)] + c * P * W + gx * P;
-            for (int64_t py = 0; py < P; ++py) put_run(dst + ((c * Tp + t) * P + py) * P, src + py * W, P, stream);
+            put_patch(dst + (c * Tp + t) * P * P, src, P, W, stream);
           }
       }
     }
-    if (stream) stream_fence();
+    if (stream != nullptr) stream_fence();
   });
 }
 

@@ -13,7 +13,9 @@
 #include "vlpar/core/dispatch.hpp"
 #include "vlpar/kernels/cuda_ops.hpp"
 
-namespace vlpar {
+#include "isa_namespace.hpp"
+
+namespace vlpar::VLPAR_CPU_ISA_NAMESPACE {
 namespace {
 
 constexpr float kSqrt2OverPi = 0.7978845608028654f;
@@ -179,4 +181,4 @@ Status swiglu_backward(const Context& ctx, TensorView dgate, TensorView dup, Ten
   return Status::Ok();
 }
 
-}  // namespace vlpar
+}  // namespace vlpar::VLPAR_CPU_ISA_NAMESPACE

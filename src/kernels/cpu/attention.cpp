@@ -32,7 +32,9 @@
 #include "vlpar/core/log.hpp"
 #include "vlpar/core/rows.hpp"
 
-namespace vlpar {
+#include "isa_namespace.hpp"
+
+namespace vlpar::VLPAR_CPU_ISA_NAMESPACE {
 namespace {
 
 /// Tile shape of the CPU kernel: rows of the Q tile (block_q) and of each K/V tile (block_k).
@@ -456,7 +458,7 @@ Status varlen_attention_forward(const Context& ctx, TensorView out, TensorView l
                                 TensorView v, TensorView cu_seqlens, const VarlenAttentionDesc& desc) {
   VLPAR_RETURN_IF_ERROR(check_cpu_views(
       {{"out", &out}, {"lse", &lse}, {"q", &q}, {"k", &k}, {"v", &v}, {"cu_seqlens", &cu_seqlens}}));
-  VLPAR_RETURN_IF_ERROR(check_varlen_attention(desc));
+  VLPAR_RETURN_IF_ERROR(VLPAR_CPU_ISA_NAMESPACE::check_varlen_attention(desc));
   const int H = desc.num_heads, H_kv = desc.num_kv_heads, D = desc.head_dim;
   VLPAR_CHECK(q.ndim() == 3, "varlen_attention: q must be [N_tok, H, D], got {}", q.to_string());
   const int64_t n_tok = q.size(0);
@@ -483,7 +485,7 @@ Status varlen_attention_backward(const Context& ctx, TensorView dq, TensorView d
   VLPAR_RETURN_IF_ERROR(check_cpu_views({{"dq", &dq}, {"dk", &dk}, {"dv", &dv}, {"dout", &dout}, {"q", &q},
                                          {"k", &k}, {"v", &v}, {"out", &out}, {"lse", &lse},
                                          {"cu_seqlens", &cu_seqlens}}));
-  VLPAR_RETURN_IF_ERROR(check_varlen_attention(desc));
+  VLPAR_RETURN_IF_ERROR(VLPAR_CPU_ISA_NAMESPACE::check_varlen_attention(desc));
   const int H = desc.num_heads, H_kv = desc.num_kv_heads, D = desc.head_dim;
   VLPAR_CHECK(q.ndim() == 3, "varlen_attention: q must be [N_tok, H, D], got {}", q.to_string());
   const int64_t n_tok = q.size(0);
@@ -512,4 +514,4 @@ Status varlen_attention_backward(const Context& ctx, TensorView dq, TensorView d
   return Status::Ok();
 }
 
-}  // namespace vlpar
+}  // namespace vlpar::VLPAR_CPU_ISA_NAMESPACE

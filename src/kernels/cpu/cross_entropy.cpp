@@ -12,7 +12,9 @@
 #include "vlpar/core/checks.hpp"
 #include "vlpar/core/dispatch.hpp"
 
-namespace vlpar {
+#include "isa_namespace.hpp"
+
+namespace vlpar::VLPAR_CPU_ISA_NAMESPACE {
 namespace {
 
 int64_t label_at(const TensorView& labels, int64_t n) {
@@ -226,4 +228,4 @@ Status shift_labels_for_causal_lm(TensorView out, TensorView labels, TensorView 
   return Status::Ok();
 }
 
-}  // namespace vlpar
+}  // namespace vlpar::VLPAR_CPU_ISA_NAMESPACE

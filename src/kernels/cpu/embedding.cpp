@@ -6,7 +6,9 @@
 #include "vlpar/core/checks.hpp"
 #include "vlpar/core/dispatch.hpp"
 
-namespace vlpar {
+#include "isa_namespace.hpp"
+
+namespace vlpar::VLPAR_CPU_ISA_NAMESPACE {
 namespace {
 
 int64_t id_at(const TensorView& ids, int64_t n) {
@@ -78,4 +80,4 @@ Status embedding_backward(const Context& ctx, TensorView dtable, TensorView dout
   return Status::Ok();
 }
 
-}  // namespace vlpar
+}  // namespace vlpar::VLPAR_CPU_ISA_NAMESPACE

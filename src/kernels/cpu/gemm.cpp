@@ -10,7 +10,9 @@
 #include "vlpar/core/checks.hpp"
 #include "vlpar/core/dispatch.hpp"
 
-namespace vlpar {
+#include "isa_namespace.hpp"
+
+namespace vlpar::VLPAR_CPU_ISA_NAMESPACE {
 namespace cpu {
 namespace {
 using MatRM = Eigen::Matrix<float, Eigen::Dynamic, Eigen::Dynamic, Eigen::RowMajor>;
@@ -161,7 +163,7 @@ Status check_linear(const char* op, const TensorView& y, const TensorView& x, co
 Status linear_forward(const Context& ctx, TensorView y, TensorView x, TensorView w, TensorView bias) {
   VLPAR_RETURN_IF_ERROR(check_linear("linear_forward", y, x, w));
   if (!bias.empty()) VLPAR_RETURN_IF_ERROR(check_float_vector("linear_forward", "bias", bias, w.size(0)));
-  VLPAR_RETURN_IF_ERROR(gemm(ctx, y, x, w, GemmDesc{false, true, 1.f, 0.f}));
+  VLPAR_RETURN_IF_ERROR(VLPAR_CPU_ISA_NAMESPACE::gemm(ctx, y, x, w, GemmDesc{false, true, 1.f, 0.f}));
   if (bias.empty()) return Status::Ok();
   VLPAR_FLOAT_SWITCH(y.dtype, T, "linear_forward", {
     VLPAR_FLOAT_SWITCH(bias.dtype, B, "linear_forward", {
@@ -183,12 +185,12 @@ Status linear_backward(const Context& ctx, TensorView dx, TensorView dw, TensorV
   if (!dx.empty()) {
     VLPAR_CHECK(dx.ndim() == 2 && dx.size(0) == x.size(0) && dx.size(1) == x.size(1),
                 "linear_backward: dx {} must match x {}", dx.to_string(), x.to_string());
-    VLPAR_RETURN_IF_ERROR(gemm(ctx, dx, dy, w, GemmDesc{false, false, 1.f, 0.f}));  // [N,out]·[out,in]
+    VLPAR_RETURN_IF_ERROR(VLPAR_CPU_ISA_NAMESPACE::gemm(ctx, dx, dy, w, GemmDesc{false, false, 1.f, 0.f}));  // [N,out]·[out,in]
   }
   if (!dw.empty()) {
     VLPAR_CHECK(dw.ndim() == 2 && dw.size(0) == w.size(0) && dw.size(1) == w.size(1),
                 "linear_backward: dw {} must match weight {}", dw.to_string(), w.to_string());
-    VLPAR_RETURN_IF_ERROR(gemm(ctx, dw, dy, x, GemmDesc{true, false, 1.f, 1.f}));  // += dyᵀ·x
+    VLPAR_RETURN_IF_ERROR(VLPAR_CPU_ISA_NAMESPACE::gemm(ctx, dw, dy, x, GemmDesc{true, false, 1.f, 1.f}));  // += dyᵀ·x
   }
   if (!dbias.empty()) {
     VLPAR_RETURN_IF_ERROR(check_vector("linear_backward", "dbias", dbias, w.size(0), DType::kF32));
@@ -210,4 +212,4 @@ Status linear_backward(const Context& ctx, TensorView dx, TensorView dw, TensorV
   return Status::Ok();
 }
 
-}  // namespace vlpar
+}  // namespace vlpar::VLPAR_CPU_ISA_NAMESPACE

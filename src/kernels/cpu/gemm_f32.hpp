@@ -5,9 +5,10 @@
 // result is bitwise reproducible for a given thread count and never depends on Eigen's global thread setting.
 #include <cstdint>
 
+#include "isa_namespace.hpp"
 #include "vlpar/core/context.hpp"
 
-namespace vlpar::cpu {
+namespace vlpar::VLPAR_CPU_ISA_NAMESPACE::cpu {
 
 struct GemmF32 {
   int64_t M = 0, N = 0, K = 0;
@@ -28,4 +29,4 @@ void gemm_f32_serial(const GemmF32& g);
 /// @brief Runs the GEMM split over ctx.num_threads.
 void gemm_f32(const Context& ctx, const GemmF32& g);
 
-}  // namespace vlpar::cpu
+}  // namespace vlpar::VLPAR_CPU_ISA_NAMESPACE::cpu

@@ -6,7 +6,9 @@
 
 #include "gemm_f32.hpp"
 
-namespace vlpar {
+#include "isa_namespace.hpp"
+
+namespace vlpar::VLPAR_CPU_ISA_NAMESPACE {
 namespace {
 
 /// A row-major f32 CPU matrix with a contiguous last dim (rows may be strided, e.g. a column slice).
@@ -287,4 +289,4 @@ Status grouped_weight_grad(const Context& ctx, TensorView dw, TensorView a, Tens
   return Status::Ok();
 }
 
-}  // namespace vlpar
+}  // namespace vlpar::VLPAR_CPU_ISA_NAMESPACE

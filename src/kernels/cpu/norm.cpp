@@ -10,7 +10,9 @@
 #include "vlpar/core/dispatch.hpp"
 #include "vlpar/kernels/cuda_ops.hpp"
 
-namespace vlpar {
+#include "isa_namespace.hpp"
+
+namespace vlpar::VLPAR_CPU_ISA_NAMESPACE {
 namespace {
 
 struct NormArgs {
@@ -210,4 +212,4 @@ Status layernorm_backward(const Context& ctx, TensorView dx, TensorView dw, Tens
   return Status::Ok();
 }
 
-}  // namespace vlpar
+}  // namespace vlpar::VLPAR_CPU_ISA_NAMESPACE

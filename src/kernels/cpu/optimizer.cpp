@@ -7,16 +7,9 @@
 #include "vlpar/core/checks.hpp"
 #include "vlpar/core/dispatch.hpp"
 
-namespace vlpar {
+#include "isa_namespace.hpp"
 
-Status AdamWConfig::validate() const {
-  VLPAR_CHECK(lr >= 0.f && std::isfinite(lr), "adamw: lr must be finite and >= 0, got {}", lr);
-  VLPAR_CHECK(beta1 >= 0.f && beta1 < 1.f, "adamw: beta1 must be in [0, 1), got {}", beta1);
-  VLPAR_CHECK(beta2 >= 0.f && beta2 < 1.f, "adamw: beta2 must be in [0, 1), got {}", beta2);
-  VLPAR_CHECK(eps > 0.f, "adamw: eps must be positive, got {}", eps);
-  VLPAR_CHECK(weight_decay >= 0.f, "adamw: weight_decay must be >= 0, got {}", weight_decay);
-  return Status::Ok();
-}
+namespace vlpar::VLPAR_CPU_ISA_NAMESPACE {
 
 Status adamw_step(const Context& ctx, TensorView param, TensorView param_copy, TensorView grad, TensorView m,
                   TensorView v, const AdamWConfig& cfg, int64_t step) {
@@ -101,12 +94,12 @@ Status scale_(const Context& ctx, TensorView t, float alpha) {
 
 Result<double> clip_grad_norm(const Context& ctx, std::span<const TensorView> grads, double max_norm) {
   VLPAR_CHECK(max_norm > 0.0, "clip_grad_norm: max_norm must be positive, got {}", max_norm);
-  VLPAR_ASSIGN_OR_RETURN(const double norm, global_grad_norm(ctx, grads));
+  VLPAR_ASSIGN_OR_RETURN(const double norm, VLPAR_CPU_ISA_NAMESPACE::global_grad_norm(ctx, grads));
   if (!std::isfinite(norm) || norm <= max_norm) return norm;
   const float factor = float(max_norm / (norm + 1e-6));
   for (const TensorView& g : grads)
-    if (!g.empty()) VLPAR_RETURN_IF_ERROR(scale_(ctx, g, factor));
+    if (!g.empty()) VLPAR_RETURN_IF_ERROR(VLPAR_CPU_ISA_NAMESPACE::scale_(ctx, g, factor));
   return norm;
 }
 
-}  // namespace vlpar
+}  // namespace vlpar::VLPAR_CPU_ISA_NAMESPACE

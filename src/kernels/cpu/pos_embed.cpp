@@ -11,7 +11,9 @@
 
 #include "vlpar/core/checks.hpp"
 
-namespace vlpar {
+#include "isa_namespace.hpp"
+
+namespace vlpar::VLPAR_CPU_ISA_NAMESPACE {
 namespace {
 
 Status check_matrix(const char* op, const char* name, const TensorView& v, int64_t rows, int64_t cols) {
@@ -146,4 +148,4 @@ Status pos_embed_backward(const Context& ctx, TensorView dtable, TensorView dpe,
   return Status::Ok();
 }
 
-}  // namespace vlpar
+}  // namespace vlpar::VLPAR_CPU_ISA_NAMESPACE

@@ -10,7 +10,9 @@
 #include "vlpar/core/dispatch.hpp"
 #include "vlpar/kernels/cuda_ops.hpp"
 
-namespace vlpar {
+#include "isa_namespace.hpp"
+
+namespace vlpar::VLPAR_CPU_ISA_NAMESPACE {
 namespace {
 
 int64_t position_at(const TensorView& pos, int axis, int64_t t) {
@@ -98,4 +100,4 @@ Status rotary_backward(const Context& ctx, TensorView dx, TensorView dy, TensorV
   return Status::Ok();
 }
 
-}  // namespace vlpar
+}  // namespace vlpar::VLPAR_CPU_ISA_NAMESPACE

@@ -9,7 +9,9 @@
 #include "vlpar/core/checks.hpp"
 #include "vlpar/core/dispatch.hpp"
 
-namespace vlpar {
+#include "isa_namespace.hpp"
+
+namespace vlpar::VLPAR_CPU_ISA_NAMESPACE {
 namespace {
 
 Status check_desc(const RouterDesc& d) {
@@ -159,4 +161,4 @@ Status router_aux_backward(const Context& ctx, TensorView dlogits, TensorView pr
   return Status::Ok();
 }
 
-}  // namespace vlpar
+}  // namespace vlpar::VLPAR_CPU_ISA_NAMESPACE

@@ -1,0 +1,33 @@
+# Script mode (cmake -P), run by the build after each CPU path's object is made (cmake/VlparCpuIsa.cmake):
+#   1. the object defines no global symbol outside vlpar::isa_<path> (nothing another path could bind to);
+#   2. its instructions fit its path: base uses no ymm/zmm registers, avx2 no zmm, avx512 does use zmm
+#      (Eigen's GEMM kernel), so an -march flag that did not take effect fails the build.
+# Inputs: OBJ, NM, OBJDUMP, ISA (base|avx2|avx512).
+string(LENGTH "isa_${ISA}" len)
+execute_process(COMMAND ${NM} -g --defined-only ${OBJ} OUTPUT_VARIABLE syms RESULT_VARIABLE rc)
+if(NOT rc EQUAL 0)
+  message(FATAL_ERROR "nm failed on ${OBJ}")
+endif()
+string(REGEX REPLACE "\n$" "" syms "${syms}")
+string(REPLACE "\n" ";" syms "${syms}")
+foreach(line IN LISTS syms)
+  if(NOT line MATCHES " _ZN5vlpar${len}isa_${ISA}")
+    message(FATAL_ERROR "${OBJ}: global symbol outside vlpar::isa_${ISA}: ${line}")
+  endif()
+endforeach()
+execute_process(COMMAND ${OBJDUMP} -d --no-show-raw-insn ${OBJ} OUTPUT_VARIABLE asm RESULT_VARIABLE rc)
+if(NOT rc EQUAL 0)
+  message(FATAL_ERROR "objdump failed on ${OBJ}")
+endif()
+string(REGEX MATCHALL "%zmm[0-9]+" zmm "${asm}")
+string(REGEX MATCHALL "%ymm[0-9]+" ymm "${asm}")
+list(LENGTH zmm nz)
+list(LENGTH ymm ny)
+if(ISA STREQUAL "base" AND (nz GREATER 0 OR ny GREATER 0))
+  message(FATAL_ERROR "${OBJ}: the base path uses AVX registers (${ny} ymm, ${nz} zmm operands)")
+elseif(ISA STREQUAL "avx2" AND nz GREATER 0)
+  message(FATAL_ERROR "${OBJ}: the avx2 path uses AVX-512 registers (${nz} zmm operands)")
+elseif(ISA STREQUAL "avx512" AND nz EQUAL 0)
+  message(FATAL_ERROR "${OBJ}: the avx512 path has no AVX-512 instruction")
+endif()
+message(STATUS "vlpar CPU path ${ISA}: ${ny} ymm and ${nz} zmm operands, only vlpar::isa_${ISA} global")
