@@ -1,49 +1,102 @@
 #!/usr/bin/env bash
-# The README's test command (and what CI runs): installs missing dependencies, then
-#   1. where nvcc exists: the CUDA build of the library and the gpu tests, the ptxas report of every kernel (fails
-#      on any spill), the gpu tests (Skipped without a device), and the check that generated instantiation files
-#      are up to date;
-#   2. CPU-only build (CUDA switched off);
-#   3. the installed package: `cmake --install`, then tests/consumer built against it (find_package) and
-#      again through add_subdirectory;
-#   4. every CPU ctest (labels unit, mpi), last, so the final summary is the run that executes the tests.
+# The README's test command (and what CI runs): installs missing dependencies, then runs the stages below. Each
+# stage prints `== stage <name>: <seconds> s` and fails CI when it overruns its budget in .ci/stage_budget.txt
+# (the budgets add up to the cold-machine limit, so a new suite has to make room instead of silently growing CI).
+#   deps      Debian packages (scripts/install_deps.sh)
+#   generated the generated sources are up to date (CUDA instantiations, CPU dispatch), the layering of #includes
+#   cuda      where nvcc exists: vlpar::kernels and vlpar::comm of the CUDA build (host code, NCCL backend), and
+#             every CUDA kernel per architecture with the ptxas report (registers, spills; fails on any spill).
+#             The gpu tests are not built here: without a device they could only skip (a GPU machine runs them).
+#   build     CPU-only build of everything (CUDA off), every CPU path of vlpar::kernels
+#   package   `cmake --install`, then tests/consumer against it (find_package, all components) and
+#             tests/consumer_core (COMPONENTS core kernels comm nn: no image, regex or YAML library on its link
+#             line), and the add_subdirectory consumer (core targets only)
+#   tests     every CPU ctest (labels unit, isa, mpi), last, so the final summary is the run that executes the tests
 # Usage: scripts/test.sh            (from any directory)
 set -euo pipefail
 cd "$(dirname "$0")/.."
 jobs=$(nproc)
-"$(pwd)/scripts/install_deps.sh"
 start=$(date +%s)
+budget_file=.ci/stage_budget.txt
 
-if command -v nvcc > /dev/null 2>&1 || [ -x /usr/local/cuda/bin/nvcc ]; then
-  echo "== CUDA build ($(/usr/local/cuda/bin/nvcc --version | tail -1))"
+stage() {  # stage <name> <command...>
+  local name=$1
+  shift
+  local t0
+  t0=$(date +%s)
+  "$@"
+  local took=$(( $(date +%s) - t0 ))
+  local budget
+  budget=$(awk -v s="$name" '$1 == s { print $2 }' "$budget_file")
+  echo "== stage $name: $took s (budget ${budget:-none} s)"
+  if [ -z "$budget" ]; then
+    echo "stage '$name' has no budget in $budget_file" >&2
+    exit 1
+  fi
+  if [ "$took" -gt "$budget" ]; then
+    echo "stage '$name' took $took s, over its budget of $budget s ($budget_file)" >&2
+    exit 1
+  fi
+}
+
+deps() { "$(pwd)/scripts/install_deps.sh"; }
+
+generated() {
   python3 tools/gen_instantiations.py --check
-  cmake --preset cuda
-  # Only what the gpu label needs (the library with its kernels and the gpu tests): the CPU code and its tests are
-  # built and run by the CPU stage below, so building them twice would only cost CI time.
-  gpu_targets="$(for f in tests/gpu/test_*.cpp; do basename "$f" .cpp; done) test_nccl_communicator"
-  # shellcheck disable=SC2086  # one target per word
-  cmake --build build/cuda -j"$jobs" --target vlpar $gpu_targets
+  python3 tools/gen_cpu_dispatch.py --check
+  python3 tools/check_layering.py
+}
+
+cuda() {
+  if ! command -v nvcc > /dev/null 2>&1 && [ ! -x /usr/local/cuda/bin/nvcc ]; then
+    echo "no nvcc: CUDA stage skipped"
+    return
+  fi
+  echo "CUDA: $(/usr/local/cuda/bin/nvcc --version | tail -1)"
+  # Host code of the CUDA build (core's device allocator, the kernels' launchers, the NCCL backend; only the base
+  # CPU path: the CPU stage builds the others), then every kernel per architecture for the ptxas report.
+  cmake --preset cuda -DVLPAR_BUILD_TESTS=OFF -DVLPAR_BUILD_EXAMPLES=OFF -DVLPAR_CPU_ISAS= > /dev/null
+  cmake --build build/cuda -j"$jobs" --target vlpar_kernels vlpar_comm
   cmake --build build/cuda --target ptxas_report
-  ctest --preset cuda -j"$jobs" -L gpu
-else
-  echo "== no nvcc: CUDA build skipped"
-fi
+}
 
-echo "== CPU-only build (VLPAR_ENABLE_CUDA=OFF)"
-cmake --preset cpu
-cmake --build --preset cpu -j"$jobs"
+build() {
+  cmake --preset cpu
+  cmake --build --preset cpu -j"$jobs"
+}
 
-echo "== installed package consumer"
-rm -rf build/install build/consumer build/consumer-subdir
-cmake --install build/cpu --prefix "$(pwd)/build/install" > /dev/null
-cmake -S tests/consumer -B build/consumer -DCMAKE_PREFIX_PATH="$(pwd)/build/install" -DCMAKE_BUILD_TYPE=Release
-cmake --build build/consumer -j"$jobs"
-./build/consumer/vlpar_consumer
-cmake -S tests/consumer -B build/consumer-subdir -DVLPAR_SOURCE_DIR="$(pwd)" -DCMAKE_BUILD_TYPE=Release > /dev/null
-cmake --build build/consumer-subdir -j"$jobs" --target vlpar_consumer
-./build/consumer-subdir/vlpar_consumer
+package() {
+  rm -rf build/install build/consumer build/consumer-core build/consumer-subdir
+  cmake --install build/cpu --prefix "$(pwd)/build/install" > /dev/null
+  cmake -S tests/consumer -B build/consumer -DCMAKE_PREFIX_PATH="$(pwd)/build/install" -DCMAKE_BUILD_TYPE=Release \
+    > /dev/null
+  cmake --build build/consumer -j"$jobs"
+  ./build/consumer/vlpar_consumer
+  cmake -S tests/consumer -B build/consumer-core -DVLPAR_CONSUMER_CORE=ON \
+    -DCMAKE_PREFIX_PATH="$(pwd)/build/install" -DCMAKE_BUILD_TYPE=Release > /dev/null
+  cmake --build build/consumer-core -j"$jobs" -v > build/consumer-core/build.log
+  ./build/consumer-core/vlpar_consumer
+  if grep -E -- "-ljpeg|-lpng|pcre2|yaml|libjpeg|libpng" build/consumer-core/build.log; then
+    echo "consumer of core+kernels+comm+nn links an image, regex or YAML library (above)" >&2
+    exit 1
+  fi
+  if ldd ./build/consumer-core/vlpar_consumer | grep -E "jpeg|png|pcre2|yaml"; then
+    echo "consumer of core+kernels+comm+nn depends on an image, regex or YAML library (above)" >&2
+    exit 1
+  fi
+  echo "consumer of core+kernels+comm+nn: no image, regex or YAML library linked"
+  cmake -S tests/consumer -B build/consumer-subdir -DVLPAR_CONSUMER_CORE=ON -DVLPAR_SOURCE_DIR="$(pwd)" -DVLPAR_CPU_ISAS= \
+    -DCMAKE_BUILD_TYPE=Release > /dev/null
+  cmake --build build/consumer-subdir -j"$jobs" --target vlpar_consumer
+  ./build/consumer-subdir/vlpar_consumer
+}
 
-echo "== CPU tests (labels unit, mpi; gpu tests report Skipped here)"
-ctest --preset cpu -j"$jobs"
+tests() { ctest --preset cpu -j"$jobs"; }
 
+stage deps deps
+stage generated generated
+stage cuda cuda
+stage build build
+stage package package
+stage tests tests
 echo "== all checks passed in $(( $(date +%s) - start )) s"
