@@ -60,55 +60,54 @@ Result<DecoderModel> DecoderModel::create(const Context& ctx, const TransformerC
   m.tp_ = tp;
   m.layout_ = param_layout(cfg, tp.size(), tp.rank(), tp.sequence_parallel);
   m.vocab_block_ = even_shard(cfg.vocab, tp.size(), tp.rank());
-  for (const ParamShard& p : m.layout_) {
-    VLPAR_ASSIGN_OR_RETURN(Tensor t, Tensor::empty(alloc, p.local_shape(), DType::kF32));
-    VLPAR_RETURN_IF_ERROR(init_param_shard(ctx, t, p, seed));
-    VLPAR_ASSIGN_OR_RETURN(Tensor g, Tensor::zeros(alloc, p.local_shape(), DType::kF32));
-    m.params_.push_back(std::move(t));
-    m.grads_.push_back(std::move(g));
-  }
+  for (const ParamShard& p : m.layout_) VLPAR_RETURN_IF_ERROR(m.reg_.add(p, "language_model").status());
+  VLPAR_RETURN_IF_ERROR(m.reg_.materialize(ctx, alloc, seed));
   return m;
 }
 
 std::vector<TensorView> DecoderModel::params() const {
   std::vector<TensorView> v;
-  for (const Tensor& t : params_) v.push_back(t.view());
+  for (size_t i = 0; i < reg_.size(); ++i) v.push_back(reg_.value(i));
   return v;
 }
 
 std::vector<TensorView> DecoderModel::grads() const {
   std::vector<TensorView> v;
-  for (const Tensor& t : grads_) v.push_back(t.view());
+  for (size_t i = 0; i < reg_.size(); ++i) v.push_back(reg_.grad(i));
   return v;
 }
 
-Status DecoderModel::zero_grads() {
-  for (Tensor& g : grads_) VLPAR_RETURN_IF_ERROR(zero_(g));
-  return Status::Ok();
+std::vector<size_t> DecoderModel::backward_order() const {
+  std::vector<size_t> order;
+  for (size_t i = reg_.size(); i-- > 0;) order.push_back(i);
+  return order;
 }
+
+Status DecoderModel::zero_grads() { return reg_.zero_grads(); }
 
 AttentionBlock DecoderModel::attention(int l) const {
   const size_t b = layer_base(l), o = b + AttentionBlock::o_offset(cfg_);
-  auto pick = [&](const std::vector<Tensor>& t) {
-    AttentionWeights a{t[b], t[b + 1], t[b + 2], t[b + 3], t[o], {}, {}};
+  auto pick = [&](auto t) {
+    AttentionWeights a{t(b), t(b + 1), t(b + 2), t(b + 3), t(o), {}, {}};
     if (cfg_.qk_norm) {
-      a.q_norm = t[b + AttentionBlock::kQNormOffset];
-      a.k_norm = t[b + AttentionBlock::kKNormOffset];
+      a.q_norm = t(b + AttentionBlock::kQNormOffset);
+      a.k_norm = t(b + AttentionBlock::kKNormOffset);
     }
     return a;
   };
-  return AttentionBlock(cfg_, tp_, pick(params_), pick(grads_), b);
+  return AttentionBlock(cfg_, tp_, pick(value()), pick(grad()), b);
 }
 
 MlpBlock DecoderModel::mlp(int l) const {
   const size_t b = layer_base(l) + AttentionBlock::num_params(cfg_);
-  auto pick = [&](const std::vector<Tensor>& t) { return MlpWeights{t[b], t[b + 1], t[b + 2]}; };
-  return MlpBlock(cfg_, tp_, pick(params_), pick(grads_), b);
+  auto pick = [&](auto t) { return MlpWeights{t(b), t(b + 1), t(b + 2)}; };
+  return MlpBlock(cfg_, tp_, pick(value()), pick(grad()), b);
 }
 
 LmHead DecoderModel::head() const {
   const size_t fn = layer_base(cfg_.num_layers), w = cfg_.tie_word_embeddings ? 0 : fn + 1;
-  return LmHead(cfg_, tp_, LmHeadWeights{params_[fn], params_[w]}, LmHeadWeights{grads_[fn], grads_[w]}, fn);
+  return LmHead(cfg_, tp_, LmHeadWeights{reg_.value(fn), reg_.value(w)}, LmHeadWeights{reg_.grad(fn), reg_.grad(w)},
+                fn);
 }
 
 Result<CrossEntropyResult> DecoderModel::forward(const Context& ctx, const DecoderBatch& batch,
@@ -128,7 +127,7 @@ Result<CrossEntropyResult> DecoderModel::forward(const Context& ctx, const Decod
     VLPAR_ASSIGN_OR_RETURN(Tensor r, scratch(ctx, {Nl, H}));
     st.residual.push_back(std::move(r));
   }
-  VLPAR_RETURN_IF_ERROR(vocab_parallel_embedding_forward(ctx, tp_, st.residual[0], params_[0], batch.ids,
+  VLPAR_RETURN_IF_ERROR(vocab_parallel_embedding_forward(ctx, tp_, st.residual[0], reg_.value(0), batch.ids,
                                                          vocab_block_, cfg_.vocab));
   for (int l = 0; l < L; ++l) {
     VLPAR_RETURN_IF_ERROR(attention(l).forward(ctx, st.residual[size_t(2 * l + 1)], st.residual[size_t(2 * l)], s,
@@ -158,7 +157,7 @@ Status DecoderModel::backward(const Context& ctx, const DecoderBatch& batch, Dec
     VLPAR_RETURN_IF_ERROR(attention(l).backward(ctx, *next, *cur, s, st.attn[size_t(l)], ready));
     std::swap(cur, next);
   }
-  VLPAR_RETURN_IF_ERROR(vocab_parallel_embedding_backward(ctx, tp_, grads_[0], *cur, batch.ids, vocab_block_));
+  VLPAR_RETURN_IF_ERROR(vocab_parallel_embedding_backward(ctx, tp_, reg_.grad(0), *cur, batch.ids, vocab_block_));
   return ready ? ready(0) : Status::Ok();
 }
 

@@ -1,5 +1,7 @@
 #pragma once
-// A decoder-only transformer stack built from the nn blocks, with owned parameters and gradients:
+// A decoder-only transformer stack built from the nn blocks, its parameters in a ParamRegistry (DESIGN §2, the
+// same machinery as examples/qwen3vl and examples/minimal_decoder: the optimizer, gradient reduction and
+// checkpoints read the registry):
 //   vocab-parallel embedding → num_layers × (AttentionBlock → MlpBlock) → LmHead (final RMSNorm → vocab-parallel
 //   LM head + cross-entropy, mean over labels != ignore_index).
 // Parameters, in this order (the model-wide param index used by GradReadyFn and every list below), with
@@ -35,6 +37,7 @@
 #include "vlpar/nn/config.hpp"
 #include "vlpar/nn/lm_head.hpp"
 #include "vlpar/nn/mlp_block.hpp"
+#include "vlpar/nn/param_registry.hpp"
 #include "vlpar/nn/shard.hpp"
 #include "vlpar/nn/tensor_parallel.hpp"
 #include "vlpar/nn/vocab_parallel.hpp"
@@ -59,7 +62,8 @@ struct DecoderStash {
 
 class DecoderModel {
  public:
-  /// @brief Allocates and initialises this rank's parameter shards and zeroed gradients.
+  /// @brief Registers this rank's parameter shards (group "language_model") and materialises them: values
+  /// initialised from `seed`, gradients zeroed.
   static Result<DecoderModel> create(const Context& ctx, const TransformerConfig& cfg, TensorParallel tp,
                                      uint64_t seed, Allocator& alloc);
   /// @brief Parameters per decoder layer: 8, or 10 with qk_norm.
@@ -74,13 +78,17 @@ class DecoderModel {
   Status backward(const Context& ctx, const DecoderBatch& batch, DecoderStash& stash, float grad_loss = 1.f,
                   const GradReadyFn& ready = {}) const;
   Status zero_grads();
+  /// Registry indices in the order backward() reports them ready (the reverse of the parameter order).
+  std::vector<size_t> backward_order() const;
+  ParamRegistry& registry() { return reg_; }
+  const ParamRegistry& registry() const { return reg_; }
 
   const TransformerConfig& config() const { return cfg_; }
   const TensorParallel& tensor_parallel() const { return tp_; }
   const std::vector<ParamShard>& layout() const { return layout_; }
   std::vector<TensorView> params() const;
   std::vector<TensorView> grads() const;
-  size_t num_params() const { return params_.size(); }
+  size_t num_params() const { return reg_.size(); }
 
  private:
   PackedSeq seq(const DecoderBatch& b) const { return PackedSeq{b.cu_seqlens, b.positions}; }
@@ -88,11 +96,13 @@ class DecoderModel {
   MlpBlock mlp(int layer) const;
   LmHead head() const;
   size_t layer_base(int layer) const { return 1 + params_per_layer(cfg_) * size_t(layer); }
+  auto value() const { return [this](size_t i) { return reg_.value(i); }; }
+  auto grad() const { return [this](size_t i) { return reg_.grad(i); }; }
 
   TransformerConfig cfg_;
   TensorParallel tp_;
   std::vector<ParamShard> layout_;
-  std::vector<Tensor> params_, grads_;
+  ParamRegistry reg_;
   Range vocab_block_;
 };
 
