@@ -64,10 +64,14 @@ def render():
     for h in sorted({f[0] for f in found}):
         lines.append(f'#include "vlpar/kernels/{h}"')
     lines += ['#include "vlpar/kernels/cpu_isa.hpp"', ""]
-    decls = [f"{ret} {name}({', '.join(ps)});" for _, ret, name, ps, _ in found]
+    # Every path defines the same functions in its own namespace: one list, declared once per namespace.
+    lines.append("#define VLPAR_CPU_OPS_DECLARE \\")
+    lines += [f"  {ret} {name}({', '.join(ps)}); \\" for _, ret, name, ps, _ in found]
+    lines.append("")
     for macro, _, ns in PATHS:
-        lines += [f"#if defined(VLPAR_CPU_ISA_{macro})", f"namespace vlpar::{ns} {{"] + decls + [f"}}  // namespace vlpar::{ns}", "#endif"]
-    lines += ["namespace vlpar::isa_base {"] + decls + ["}  // namespace vlpar::isa_base", "", "namespace vlpar {", ""]
+        lines += [f"#if defined(VLPAR_CPU_ISA_{macro})", f"namespace vlpar::{ns} {{ VLPAR_CPU_OPS_DECLARE }}", "#endif"]
+    lines += ["namespace vlpar::isa_base { VLPAR_CPU_OPS_DECLARE }", "#undef VLPAR_CPU_OPS_DECLARE", "",
+              "namespace vlpar {", ""]
     for _, ret, name, ps, names in found:
         call = f"{name}({', '.join(names)})"
         lines.append(f"{ret} {name}({', '.join(ps)}) {{")

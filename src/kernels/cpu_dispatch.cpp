@@ -16,148 +16,60 @@
 #include "vlpar/kernels/router.hpp"
 #include "vlpar/kernels/cpu_isa.hpp"
 
+#define VLPAR_CPU_OPS_DECLARE \
+  Status gelu_forward(const Context& ctx, TensorView y, TensorView x, GeluKind kind); \
+  Status gelu_backward(const Context& ctx, TensorView dx, TensorView dy, TensorView x, GeluKind kind); \
+  Status silu_forward(const Context& ctx, TensorView y, TensorView x); \
+  Status silu_backward(const Context& ctx, TensorView dx, TensorView dy, TensorView x); \
+  Status swiglu_forward(const Context& ctx, TensorView y, TensorView gate, TensorView up); \
+  Status swiglu_backward(const Context& ctx, TensorView dgate, TensorView dup, TensorView dy, TensorView gate, TensorView up); \
+  Status check_varlen_attention(const VarlenAttentionDesc& desc); \
+  Status varlen_attention_forward(const Context& ctx, TensorView out, TensorView lse, TensorView q, TensorView k, TensorView v, TensorView cu_seqlens, const VarlenAttentionDesc& desc); \
+  Status varlen_attention_backward(const Context& ctx, TensorView dq, TensorView dk, TensorView dv, TensorView dout, TensorView q, TensorView k, TensorView v, TensorView out, TensorView lse, TensorView cu_seqlens, const VarlenAttentionDesc& desc); \
+  Result<CrossEntropyResult> cross_entropy_forward(const Context& ctx, TensorView lse, TensorView logits, TensorView labels, const CrossEntropyDesc& desc); \
+  Status cross_entropy_backward(const Context& ctx, TensorView dlogits, TensorView logits, TensorView labels, TensorView lse, const CrossEntropyDesc& desc, int64_t num_valid, float grad_loss); \
+  Result<CrossEntropyResult> linear_cross_entropy(const Context& ctx, TensorView dhidden, TensorView dweight, TensorView hidden, TensorView weight, TensorView labels, const CrossEntropyDesc& desc, float grad_loss); \
+  Status shift_labels_for_causal_lm(TensorView out, TensorView labels, TensorView cu_seqlens, int64_t ignore_index); \
+  Status embedding_forward(const Context& ctx, TensorView out, TensorView table, TensorView ids); \
+  Status embedding_backward(const Context& ctx, TensorView dtable, TensorView dout, TensorView ids); \
+  Status gemm(const Context& ctx, TensorView c, TensorView a, TensorView b, GemmDesc desc); \
+  Status linear_forward(const Context& ctx, TensorView y, TensorView x, TensorView w, TensorView bias); \
+  Status linear_backward(const Context& ctx, TensorView dx, TensorView dw, TensorView dbias, TensorView dy, TensorView x, TensorView w); \
+  Status moe_dispatch_plan(MoeDispatch& plan, TensorView indices, int num_experts); \
+  Status moe_permute(const Context& ctx, TensorView out, TensorView in, TensorView weights, const MoeDispatch& plan); \
+  Status moe_unpermute(const Context& ctx, TensorView out, TensorView rows, TensorView weights, const MoeDispatch& plan); \
+  Status moe_row_dot(const Context& ctx, TensorView dweights, TensorView a, TensorView b, const MoeDispatch& plan); \
+  Status moe_scale_rows(const Context& ctx, TensorView rows, TensorView weights, const MoeDispatch& plan); \
+  Status grouped_gemm(const Context& ctx, TensorView c, TensorView a, TensorView b, std::span<const int64_t> offsets, GemmDesc desc); \
+  Status grouped_weight_grad(const Context& ctx, TensorView dw, TensorView a, TensorView dc, std::span<const int64_t> offsets); \
+  Status rmsnorm_forward(const Context& ctx, TensorView y, TensorView rstd, TensorView x, TensorView w, float eps); \
+  Status rmsnorm_backward(const Context& ctx, TensorView dx, TensorView dw, TensorView dy, TensorView x, TensorView w, TensorView rstd); \
+  Status layernorm_forward(const Context& ctx, TensorView y, TensorView mean, TensorView rstd, TensorView x, TensorView w, TensorView b, float eps); \
+  Status layernorm_backward(const Context& ctx, TensorView dx, TensorView dw, TensorView db, TensorView dy, TensorView x, TensorView w, TensorView mean, TensorView rstd); \
+  Status adamw_step(const Context& ctx, TensorView param, TensorView param_copy, TensorView grad, TensorView m, TensorView v, const AdamWConfig& cfg, int64_t step); \
+  Result<double> global_grad_norm(const Context& ctx, std::span<const TensorView> grads); \
+  Result<double> clip_grad_norm(const Context& ctx, std::span<const TensorView> grads, double max_norm); \
+  Status scale_(const Context& ctx, TensorView t, float alpha); \
+  Status check_vision_grids(const char* who, std::span<const VisionGrid> grids, int64_t merge); \
+  Status pos_embed_forward(const Context& ctx, TensorView pe, TensorView table, std::span<const VisionGrid> grids, const PosEmbedDesc& desc); \
+  Status pos_embed_backward(const Context& ctx, TensorView dtable, TensorView dpe, std::span<const VisionGrid> grids, const PosEmbedDesc& desc); \
+  Status rotary_forward(const Context& ctx, TensorView y, TensorView x, TensorView positions, const RotaryDesc& desc); \
+  Status rotary_backward(const Context& ctx, TensorView dx, TensorView dy, TensorView positions, const RotaryDesc& desc); \
+  Status check_rotary_desc(const RotaryDesc& desc); \
+  Status router_forward(const Context& ctx, TensorView weights, TensorView indices, TensorView probs, TensorView logits, const RouterDesc& desc); \
+  Status router_backward(const Context& ctx, TensorView dlogits, TensorView dweights, TensorView probs, TensorView indices, TensorView weights, const RouterDesc& desc); \
+  Status router_aux_accumulate(RouterAuxStats& stats, TensorView probs, TensorView indices, const RouterDesc& desc); \
+  Result<double> router_aux_loss(const RouterAuxStats& stats); \
+  Status router_aux_backward(const Context& ctx, TensorView dlogits, TensorView probs, const RouterAuxStats& stats, float grad_aux); \
+
 #if defined(VLPAR_CPU_ISA_AVX512)
-namespace vlpar::isa_avx512 {
-Status gelu_forward(const Context& ctx, TensorView y, TensorView x, GeluKind kind);
-Status gelu_backward(const Context& ctx, TensorView dx, TensorView dy, TensorView x, GeluKind kind);
-Status silu_forward(const Context& ctx, TensorView y, TensorView x);
-Status silu_backward(const Context& ctx, TensorView dx, TensorView dy, TensorView x);
-Status swiglu_forward(const Context& ctx, TensorView y, TensorView gate, TensorView up);
-Status swiglu_backward(const Context& ctx, TensorView dgate, TensorView dup, TensorView dy, TensorView gate, TensorView up);
-Status check_varlen_attention(const VarlenAttentionDesc& desc);
-Status varlen_attention_forward(const Context& ctx, TensorView out, TensorView lse, TensorView q, TensorView k, TensorView v, TensorView cu_seqlens, const VarlenAttentionDesc& desc);
-Status varlen_attention_backward(const Context& ctx, TensorView dq, TensorView dk, TensorView dv, TensorView dout, TensorView q, TensorView k, TensorView v, TensorView out, TensorView lse, TensorView cu_seqlens, const VarlenAttentionDesc& desc);
-Result<CrossEntropyResult> cross_entropy_forward(const Context& ctx, TensorView lse, TensorView logits, TensorView labels, const CrossEntropyDesc& desc);
-Status cross_entropy_backward(const Context& ctx, TensorView dlogits, TensorView logits, TensorView labels, TensorView lse, const CrossEntropyDesc& desc, int64_t num_valid, float grad_loss);
-Result<CrossEntropyResult> linear_cross_entropy(const Context& ctx, TensorView dhidden, TensorView dweight, TensorView hidden, TensorView weight, TensorView labels, const CrossEntropyDesc& desc, float grad_loss);
-Status shift_labels_for_causal_lm(TensorView out, TensorView labels, TensorView cu_seqlens, int64_t ignore_index);
-Status embedding_forward(const Context& ctx, TensorView out, TensorView table, TensorView ids);
-Status embedding_backward(const Context& ctx, TensorView dtable, TensorView dout, TensorView ids);
-Status gemm(const Context& ctx, TensorView c, TensorView a, TensorView b, GemmDesc desc);
-Status linear_forward(const Context& ctx, TensorView y, TensorView x, TensorView w, TensorView bias);
-Status linear_backward(const Context& ctx, TensorView dx, TensorView dw, TensorView dbias, TensorView dy, TensorView x, TensorView w);
-Status moe_dispatch_plan(MoeDispatch& plan, TensorView indices, int num_experts);
-Status moe_permute(const Context& ctx, TensorView out, TensorView in, TensorView weights, const MoeDispatch& plan);
-Status moe_unpermute(const Context& ctx, TensorView out, TensorView rows, TensorView weights, const MoeDispatch& plan);
-Status moe_row_dot(const Context& ctx, TensorView dweights, TensorView a, TensorView b, const MoeDispatch& plan);
-Status moe_scale_rows(const Context& ctx, TensorView rows, TensorView weights, const MoeDispatch& plan);
-Status grouped_gemm(const Context& ctx, TensorView c, TensorView a, TensorView b, std::span<const int64_t> offsets, GemmDesc desc);
-Status grouped_weight_grad(const Context& ctx, TensorView dw, TensorView a, TensorView dc, std::span<const int64_t> offsets);
-Status rmsnorm_forward(const Context& ctx, TensorView y, TensorView rstd, TensorView x, TensorView w, float eps);
-Status rmsnorm_backward(const Context& ctx, TensorView dx, TensorView dw, TensorView dy, TensorView x, TensorView w, TensorView rstd);
-Status layernorm_forward(const Context& ctx, TensorView y, TensorView mean, TensorView rstd, TensorView x, TensorView w, TensorView b, float eps);
-Status layernorm_backward(const Context& ctx, TensorView dx, TensorView dw, TensorView db, TensorView dy, TensorView x, TensorView w, TensorView mean, TensorView rstd);
-Status adamw_step(const Context& ctx, TensorView param, TensorView param_copy, TensorView grad, TensorView m, TensorView v, const AdamWConfig& cfg, int64_t step);
-Result<double> global_grad_norm(const Context& ctx, std::span<const TensorView> grads);
-Result<double> clip_grad_norm(const Context& ctx, std::span<const TensorView> grads, double max_norm);
-Status scale_(const Context& ctx, TensorView t, float alpha);
-Status check_vision_grids(const char* who, std::span<const VisionGrid> grids, int64_t merge);
-Status pos_embed_forward(const Context& ctx, TensorView pe, TensorView table, std::span<const VisionGrid> grids, const PosEmbedDesc& desc);
-Status pos_embed_backward(const Context& ctx, TensorView dtable, TensorView dpe, std::span<const VisionGrid> grids, const PosEmbedDesc& desc);
-Status rotary_forward(const Context& ctx, TensorView y, TensorView x, TensorView positions, const RotaryDesc& desc);
-Status rotary_backward(const Context& ctx, TensorView dx, TensorView dy, TensorView positions, const RotaryDesc& desc);
-Status check_rotary_desc(const RotaryDesc& desc);
-Status router_forward(const Context& ctx, TensorView weights, TensorView indices, TensorView probs, TensorView logits, const RouterDesc& desc);
-Status router_backward(const Context& ctx, TensorView dlogits, TensorView dweights, TensorView probs, TensorView indices, TensorView weights, const RouterDesc& desc);
-Status router_aux_accumulate(RouterAuxStats& stats, TensorView probs, TensorView indices, const RouterDesc& desc);
-Result<double> router_aux_loss(const RouterAuxStats& stats);
-Status router_aux_backward(const Context& ctx, TensorView dlogits, TensorView probs, const RouterAuxStats& stats, float grad_aux);
-}  // namespace vlpar::isa_avx512
+namespace vlpar::isa_avx512 { VLPAR_CPU_OPS_DECLARE }
 #endif
 #if defined(VLPAR_CPU_ISA_AVX2)
-namespace vlpar::isa_avx2 {
-Status gelu_forward(const Context& ctx, TensorView y, TensorView x, GeluKind kind);
-Status gelu_backward(const Context& ctx, TensorView dx, TensorView dy, TensorView x, GeluKind kind);
-Status silu_forward(const Context& ctx, TensorView y, TensorView x);
-Status silu_backward(const Context& ctx, TensorView dx, TensorView dy, TensorView x);
-Status swiglu_forward(const Context& ctx, TensorView y, TensorView gate, TensorView up);
-Status swiglu_backward(const Context& ctx, TensorView dgate, TensorView dup, TensorView dy, TensorView gate, TensorView up);
-Status check_varlen_attention(const VarlenAttentionDesc& desc);
-Status varlen_attention_forward(const Context& ctx, TensorView out, TensorView lse, TensorView q, TensorView k, TensorView v, TensorView cu_seqlens, const VarlenAttentionDesc& desc);
-Status varlen_attention_backward(const Context& ctx, TensorView dq, TensorView dk, TensorView dv, TensorView dout, TensorView q, TensorView k, TensorView v, TensorView out, TensorView lse, TensorView cu_seqlens, const VarlenAttentionDesc& desc);
-Result<CrossEntropyResult> cross_entropy_forward(const Context& ctx, TensorView lse, TensorView logits, TensorView labels, const CrossEntropyDesc& desc);
-Status cross_entropy_backward(const Context& ctx, TensorView dlogits, TensorView logits, TensorView labels, TensorView lse, const CrossEntropyDesc& desc, int64_t num_valid, float grad_loss);
-Result<CrossEntropyResult> linear_cross_entropy(const Context& ctx, TensorView dhidden, TensorView dweight, TensorView hidden, TensorView weight, TensorView labels, const CrossEntropyDesc& desc, float grad_loss);
-Status shift_labels_for_causal_lm(TensorView out, TensorView labels, TensorView cu_seqlens, int64_t ignore_index);
-Status embedding_forward(const Context& ctx, TensorView out, TensorView table, TensorView ids);
-Status embedding_backward(const Context& ctx, TensorView dtable, TensorView dout, TensorView ids);
-Status gemm(const Context& ctx, TensorView c, TensorView a, TensorView b, GemmDesc desc);
-Status linear_forward(const Context& ctx, TensorView y, TensorView x, TensorView w, TensorView bias);
-Status linear_backward(const Context& ctx, TensorView dx, TensorView dw, TensorView dbias, TensorView dy, TensorView x, TensorView w);
-Status moe_dispatch_plan(MoeDispatch& plan, TensorView indices, int num_experts);
-Status moe_permute(const Context& ctx, TensorView out, TensorView in, TensorView weights, const MoeDispatch& plan);
-Status moe_unpermute(const Context& ctx, TensorView out, TensorView rows, TensorView weights, const MoeDispatch& plan);
-Status moe_row_dot(const Context& ctx, TensorView dweights, TensorView a, TensorView b, const MoeDispatch& plan);
-Status moe_scale_rows(const Context& ctx, TensorView rows, TensorView weights, const MoeDispatch& plan);
-Status grouped_gemm(const Context& ctx, TensorView c, TensorView a, TensorView b, std::span<const int64_t> offsets, GemmDesc desc);
-Status grouped_weight_grad(const Context& ctx, TensorView dw, TensorView a, TensorView dc, std::span<const int64_t> offsets);
-Status rmsnorm_forward(const Context& ctx, TensorView y, TensorView rstd, TensorView x, TensorView w, float eps);
-Status rmsnorm_backward(const Context& ctx, TensorView dx, TensorView dw, TensorView dy, TensorView x, TensorView w, TensorView rstd);
-Status layernorm_forward(const Context& ctx, TensorView y, TensorView mean, TensorView rstd, TensorView x, TensorView w, TensorView b, float eps);
-Status layernorm_backward(const Context& ctx, TensorView dx, TensorView dw, TensorView db, TensorView dy, TensorView x, TensorView w, TensorView mean, TensorView rstd);
-Status adamw_step(const Context& ctx, TensorView param, TensorView param_copy, TensorView grad, TensorView m, TensorView v, const AdamWConfig& cfg, int64_t step);
-Result<double> global_grad_norm(const Context& ctx, std::span<const TensorView> grads);
-Result<double> clip_grad_norm(const Context& ctx, std::span<const TensorView> grads, double max_norm);
-Status scale_(const Context& ctx, TensorView t, float alpha);
-Status check_vision_grids(const char* who, std::span<const VisionGrid> grids, int64_t merge);
-Status pos_embed_forward(const Context& ctx, TensorView pe, TensorView table, std::span<const VisionGrid> grids, const PosEmbedDesc& desc);
-Status pos_embed_backward(const Context& ctx, TensorView dtable, TensorView dpe, std::span<const VisionGrid> grids, const PosEmbedDesc& desc);
-Status rotary_forward(const Context& ctx, TensorView y, TensorView x, TensorView positions, const RotaryDesc& desc);
-Status rotary_backward(const Context& ctx, TensorView dx, TensorView dy, TensorView positions, const RotaryDesc& desc);
-Status check_rotary_desc(const RotaryDesc& desc);
-Status router_forward(const Context& ctx, TensorView weights, TensorView indices, TensorView probs, TensorView logits, const RouterDesc& desc);
-Status router_backward(const Context& ctx, TensorView dlogits, TensorView dweights, TensorView probs, TensorView indices, TensorView weights, const RouterDesc& desc);
-Status router_aux_accumulate(RouterAuxStats& stats, TensorView probs, TensorView indices, const RouterDesc& desc);
-Result<double> router_aux_loss(const RouterAuxStats& stats);
-Status router_aux_backward(const Context& ctx, TensorView dlogits, TensorView probs, const RouterAuxStats& stats, float grad_aux);
-}  // namespace vlpar::isa_avx2
+namespace vlpar::isa_avx2 { VLPAR_CPU_OPS_DECLARE }
 #endif
-namespace vlpar::isa_base {
-Status gelu_forward(const Context& ctx, TensorView y, TensorView x, GeluKind kind);
-Status gelu_backward(const Context& ctx, TensorView dx, TensorView dy, TensorView x, GeluKind kind);
-Status silu_forward(const Context& ctx, TensorView y, TensorView x);
-Status silu_backward(const Context& ctx, TensorView dx, TensorView dy, TensorView x);
-Status swiglu_forward(const Context& ctx, TensorView y, TensorView gate, TensorView up);
-Status swiglu_backward(const Context& ctx, TensorView dgate, TensorView dup, TensorView dy, TensorView gate, TensorView up);
-Status check_varlen_attention(const VarlenAttentionDesc& desc);
-Status varlen_attention_forward(const Context& ctx, TensorView out, TensorView lse, TensorView q, TensorView k, TensorView v, TensorView cu_seqlens, const VarlenAttentionDesc& desc);
-Status varlen_attention_backward(const Context& ctx, TensorView dq, TensorView dk, TensorView dv, TensorView dout, TensorView q, TensorView k, TensorView v, TensorView out, TensorView lse, TensorView cu_seqlens, const VarlenAttentionDesc& desc);
-Result<CrossEntropyResult> cross_entropy_forward(const Context& ctx, TensorView lse, TensorView logits, TensorView labels, const CrossEntropyDesc& desc);
-Status cross_entropy_backward(const Context& ctx, TensorView dlogits, TensorView logits, TensorView labels, TensorView lse, const CrossEntropyDesc& desc, int64_t num_valid, float grad_loss);
-Result<CrossEntropyResult> linear_cross_entropy(const Context& ctx, TensorView dhidden, TensorView dweight, TensorView hidden, TensorView weight, TensorView labels, const CrossEntropyDesc& desc, float grad_loss);
-Status shift_labels_for_causal_lm(TensorView out, TensorView labels, TensorView cu_seqlens, int64_t ignore_index);
-Status embedding_forward(const Context& ctx, TensorView out, TensorView table, TensorView ids);
-Status embedding_backward(const Context& ctx, TensorView dtable, TensorView dout, TensorView ids);
-Status gemm(const Context& ctx, TensorView c, TensorView a, TensorView b, GemmDesc desc);
-Status linear_forward(const Context& ctx, TensorView y, TensorView x, TensorView w, TensorView bias);
-Status linear_backward(const Context& ctx, TensorView dx, TensorView dw, TensorView dbias, TensorView dy, TensorView x, TensorView w);
-Status moe_dispatch_plan(MoeDispatch& plan, TensorView indices, int num_experts);
-Status moe_permute(const Context& ctx, TensorView out, TensorView in, TensorView weights, const MoeDispatch& plan);
-Status moe_unpermute(const Context& ctx, TensorView out, TensorView rows, TensorView weights, const MoeDispatch& plan);
-Status moe_row_dot(const Context& ctx, TensorView dweights, TensorView a, TensorView b, const MoeDispatch& plan);
-Status moe_scale_rows(const Context& ctx, TensorView rows, TensorView weights, const MoeDispatch& plan);
-Status grouped_gemm(const Context& ctx, TensorView c, TensorView a, TensorView b, std::span<const int64_t> offsets, GemmDesc desc);
-Status grouped_weight_grad(const Context& ctx, TensorView dw, TensorView a, TensorView dc, std::span<const int64_t> offsets);
-Status rmsnorm_forward(const Context& ctx, TensorView y, TensorView rstd, TensorView x, TensorView w, float eps);
-Status rmsnorm_backward(const Context& ctx, TensorView dx, TensorView dw, TensorView dy, TensorView x, TensorView w, TensorView rstd);
-Status layernorm_forward(const Context& ctx, TensorView y, TensorView mean, TensorView rstd, TensorView x, TensorView w, TensorView b, float eps);
-Status layernorm_backward(const Context& ctx, TensorView dx, TensorView dw, TensorView db, TensorView dy, TensorView x, TensorView w, TensorView mean, TensorView rstd);
-Status adamw_step(const Context& ctx, TensorView param, TensorView param_copy, TensorView grad, TensorView m, TensorView v, const AdamWConfig& cfg, int64_t step);
-Result<double> global_grad_norm(const Context& ctx, std::span<const TensorView> grads);
-Result<double> clip_grad_norm(const Context& ctx, std::span<const TensorView> grads, double max_norm);
-Status scale_(const Context& ctx, TensorView t, float alpha);
-Status check_vision_grids(const char* who, std::span<const VisionGrid> grids, int64_t merge);
-Status pos_embed_forward(const Context& ctx, TensorView pe, TensorView table, std::span<const VisionGrid> grids, const PosEmbedDesc& desc);
-Status pos_embed_backward(const Context& ctx, TensorView dtable, TensorView dpe, std::span<const VisionGrid> grids, const PosEmbedDesc& desc);
-Status rotary_forward(const Context& ctx, TensorView y, TensorView x, TensorView positions, const RotaryDesc& desc);
-Status rotary_backward(const Context& ctx, TensorView dx, TensorView dy, TensorView positions, const RotaryDesc& desc);
-Status check_rotary_desc(const RotaryDesc& desc);
-Status router_forward(const Context& ctx, TensorView weights, TensorView indices, TensorView probs, TensorView logits, const RouterDesc& desc);
-Status router_backward(const Context& ctx, TensorView dlogits, TensorView dweights, TensorView probs, TensorView indices, TensorView weights, const RouterDesc& desc);
-Status router_aux_accumulate(RouterAuxStats& stats, TensorView probs, TensorView indices, const RouterDesc& desc);
-Result<double> router_aux_loss(const RouterAuxStats& stats);
-Status router_aux_backward(const Context& ctx, TensorView dlogits, TensorView probs, const RouterAuxStats& stats, float grad_aux);
-}  // namespace vlpar::isa_base
+namespace vlpar::isa_base { VLPAR_CPU_OPS_DECLARE }
+#undef VLPAR_CPU_OPS_DECLARE
 
 namespace vlpar {
 
