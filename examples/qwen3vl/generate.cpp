@@ -25,13 +25,7 @@ constexpr int64_t kIgnore = -100;
 // A decode step is a chain of ~15 one-token ops per layer. An OpenMP region per op costs more than it saves
 // below a few million weights (on an oversubscribed machine, a scheduler timeslice per region: measured 1.4 vs
 // 25 tokens/s on the 100M bench config with 2 threads), so ops touching fewer elements run on one thread.
-constexpr int64_t kParallelWork = int64_t(1) << 22;
-
-// A [rows, cols] f32 view of a contiguous buffer (the per-step buffers are reinterpreted per use).
-TensorView as2d(TensorView t, int64_t rows, int64_t cols) { return TensorView(t.data, DType::kF32, Shape{rows, cols}); }
-TensorView as3d(TensorView t, int64_t a, int64_t b, int64_t c) {
-  return TensorView(t.data, DType::kF32, Shape{a, b, c});
-}
+constexpr int64_t kParallelWork = vlpar::nn::AttentionBlock::kDecodeParallelWork;
 
 double seconds_since(std::chrono::steady_clock::time_point t0) {
   return std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
@@ -40,61 +34,6 @@ double seconds_since(std::chrono::steady_clock::time_point t0) {
 }  // namespace
 
 // ---- free functions ----------------------------------------------------------------------------------------
-
-Status decode_attention(const Context& ctx, TensorView out, TensorView q, TensorView k_cache, TensorView v_cache,
-                        int64_t len) {
-  const char* kName = "decode_attention";
-  for (const auto& [name, t] : {std::pair<const char*, TensorView>{"out", out}, {"q", q}, {"k_cache", k_cache},
-                                {"v_cache", v_cache}})
-    VLPAR_CHECK(t.dtype == DType::kF32 && t.is_contiguous() && !t.empty(), "{}: {} must be a non-empty contiguous "
-                "f32 tensor, got {}", kName, name, t.to_string());
-  VLPAR_CHECK(q.ndim() == 2, "{}: q must be [Hq, D], got {}", kName, q.to_string());
-  VLPAR_CHECK(out.shape == q.shape, "{}: out {} must be shaped like q {}", kName, out.to_string(), q.to_string());
-  const int64_t hq = q.size(0), d = q.size(1);
-  VLPAR_CHECK(k_cache.ndim() == 3 && k_cache.size(2) == d, "{}: k_cache must be [capacity, H_kv, {}], got {}", kName,
-              d, k_cache.to_string());
-  VLPAR_CHECK(v_cache.shape == k_cache.shape, "{}: v_cache {} must be shaped like k_cache {}", kName,
-              v_cache.to_string(), k_cache.to_string());
-  const int64_t hkv = k_cache.size(1), cap = k_cache.size(0);
-  VLPAR_CHECK(hq % hkv == 0, "{}: {} query heads are not a multiple of {} kv heads", kName, hq, hkv);
-  VLPAR_CHECK(len >= 1 && len <= cap, "{}: len {} is outside [1, capacity {}]", kName, len, cap);
-  const int64_t group = hq / hkv, row = hkv * d;  // cache row stride (one token)
-  const float scale = 1.f / std::sqrt(float(d));   // as the varlen kernel (softmax_scale 0 = D^-½)
-  const float* qp = q.ptr<float>();
-  const float* kp = k_cache.ptr<float>();
-  const float* vp = v_cache.ptr<float>();
-  float* op = out.ptr<float>();
-  vlpar::parallel_for(ctx, hq, [&](int64_t begin, int64_t end) {
-    std::vector<float> p(static_cast<size_t>(len));
-    for (int64_t h = begin; h < end; ++h) {
-      const float* qh = qp + h * d;
-      const int64_t kvh = h / group;
-      float m = -std::numeric_limits<float>::infinity();
-      for (int64_t j = 0; j < len; ++j) {
-        const float* kj = kp + j * row + kvh * d;
-        float s = 0.f;
-        for (int64_t c = 0; c < d; ++c) s += qh[c] * kj[c];
-        p[size_t(j)] = s * scale;
-        m = std::max(m, p[size_t(j)]);
-      }
-      float sum = 0.f;
-      for (int64_t j = 0; j < len; ++j) {
-        p[size_t(j)] = std::exp(p[size_t(j)] - m);
-        sum += p[size_t(j)];
-      }
-      float* oh = op + h * d;
-      std::fill(oh, oh + d, 0.f);
-      for (int64_t j = 0; j < len; ++j) {
-        const float* vj = vp + j * row + kvh * d;
-        const float w = p[size_t(j)];
-        for (int64_t c = 0; c < d; ++c) oh[c] += w * vj[c];
-      }
-      const float inv = 1.f / sum;
-      for (int64_t c = 0; c < d; ++c) oh[c] *= inv;
-    }
-  });
-  return Status::Ok();
-}
 
 Result<int64_t> greedy_token(TensorView logits) {
   VLPAR_CHECK(logits.dtype == DType::kF32 && logits.ndim() == 1 && logits.is_contiguous() && !logits.empty(),
@@ -187,38 +126,16 @@ Result<Generator> Generator::create(const Model& model, int64_t max_length, Allo
   g.model_ = &model;
   g.alloc_ = &alloc;
   g.max_length_ = max_length;
-  g.rope_.kind = vlpar::RotaryKind::kMRoPE;
-  g.rope_.head_dim = int(t.head_dim);
-  g.rope_.theta = float(t.rope_theta);  // as Model::text_block_config
-  for (int a = 0; a < 3; ++a) g.rope_.mrope_section[a] = t.mrope_section[size_t(a)];
-  VLPAR_RETURN_IF_ERROR(vlpar::check_rotary_desc(g.rope_));
-
-  const int64_t H = t.hidden, D = t.head_dim, hq = t.heads, hkv = t.kv_heads;
-  for (int l = 0; l < t.layers; ++l) {
-    VLPAR_ASSIGN_OR_RETURN(Tensor k, Tensor::zeros(alloc, Shape{max_length, hkv, D}, DType::kF32));
-    VLPAR_ASSIGN_OR_RETURN(Tensor v, Tensor::zeros(alloc, Shape{max_length, hkv, D}, DType::kF32));
-    g.k_cache_.push_back(std::move(k));
-    g.v_cache_.push_back(std::move(v));
-  }
+  VLPAR_ASSIGN_OR_RETURN(g.cache_, nn::KvCache::create(alloc, t.layers, max_length, int(t.kv_heads), int(t.head_dim)));
+  const int64_t H = t.hidden;
   auto f32 = [&](Shape s) { return Tensor::empty(alloc, s, DType::kF32); };
   VLPAR_ASSIGN_OR_RETURN(g.x_, f32(Shape{1, H}));
   VLPAR_ASSIGN_OR_RETURN(g.y_, f32(Shape{1, H}));
   VLPAR_ASSIGN_OR_RETURN(g.h_, f32(Shape{1, H}));
-  VLPAR_ASSIGN_OR_RETURN(g.q_raw_, f32(Shape{1, hq * D}));
-  VLPAR_ASSIGN_OR_RETURN(g.q_, f32(Shape{1, hq * D}));
-  VLPAR_ASSIGN_OR_RETURN(g.attn_, f32(Shape{1, hq * D}));
-  VLPAR_ASSIGN_OR_RETURN(g.k_raw_, f32(Shape{1, hkv * D}));
-  VLPAR_ASSIGN_OR_RETURN(g.k_normed_, f32(Shape{1, hkv * D}));
   VLPAR_ASSIGN_OR_RETURN(g.logits_, f32(Shape{1, t.vocab}));
   VLPAR_ASSIGN_OR_RETURN(g.positions_, Tensor::empty(alloc, Shape{3, 1}, DType::kI64));
   VLPAR_ASSIGN_OR_RETURN(g.token_, Tensor::empty(alloc, Shape{1}, DType::kI64));
   return g;
-}
-
-int64_t Generator::cache_bytes() const {
-  int64_t b = 0;
-  for (size_t l = 0; l < k_cache_.size(); ++l) b += int64_t(k_cache_[l].view().nbytes() + v_cache_[l].view().nbytes());
-  return b;
 }
 
 Result<TensorView> Generator::prefill(const Context& ctx, const Batch& prompt) {
@@ -254,17 +171,11 @@ Result<TensorView> Generator::prefill(const Context& ctx, const Batch& prompt) {
   // Every layer's k/v rows from the layer's input (embeds, then the previous layer's output: both kept by the
   // forward in every recompute mode, unlike the attention stash, which Recompute::kFull drops).
   const TextConfig& t = model_->config().text;
-  const int64_t kvw = t.kv_heads * t.head_dim;
-  VLPAR_ASSIGN_OR_RETURN(Tensor h, Tensor::empty(alloc, Shape{N, t.hidden}, DType::kF32));
-  VLPAR_ASSIGN_OR_RETURN(Tensor k_raw, Tensor::empty(alloc, Shape{N, kvw}, DType::kF32));
-  VLPAR_ASSIGN_OR_RETURN(Tensor k_normed, Tensor::empty(alloc, Shape{N, kvw}, DType::kF32));
   for (int l = 0; l < t.layers; ++l) {
     const TensorView x = l == 0 ? stash.embeds.view() : stash.layers[size_t(l - 1)].out.view();
     VLPAR_CHECK(x.numel() == N * t.hidden, "Generator::prefill: the forward kept no input for layer {}", l);
-    const size_t attn = model_->layer_param_index(l).attn;
     VLPAR_RETURN_IF_ERROR(
-        vlpar::rmsnorm_forward(ctx, h, TensorView{}, x, model_->registry().value(attn), float(t.rms_eps)));
-    VLPAR_RETURN_IF_ERROR(write_kv(ctx, l, h, stash.positions, 0, k_raw, k_normed));
+        model_->attention_block(l).fill_kv_cache(ctx, x, stash.positions, cache_.k(l), cache_.v(l), 0));
   }
   const int64_t* pos = stash.positions.ptr<int64_t>();
   const int64_t max_pos = *std::max_element(pos, pos + 3 * N);
@@ -278,24 +189,6 @@ Result<TensorView> Generator::prefill(const Context& ctx, const Batch& prompt) {
   return logits_.view().slice(0, 0, 1).reshape(Shape{t.vocab});
 }
 
-Status Generator::write_kv(const Context& ctx, int layer, TensorView h, TensorView positions, int64_t row0,
-                           TensorView k_raw, TensorView k_normed) {
-  // The attention block's forward for k and v (attention_block.cpp): k = rotary(k_norm(h·Wkᵀ)), v = h·Wvᵀ.
-  const TextConfig& t = model_->config().text;
-  const nn::ParamRegistry& reg = model_->registry();
-  const size_t attn = model_->layer_param_index(layer).attn;  // norm, q, k, v, q_norm, k_norm, o
-  const int64_t n = h.size(0), hkv = t.kv_heads, D = t.head_dim;
-  VLPAR_CHECK(row0 >= 0 && row0 + n <= max_length_, "Generator: cache rows [{}, {}) exceed max_length {}", row0,
-              row0 + n, max_length_);
-  const TensorView kc = k_cache_[size_t(layer)].view().slice(0, row0, row0 + n);  // [n, hkv, D], contiguous
-  const TensorView vc = v_cache_[size_t(layer)].view().slice(0, row0, row0 + n);
-  VLPAR_RETURN_IF_ERROR(vlpar::linear_forward(ctx, k_raw, h, reg.value(attn + 2), TensorView{}));
-  VLPAR_RETURN_IF_ERROR(vlpar::linear_forward(ctx, as2d(vc, n, hkv * D), h, reg.value(attn + 3), TensorView{}));
-  VLPAR_RETURN_IF_ERROR(vlpar::rmsnorm_forward(ctx, as2d(k_normed, n * hkv, D), TensorView{},
-                                               as2d(k_raw, n * hkv, D), reg.value(attn + 5), float(t.rms_eps)));
-  return vlpar::rotary_forward(ctx, kc, as3d(k_normed, n, hkv, D), positions, rope_);
-}
-
 Result<TensorView> Generator::step(const Context& ctx, int64_t token) {
   VLPAR_CHECK(ctx.allocator != nullptr, "Generator::step: ctx.allocator must be set");
   VLPAR_CHECK(prefilled_, "Generator::step: call prefill first");
@@ -304,7 +197,7 @@ Result<TensorView> Generator::step(const Context& ctx, int64_t token) {
   VLPAR_CHECK(token >= 0 && token < t.vocab, "Generator::step: token {} is outside the vocabulary [0, {})", token,
               t.vocab);
   const nn::ParamRegistry& reg = model_->registry();
-  const int64_t n = length_, D = t.head_dim, hq = t.heads;
+  const int64_t n = length_;
   const float eps = float(t.rms_eps);
   Context serial = ctx;
   serial.num_threads = 1;
@@ -316,19 +209,9 @@ Result<TensorView> Generator::step(const Context& ctx, int64_t token) {
 
   for (int l = 0; l < t.layers; ++l) {
     const Model::LayerParamIndex p = model_->layer_param_index(l);
-    auto w = [&](size_t k) { return reg.value(p.attn + k); };  // norm, q, k, v, q_norm, k_norm, o
-    TensorView kc = k_cache_[size_t(l)], vc = v_cache_[size_t(l)];
-    // Attention: x_ → y_ = x_ + o_proj(attention).
-    VLPAR_RETURN_IF_ERROR(vlpar::rmsnorm_forward(serial, h_, TensorView{}, x_, w(0), eps));
-    VLPAR_RETURN_IF_ERROR(vlpar::linear_forward(ctx_for(w(1).numel()), q_raw_, h_, w(1), TensorView{}));
+    // Attention with its residual: x_ → y_, this token's k/v appended to the cache at row n.
     VLPAR_RETURN_IF_ERROR(
-        vlpar::rmsnorm_forward(serial, as2d(q_, hq, D), TensorView{}, as2d(q_raw_, hq, D), w(4), eps));
-    VLPAR_RETURN_IF_ERROR(vlpar::rotary_forward(serial, as3d(q_, 1, hq, D), as3d(q_, 1, hq, D), positions_, rope_));
-    VLPAR_RETURN_IF_ERROR(write_kv(ctx_for(w(2).numel()), l, h_, positions_, n, k_raw_, k_normed_));
-    VLPAR_RETURN_IF_ERROR(
-        decode_attention(ctx_for(hq * (n + 1) * D), as2d(attn_, hq, D), as2d(q_, hq, D), kc, vc, n + 1));
-    VLPAR_RETURN_IF_ERROR(vlpar::linear_forward(ctx_for(w(6).numel()), y_, attn_, w(6), TensorView{}));
-    for (int64_t c = 0; c < t.hidden; ++c) y_.ptr<float>()[c] += x_.ptr<float>()[c];
+        model_->attention_block(l).forward_decode(ctx, y_, x_, positions_, cache_.k(l), cache_.v(l), n));
     // Feed-forward: y_ → x_ (the block adds its own residual).
     // (the block's largest weight decides: gate_up [2I, H] dense; one expert's [H, 2I] slice for MoE, since a
     // token reads only its top-k experts)

@@ -2,17 +2,18 @@
 // Greedy decoding with a KV cache for a Qwen3-VL model (dense or MoE), one sample at a time.
 //
 //   prefill(prompt)  : Model::forward over the prompt (vision encoder once, visual scatter, deepstack, MRoPE
-//                      positions from data/mrope_positions.hpp); then every layer's k (after k_norm + MRoPE) and v
-//                      rows are computed from that layer's input as the attention block does (same kernels, same
-//                      shapes: the layer inputs are kept by the forward in every recompute mode, the attention
-//                      stash is not under Recompute::kFull) and written to the cache; the stash is dropped and the
-//                      last position's logits [V] are returned. rope_delta = max(prompt positions) + 1 − length.
+//                      positions from data/mrope_positions.hpp); then every layer's attention block writes its k
+//                      (after k_norm + MRoPE) and v rows from the layer's input (AttentionBlock::fill_kv_cache: the
+//                      layer inputs are kept by the forward in every recompute mode, the attention stash is not
+//                      under Recompute::kFull); the stash is dropped and the last position's logits [V] are
+//                      returned. rope_delta = max(prompt positions) + 1 − length.
 //   step(token)      : the token at sequence index n = length() gets position n + rope_delta on all three MRoPE rows
 //                      (HF 4.57.1 Qwen3VLModel.forward: cache_position + rope_deltas cached at prefill; spec §4.5),
-//                      so the first generated token sits at max(prompt positions) + 1. Per layer:
-//                        h = RMSNorm(x); q, k, v = h·Wqᵀ, h·Wkᵀ, h·Wvᵀ; q = MRoPE(q_norm(q)); cache[n] = MRoPE(k_norm(k)), v
-//                        x = x + o_proj(decode_attention(q, cache[0..n]))          (GQA, scale D^-½, fp32 softmax)
-//                        x = MlpBlock / MoeBlock forward on the one token            (the model's own blocks)
+//                      so the first generated token sits at max(prompt positions) + 1. Per layer, the model's own
+//                      blocks (nn/attention_block.hpp, nn/kv_cache.hpp):
+//                        x = AttentionBlock::forward_decode(x)   (cache[n] = MRoPE(k_norm(k)), v; attention over
+//                                                                 cache[0..n] by kv_cache_attention_forward)
+//                        x = MlpBlock / MoeBlock forward on the one token
 //                      then the final RMSNorm and the LM head → logits [V]. Generated tokens are text: no visual
 //                      scatter, no deepstack add (HF drops pixel values after prefill, so does this).
 //   generate(prompt) : prefill, then argmax (ties → the lowest id, as torch.argmax) and step until an eos id is
@@ -25,30 +26,19 @@
 // least 2^22 elements (the LM head, large projections and MLPs) and on one thread otherwise: one-token ops are
 // too small to amortise an OpenMP region (and under oversubscription each region can cost a scheduler timeslice).
 // Numerics: decode uses the same kernels as the forward (rmsnorm, linear, rotary, embedding, the MLP/MoE block);
-// only the one-query attention over the cache is hand-written (fp32 dot products, max-subtracted softmax, fp32
-// accumulation), so step logits equal Model::forward + Model::logits over the whole sequence to ~1e-6 relative.
+// only the attention over the cache is another kernel (kv_cache_attention_forward: two-pass fp32 softmax), so step
+// logits equal Model::forward + Model::logits over the whole sequence to ~1e-6 relative.
 // Tests: examples/qwen3vl/tests/test_generate.cpp (teacher forcing vs the full forward; greedy ids equal HF
 // generate, tests/fixtures/qwen3vl/generate.json from tools/golden/make_generate_fixture.py; eos, max length,
-// errors; decode_attention vs an fp64 reference).
+// errors); the cache attention: tests/unit/test_kv_cache_attention.cpp.
 #include <cstdint>
 #include <vector>
 
 #include "batch_io.hpp"
 #include "model.hpp"
-#include "vlpar/kernels/rotary_math.hpp"
+#include "vlpar/nn/kv_cache.hpp"
 
 namespace qwen3vl {
-
-/// @brief Attention of one query token over the first `len` rows of a KV cache (causal by construction: every
-/// cached row precedes the query). GQA: query head i reads kv head i / (Hq / H_kv). Scores and softmax in fp32
-/// (max-subtracted), output accumulated in fp32. Parallel over query heads (no cross-head sums: deterministic).
-/// @param out     [Hq, D] f32 written
-/// @param q       [Hq, D] f32
-/// @param k_cache [capacity, H_kv, D] f32, rows [0, len) read
-/// @param v_cache [capacity, H_kv, D] f32
-/// @param len     1 ≤ len ≤ capacity
-Status decode_attention(const Context& ctx, TensorView out, TensorView q, TensorView k_cache, TensorView v_cache,
-                        int64_t len);
 
 /// @brief The greedy token: argmax of logits [V] f32, ties → the lowest id (torch.argmax). A NaN logit is an
 /// error naming its index.
@@ -106,24 +96,17 @@ class Generator {
   int64_t length() const { return length_; }          // tokens in the cache (0 before prefill)
   int64_t max_length() const { return max_length_; }  // cache capacity in tokens
   int64_t rope_delta() const { return rope_delta_; }  // position − sequence index of every generated token
-  int64_t cache_bytes() const;                        // k and v of every layer, preallocated
+  int64_t cache_bytes() const { return cache_.bytes(); }  // k and v of every layer, preallocated
 
  private:
   Generator() = default;
-  /// Rows [row0, row0 + n) of layer `layer`'s cache from the layer's normed input h [n, H] at positions [3, n];
-  /// k_raw, k_normed: [n, H_kv·D] scratch.
-  Status write_kv(const Context& ctx, int layer, TensorView h, TensorView positions, int64_t row0, TensorView k_raw,
-                  TensorView k_normed);
-
   const Model* model_ = nullptr;
   Allocator* alloc_ = nullptr;
-  vlpar::RotaryDesc rope_;
   int64_t max_length_ = 0, length_ = 0, rope_delta_ = 0;
   bool prefilled_ = false;
-  std::vector<Tensor> k_cache_, v_cache_;  // per layer [max_length, H_kv, D]
-  // Per-step buffers (one token): x, y, h [1, H]; q_raw, q, attn [1, Hq·D]; k_raw, k_normed [1, H_kv·D];
-  // positions i64 [3, 1]; token i64 [1]; logits [1, V].
-  Tensor x_, y_, h_, q_raw_, q_, attn_, k_raw_, k_normed_, positions_, token_, logits_;
+  vlpar::nn::KvCache cache_;  // per layer [max_length, H_kv, D]
+  // Per-step buffers (one token): x, y, h [1, H]; positions i64 [3, 1]; token i64 [1]; logits [1, V].
+  Tensor x_, y_, h_, positions_, token_, logits_;
 };
 
 }  // namespace qwen3vl

@@ -164,6 +164,7 @@ class Model {
   size_t lm_head_param_index() const { return lm_head_; }  // == embed_param_index() when tied
   /// The feed-forward block of layer `layer` over the registry, exactly as forward builds it.
   vlpar::nn::MlpBlock mlp_block(int layer) const { return mlp(layer); }
+  vlpar::nn::AttentionBlock attention_block(int layer) const { return attention(layer); }
   vlpar::nn::MoeBlock moe_block(int layer) const { return moe(layer); }
 
  private:

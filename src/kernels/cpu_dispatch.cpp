@@ -26,6 +26,7 @@
   Status check_varlen_attention(const VarlenAttentionDesc& desc); \
   Status varlen_attention_forward(const Context& ctx, TensorView out, TensorView lse, TensorView q, TensorView k, TensorView v, TensorView cu_seqlens, const VarlenAttentionDesc& desc); \
   Status varlen_attention_backward(const Context& ctx, TensorView dq, TensorView dk, TensorView dv, TensorView dout, TensorView q, TensorView k, TensorView v, TensorView out, TensorView lse, TensorView cu_seqlens, const VarlenAttentionDesc& desc); \
+  Status kv_cache_attention_forward(const Context& ctx, TensorView out, TensorView q, TensorView k_cache, TensorView v_cache, int64_t past); \
   Result<CrossEntropyResult> cross_entropy_forward(const Context& ctx, TensorView lse, TensorView logits, TensorView labels, const CrossEntropyDesc& desc); \
   Status cross_entropy_backward(const Context& ctx, TensorView dlogits, TensorView logits, TensorView labels, TensorView lse, const CrossEntropyDesc& desc, int64_t num_valid, float grad_loss); \
   Result<CrossEntropyResult> linear_cross_entropy(const Context& ctx, TensorView dhidden, TensorView dweight, TensorView hidden, TensorView weight, TensorView labels, const CrossEntropyDesc& desc, float grad_loss); \
@@ -178,6 +179,18 @@ Status varlen_attention_backward(const Context& ctx, TensorView dq, TensorView d
     case CpuIsa::kAvx2: return isa_avx2::varlen_attention_backward(ctx, dq, dk, dv, dout, q, k, v, out, lse, cu_seqlens, desc);
 #endif
     default: return isa_base::varlen_attention_backward(ctx, dq, dk, dv, dout, q, k, v, out, lse, cu_seqlens, desc);
+  }
+}
+
+Status kv_cache_attention_forward(const Context& ctx, TensorView out, TensorView q, TensorView k_cache, TensorView v_cache, int64_t past) {
+  switch (cpu_isa_active()) {
+#if defined(VLPAR_CPU_ISA_AVX512)
+    case CpuIsa::kAvx512: return isa_avx512::kv_cache_attention_forward(ctx, out, q, k_cache, v_cache, past);
+#endif
+#if defined(VLPAR_CPU_ISA_AVX2)
+    case CpuIsa::kAvx2: return isa_avx2::kv_cache_attention_forward(ctx, out, q, k_cache, v_cache, past);
+#endif
+    default: return isa_base::kv_cache_attention_forward(ctx, out, q, k_cache, v_cache, past);
   }
 }
 

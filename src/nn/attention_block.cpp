@@ -198,3 +198,87 @@ Status AttentionBlock::backward(const Context& ctx, TensorView dx, TensorView do
 }
 
 }  // namespace vlpar::nn
+
+// ---- incremental decoding ------------------------------------------------------------------------------------
+
+namespace vlpar::nn {
+
+namespace {
+Status check_cache(const char* who, const TensorView& kc, const TensorView& vc, int hkv, int64_t D, int64_t row0,
+                   int64_t n) {
+  VLPAR_CHECK(kc.dtype == DType::kF32 && kc.is_contiguous() && kc.ndim() == 3 && kc.size(1) == hkv && kc.size(2) == D,
+              "{}: k_cache must be a contiguous f32 [capacity, {}, {}] tensor, got {}", who, hkv, D, kc.to_string());
+  VLPAR_CHECK(vc.shape == kc.shape && vc.dtype == DType::kF32 && vc.is_contiguous(),
+              "{}: v_cache {} must be shaped like k_cache {}", who, vc.to_string(), kc.to_string());
+  VLPAR_CHECK(row0 >= 0 && row0 + n <= kc.size(0), "{}: cache rows [{}, {}) exceed the capacity {}", who, row0,
+              row0 + n, kc.size(0));
+  return Status::Ok();
+}
+}  // namespace
+
+// k/v of n tokens from their normed input h [n, H], into cache rows [row0, row0 + n).
+static Status write_kv_rows(const Context& ctx, const TransformerConfig& cfg, const AttentionWeights& w, int hkv,
+                            TensorView h, TensorView positions, const RotaryDesc& rd, TensorView kc, TensorView vc,
+                            int64_t row0) {
+  const int64_t n = h.size(0), D = cfg.head_dim;
+  const TensorView kr = kc.slice(0, row0, row0 + n), vr = vc.slice(0, row0, row0 + n);  // [n, hkv, D]
+  VLPAR_RETURN_IF_ERROR(linear_forward(ctx, as_shape(vr, {n, hkv * D}), h, w.v, {}));
+  if (!cfg.qk_norm) {
+    VLPAR_RETURN_IF_ERROR(linear_forward(ctx, as_shape(kr, {n, hkv * D}), h, w.k, {}));
+    return rotary_forward(ctx, kr, kr, positions, rd);
+  }
+  VLPAR_ASSIGN_OR_RETURN(Tensor k_raw, scratch(ctx, {n, hkv * D}));
+  VLPAR_ASSIGN_OR_RETURN(Tensor k_normed, scratch(ctx, {n, hkv, D}));
+  VLPAR_RETURN_IF_ERROR(linear_forward(ctx, k_raw, h, w.k, {}));
+  VLPAR_RETURN_IF_ERROR(
+      rmsnorm_forward(ctx, as_shape(k_normed, {n * hkv, D}), {}, as_shape(k_raw, {n * hkv, D}), w.k_norm, cfg.eps));
+  return rotary_forward(ctx, kr, k_normed, positions, rd);
+}
+
+Status AttentionBlock::fill_kv_cache(const Context& ctx, TensorView x, TensorView positions, TensorView k_cache,
+                                     TensorView v_cache, int64_t row0) const {
+  const char* kName = "attention block fill_kv_cache";
+  VLPAR_CHECK(!tp_.active(), "{}: tensor parallelism is not supported for decoding", kName);
+  const int64_t n = x.size(0), H = cfg_.hidden, D = cfg_.head_dim;
+  VLPAR_RETURN_IF_ERROR(check_shape(kName, "x", x, {n, H}));
+  VLPAR_RETURN_IF_ERROR(check_cache(kName, k_cache, v_cache, hkv_, D, row0, n));
+  VLPAR_ASSIGN_OR_RETURN(const RotaryDesc rd, detail::rotary_desc_for(kName, cfg_, positions, n));
+  VLPAR_ASSIGN_OR_RETURN(Tensor h, scratch(ctx, {n, H}));
+  VLPAR_RETURN_IF_ERROR(rmsnorm_forward(ctx, h, {}, x, w_.norm, cfg_.eps));
+  return write_kv_rows(ctx, cfg_, w_, hkv_, h, positions, rd, k_cache, v_cache, row0);
+}
+
+Status AttentionBlock::forward_decode(const Context& ctx, TensorView out, TensorView x, TensorView positions,
+                                      TensorView k_cache, TensorView v_cache, int64_t row0) const {
+  const char* kName = "attention block forward_decode";
+  VLPAR_CHECK_CODE(!tp_.active(), StatusCode::kNotSupported, "{}: tensor parallelism is not supported for decoding",
+                   kName);
+  const int64_t n = x.size(0), H = cfg_.hidden, D = cfg_.head_dim;
+  VLPAR_RETURN_IF_ERROR(check_shape(kName, "x", x, {n, H}));
+  VLPAR_RETURN_IF_ERROR(check_shape(kName, "out", out, {n, H}));
+  VLPAR_RETURN_IF_ERROR(check_cache(kName, k_cache, v_cache, hkv_, D, row0, n));
+  VLPAR_ASSIGN_OR_RETURN(const RotaryDesc rd, detail::rotary_desc_for(kName, cfg_, positions, n));
+  Context serial = ctx;
+  serial.num_threads = 1;
+  auto ctx_for = [&](int64_t work) -> const Context& { return work >= kDecodeParallelWork ? ctx : serial; };
+  VLPAR_ASSIGN_OR_RETURN(Tensor h, scratch(ctx, {n, H}));
+  VLPAR_ASSIGN_OR_RETURN(Tensor q, scratch(ctx, {n, hq_, D}));
+  VLPAR_ASSIGN_OR_RETURN(Tensor attn, scratch(ctx, {n, hq_, D}));
+  VLPAR_RETURN_IF_ERROR(rmsnorm_forward(serial, h, {}, x, w_.norm, cfg_.eps));
+  if (cfg_.qk_norm) {
+    VLPAR_ASSIGN_OR_RETURN(Tensor q_raw, scratch(ctx, {n, hq_ * D}));
+    VLPAR_RETURN_IF_ERROR(linear_forward(ctx_for(w_.q.numel()), q_raw, h, w_.q, {}));
+    VLPAR_RETURN_IF_ERROR(rmsnorm_forward(serial, as_shape(q, {n * hq_, D}), {}, as_shape(q_raw, {n * hq_, D}),
+                                          w_.q_norm, cfg_.eps));
+  } else {
+    VLPAR_RETURN_IF_ERROR(linear_forward(ctx_for(w_.q.numel()), as_shape(q, {n, hq_ * D}), h, w_.q, {}));
+  }
+  VLPAR_RETURN_IF_ERROR(rotary_forward(serial, q, q, positions, rd));
+  VLPAR_RETURN_IF_ERROR(write_kv_rows(ctx_for(w_.k.numel()), cfg_, w_, hkv_, h, positions, rd, k_cache, v_cache, row0));
+  VLPAR_RETURN_IF_ERROR(
+      kv_cache_attention_forward(ctx_for(hq_ * (row0 + n) * D), attn, q, k_cache, v_cache, row0));
+  VLPAR_RETURN_IF_ERROR(linear_forward(ctx_for(w_.o.numel()), out, as_shape(attn, {n, hq_ * D}), w_.o, {}));
+  return detail::add_(serial, out, x);
+}
+
+}  // namespace vlpar::nn

@@ -2,14 +2,14 @@
 //   TeacherForcing: prefill on the first k tokens of a sample, then feed the sample's true next tokens one by one;
 //     the logits at every position equal Model::forward + Model::logits over the whole sample. Tolerance 1e-5
 //     relative to the row's largest logit: both sides run the same fp32 kernels except the attention (the varlen
-//     kernel's online softmax vs decode_attention's two-pass softmax) and GEMM blocking over 1 row instead of N;
+//     kernel's online softmax vs kv_cache_attention_forward's two-pass softmax) and GEMM blocking over 1 row instead of N;
 //     a few u32 = 6e-8 per op over ~20 ops to the logits gives ~1e-6, the bound keeps a decade of slack. A wrong
 //     position, a missing q/k norm, a stale cache row or a dropped deepstack/vision row is an O(1) error.
 //   MatchesTransformersGenerate: the ids HF transformers 4.57.1 `generate` produced greedily (eager, fp32,
 //     use_cache, 12 new tokens; tests/fixtures/qwen3vl/generate.json from tools/golden/make_generate_fixture.py)
 //     are reproduced exactly. The fixture records each step's top-1 − top-2 logit gap: the smallest is checked to
 //     exceed 100× the logit error bound above, so exact equality is the right comparison (no near-ties).
-//   Eos / max length / errors; decode_attention against the fp64 reference (tests/tolerances.hpp default rule).
+//   Eos / max length / errors. (The attention over the cache: tests/unit/test_kv_cache_attention.cpp.)
 #include <nlohmann/json.hpp>
 
 #include <algorithm>
@@ -19,12 +19,10 @@
 #include <map>
 #include <memory>
 #include <optional>
-#include <random>
 
 #include "generate.hpp"
 #include "model_test_util.hpp"
 #include "tolerances.hpp"
-#include "vlpar/reference/attention.hpp"
 
 namespace qwen3vl {
 namespace {
@@ -45,81 +43,6 @@ int64_t last_vision_end(TensorView ids) {
 
 // max|a − b| / max|b| of two f32 [V] views.
 double row_rel(TensorView a, TensorView b) { return test::rel_diff(a, b); }
-
-// ---- decode_attention vs the fp64 reference ------------------------------------------------------------------
-
-// One query at the end of a causal segment of `len` tokens: the reference's last output row.
-void check_decode_attention(int hq, int hkv, int d, int64_t len, int64_t cap, int threads) {
-  std::mt19937 rng(uint32_t(hq * 1000 + hkv * 100 + d + len));
-  std::normal_distribution<double> nd(0.0, 1.0);
-  std::vector<float> q(size_t(hq * d)), k(size_t(cap * hkv * d)), v(size_t(cap * hkv * d)), out(q.size());
-  for (float& x : q) x = float(nd(rng));
-  for (float& x : k) x = float(nd(rng));
-  for (float& x : v) x = float(nd(rng));
-  // Rows past len are garbage the kernel must not read.
-  for (int64_t i = len * hkv * d; i < cap * hkv * d; ++i) k[size_t(i)] = v[size_t(i)] = 1e4f;
-  Context ctx = Context::cpu_default();
-  ctx.num_threads = threads;
-  ASSERT_TRUE(decode_attention(ctx, TensorView(out.data(), DType::kF32, Shape{hq, d}),
-                               TensorView(q.data(), DType::kF32, Shape{hq, d}),
-                               TensorView(k.data(), DType::kF32, Shape{cap, hkv, d}),
-                               TensorView(v.data(), DType::kF32, Shape{cap, hkv, d}), len)
-                  .ok());
-  // Reference: a segment of len queries whose last row is q (the other rows are never compared).
-  auto run = [&](auto zero) {
-    using S = decltype(zero);
-    std::vector<S> qs(size_t(len * hq * d), S(0)), ks(size_t(len * hkv * d)), vs(ks.size()), os(qs.size()),
-        lse(size_t(hq * len));
-    for (int64_t i = 0; i < hq * d; ++i) qs[size_t((len - 1) * hq * d + i)] = S(q[size_t(i)]);
-    for (size_t i = 0; i < ks.size(); ++i) {
-      ks[i] = S(k[i]);
-      vs[i] = S(v[i]);
-    }
-    const int32_t cu[2] = {0, int32_t(len)};
-    vlpar::reference::AttentionProblem p;
-    p.cu_seqlens = cu;
-    p.num_seqs = 1;
-    p.H = hq;
-    p.H_kv = hkv;
-    p.D = d;
-    vlpar::reference::attention_forward(os.data(), lse.data(), qs.data(), ks.data(), vs.data(), p);
-    return std::vector<S>(os.end() - hq * d, os.end());
-  };
-  const std::vector<double> ref = run(0.0);
-  const std::vector<float> naive = run(0.f);
-  double err = 0, naive_err = 0, scale = 0;
-  for (size_t i = 0; i < ref.size(); ++i) {
-    err = std::max(err, std::abs(double(out[i]) - ref[i]));
-    naive_err = std::max(naive_err, std::abs(double(naive[i]) - ref[i]));
-    scale = std::max(scale, std::abs(ref[i]));
-  }
-  const vlpar::test::Tolerance tol = vlpar::test::tolerance(vlpar::test::TolOp::kAttentionFwd, DType::kF32);
-  EXPECT_LE(err, tol.naive_factor * naive_err + tol.atol_ulps * vlpar::test::unit_roundoff(DType::kF32) * scale)
-      << "hq " << hq << " hkv " << hkv << " d " << d << " len " << len;
-}
-
-TEST(DecodeAttention, MatchesTheFp64Reference) {
-  check_decode_attention(4, 2, 16, 1, 4, 1);
-  check_decode_attention(4, 2, 16, 37, 40, 2);
-  check_decode_attention(3, 1, 24, 64, 64, 3);
-  check_decode_attention(2, 2, 8, 129, 200, 2);
-}
-
-TEST(DecodeAttention, RejectsBadInputs) {
-  std::vector<float> q(8), k(4 * 8), out(8);
-  Context ctx = Context::cpu_default();
-  const TensorView qv(q.data(), DType::kF32, Shape{2, 4}), ov(out.data(), DType::kF32, Shape{2, 4});
-  const TensorView kv(k.data(), DType::kF32, Shape{4, 2, 4});
-  EXPECT_FALSE(decode_attention(ctx, ov, qv, kv, kv, 0).ok());
-  EXPECT_FALSE(decode_attention(ctx, ov, qv, kv, kv, 5).ok());
-  EXPECT_FALSE(decode_attention(ctx, ov, qv, TensorView(k.data(), DType::kF32, Shape{4, 2, 2}), kv, 2).ok());
-  EXPECT_FALSE(decode_attention(ctx, ov, TensorView(q.data(), DType::kF32, Shape{1, 8}), kv, kv, 2).ok());
-  const Status s = decode_attention(ctx, ov, qv, TensorView(k.data(), DType::kF32, Shape{4, 3, 4}),
-                                    TensorView(k.data(), DType::kF32, Shape{4, 3, 4}), 1);
-  EXPECT_FALSE(s.ok());
-  EXPECT_NE(s.message().find("kv heads"), std::string::npos) << s.message();
-  EXPECT_TRUE(decode_attention(ctx, ov, qv, kv, kv, 4).ok());
-}
 
 TEST(GreedyToken, ArgmaxTiesToLowestIdNanIsAnError) {
   std::vector<float> l = {0.5f, 2.f, -1.f, 2.f};

@@ -34,4 +34,13 @@ Status varlen_attention_backward(const Context& ctx, TensorView dq, TensorView d
                                  TensorView q, TensorView k, TensorView v, TensorView out, TensorView lse,
                                  TensorView cu_seqlens, const VarlenAttentionDesc& desc);
 
+/// @brief Attention of n new tokens over a key/value cache (incremental decoding). New token i sits at cache row
+/// past + i and attends causally to rows [0, past + i]; rows [past, past + n) must already hold the new tokens'
+/// keys and values. Two-pass fp32 softmax per (token, head), scale D^-½, GQA as above; rows past past + n are
+/// never read. Bitwise identical for any thread count.
+/// @param out [n, H, D] f32 written; q [n, H, D] f32; k_cache, v_cache [capacity, H_kv, D] f32; all contiguous
+/// (kernel: src/kernels/cpu/kv_cache_attention.cpp; test: tests/unit/test_kv_cache_attention.cpp)
+Status kv_cache_attention_forward(const Context& ctx, TensorView out, TensorView q, TensorView k_cache,
+                                  TensorView v_cache, int64_t past);
+
 }  // namespace vlpar

@@ -11,7 +11,9 @@
 // backward: the input RMSNorm under SP (each rank saw its tokens), q_norm/k_norm whenever tp > 1 (each rank saw
 // its heads). Attention is varlen causal over the packed batch (cu_seqlens).
 // An empty gradient view freezes that parameter (nn/block.hpp). Storage f32 (CPU).
-// Test: tests/unit/test_nn_stack.cpp, tests/mpi/test_tp_equivalence.cpp.
+// Incremental decoding (fill_kv_cache, forward_decode) runs the same ops over a KvCache (nn/kv_cache.hpp).
+// Test: tests/unit/test_nn_stack.cpp, tests/mpi/test_tp_equivalence.cpp; decoding: examples/qwen3vl/tests/
+// test_generate.cpp.
 #include <cstddef>
 
 #include "vlpar/core/context.hpp"
@@ -70,6 +72,20 @@ class AttentionBlock {
   /// dx [N_loc, H] written (may not alias dout).
   Status backward(const Context& ctx, TensorView dx, TensorView dout, const PackedSeq& seq,
                   const AttentionStash& stash, const GradReadyFn& ready) const;
+
+  // ---- incremental decoding (inference: no stash, no gradients) --------------------------------------------
+  /// @brief Writes cache rows [row0, row0 + n) with the keys and values of n tokens: x [n, H] is the block input,
+  /// positions [n] or [3, n]; k = rotary(k_norm(RMSNorm(x)·Wkᵀ)) and v = RMSNorm(x)·Wvᵀ, as in forward (the
+  /// prefill after a full forward, which keeps every layer's input). k_cache, v_cache: [capacity, hkv, D] f32.
+  Status fill_kv_cache(const Context& ctx, TensorView x, TensorView positions, TensorView k_cache, TensorView v_cache,
+                       int64_t row0) const;
+  /// @brief n new tokens at cache rows [row0, row0 + n): writes their keys and values, then out [n, H] = x +
+  /// o_proj(attention of each over cache rows [0, its row]) (kv_cache_attention_forward). Ops touching fewer than
+  /// kDecodeParallelWork elements run on one thread (an OpenMP region costs more than a one-token op saves).
+  /// Tensor parallelism is not supported here (kNotSupported).
+  Status forward_decode(const Context& ctx, TensorView out, TensorView x, TensorView positions, TensorView k_cache,
+                        TensorView v_cache, int64_t row0) const;
+  static constexpr int64_t kDecodeParallelWork = int64_t(1) << 22;
 
   int local_heads() const { return hq_; }
   int local_kv_heads() const { return hkv_; }
