@@ -68,6 +68,10 @@ build() {
 package() {
   rm -rf build/install build/consumer build/consumer-core build/consumer-subdir
   cmake --install build/cpu --prefix "$(pwd)/build/install" > /dev/null
+  if grep -rn -- "-march" build/install/lib/cmake/vlpar build/install/lib/pkgconfig; then
+    echo "the installed package carries a -march flag (above)" >&2
+    exit 1
+  fi
   cmake -S tests/consumer -B build/consumer -DCMAKE_PREFIX_PATH="$(pwd)/build/install" -DCMAKE_BUILD_TYPE=Release \
     > /dev/null
   cmake --build build/consumer -j"$jobs"

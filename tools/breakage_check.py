@@ -64,6 +64,8 @@ cases = [
  ("zero: loaded state keeps the old master weights", "src/parallel/distributed_optimizer.cpp", "  }\n  return read_master_from_params();\n}", "  }\n  return Status::Ok();\n}", "mpi_trainer_zero:np2"),
  ("optim params: norm weight = copies, not 1/copies", "src/parallel/optim_params.cpp", "p.norm_weight = 1.0 / holders;", "p.norm_weight = holders;", "test_distributed_optimizer:np2"),
  ("kv cache attention: a new token does not see itself", "src/kernels/cpu/kv_cache_attention.cpp", "len = past + i + 1;", "len = past + i + (i == 0);", "test_kv_cache_attention"),
+ ("layer stack: full recompute reruns the layer on the next layer's input", "include/vlpar/nn/layer.hpp", "layers_[i].forward(ctx, scratch, st.inputs[i], seq, st.layer[i])", "layers_[i].forward(ctx, scratch, st.inputs[i + 1], seq, st.layer[i])", "test_layer_stack"),
+ ("decoder layer: stash bytes forget the attention output", "src/nn/decoder_layer.cpp", "int64_t floats = Nl * H;", "int64_t floats = 0;", "test_layer_stack"),
  ("placement: partial -> replicate does not reduce", "include/vlpar/parallel/placement.hpp", "    return comm::ReduceFromRegion::forward(c, out, in);", "    return out.data == in.data ? Status::Ok() : copy_(out, in);", "test_placement:np4"),
  ("placement: every rank takes the first block", "include/vlpar/parallel/placement.hpp", "r = {r.begin + i * len, r.begin + (i + 1) * len};", "r = {r.begin, r.begin + len};", "test_placement:np4"),
  ("cpu isa: a request for a lower path is ignored", "src/kernels/cpu_isa.cpp", "  return {want.value(), Status::Ok()};", "  return {best, Status::Ok()};", "test_cpu_isa"),

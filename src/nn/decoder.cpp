@@ -110,54 +110,42 @@ LmHead DecoderModel::head() const {
                 fn);
 }
 
+DecoderLayer DecoderModel::layer(int l) const {
+  return DecoderLayer(cfg_, tp_, attention(l), mlp(l), ParamRange{layer_base(l), params_per_layer(cfg_)});
+}
+
+LayerStack<DecoderLayer> DecoderModel::layers() const {
+  std::vector<DecoderLayer> v;
+  for (int l = 0; l < cfg_.num_layers; ++l) v.push_back(layer(l));
+  return LayerStack<DecoderLayer>(std::move(v), recompute_);
+}
+
 Result<CrossEntropyResult> DecoderModel::forward(const Context& ctx, const DecoderBatch& batch,
                                                  DecoderStash& st) const {
   const int64_t N = batch.ids.numel(), Nl = tp_.local_tokens(N), H = cfg_.hidden;
-  const int L = cfg_.num_layers;
   const PackedSeq s = seq(batch);
   VLPAR_CHECK(batch.labels.numel() == N && s.num_tokens() == N,
               "decoder forward: ids ({}), labels ({}) and positions ({}) must have one entry per token", N,
               batch.labels.numel(), batch.positions.to_string());
   VLPAR_CHECK(!tp_.sp() || N % tp_.size() == 0,
               "decoder forward: {} tokens do not split evenly over tp={} for sequence parallelism", N, tp_.size());
-  st.residual.clear();
-  st.attn.assign(size_t(L), {});
-  st.mlp.assign(size_t(L), {});
-  for (int i = 0; i < 2 * L + 1; ++i) {
-    VLPAR_ASSIGN_OR_RETURN(Tensor r, scratch(ctx, {Nl, H}));
-    st.residual.push_back(std::move(r));
-  }
-  VLPAR_RETURN_IF_ERROR(vocab_parallel_embedding_forward(ctx, tp_, st.residual[0], reg_.value(0), batch.ids,
+  VLPAR_ASSIGN_OR_RETURN(st.embed, scratch(ctx, {Nl, H}));
+  VLPAR_RETURN_IF_ERROR(vocab_parallel_embedding_forward(ctx, tp_, st.embed, reg_.value(0), batch.ids,
                                                          vocab_block_, cfg_.vocab));
-  for (int l = 0; l < L; ++l) {
-    VLPAR_RETURN_IF_ERROR(attention(l).forward(ctx, st.residual[size_t(2 * l + 1)], st.residual[size_t(2 * l)], s,
-                                               st.attn[size_t(l)]));
-    VLPAR_RETURN_IF_ERROR(mlp(l).forward(ctx, st.residual[size_t(2 * l + 2)], st.residual[size_t(2 * l + 1)], N,
-                                         st.mlp[size_t(l)]));
-  }
-  return head().forward(ctx, st.residual.back(), batch.labels, st.head);
+  VLPAR_ASSIGN_OR_RETURN(const TensorView last, layers().forward(ctx, st.embed, s, st.layers));
+  return head().forward(ctx, last, batch.labels, st.head);
 }
 
 Status DecoderModel::backward(const Context& ctx, const DecoderBatch& batch, DecoderStash& st, float grad_loss,
                               const GradReadyFn& ready) const {
   const int64_t N = batch.ids.numel(), Nl = tp_.local_tokens(N), H = cfg_.hidden;
-  const int L = cfg_.num_layers;
-  VLPAR_CHECK(st.residual.size() == size_t(2 * L + 1) && st.residual[0].shape() == Shape({Nl, H}),
+  VLPAR_CHECK(st.layers.inputs.size() == size_t(cfg_.num_layers + 1) && st.embed.shape() == Shape({Nl, H}),
               "decoder backward: the stash does not come from a forward over this batch");
-  // Two residual-gradient buffers used alternately: each block reads one and writes the other.
   VLPAR_ASSIGN_OR_RETURN(Tensor ga, scratch(ctx, {Nl, H}));
-  VLPAR_ASSIGN_OR_RETURN(Tensor gb, scratch(ctx, {Nl, H}));
+  VLPAR_ASSIGN_OR_RETURN(Tensor dx, scratch(ctx, {Nl, H}));
   VLPAR_RETURN_IF_ERROR(head().backward(ctx, ga, batch.labels, st.head, grad_loss, ready));
-  const PackedSeq s = seq(batch);
-  Tensor* cur = &ga;
-  Tensor* next = &gb;
-  for (int l = L - 1; l >= 0; --l) {
-    VLPAR_RETURN_IF_ERROR(mlp(l).backward(ctx, *next, *cur, N, st.mlp[size_t(l)], ready));
-    std::swap(cur, next);
-    VLPAR_RETURN_IF_ERROR(attention(l).backward(ctx, *next, *cur, s, st.attn[size_t(l)], ready));
-    std::swap(cur, next);
-  }
-  VLPAR_RETURN_IF_ERROR(vocab_parallel_embedding_backward(ctx, tp_, reg_.grad(0), *cur, batch.ids, vocab_block_));
+  VLPAR_RETURN_IF_ERROR(layers().backward(ctx, dx, ga, seq(batch), st.layers, ready));
+  VLPAR_RETURN_IF_ERROR(vocab_parallel_embedding_backward(ctx, tp_, reg_.grad(0), dx, batch.ids, vocab_block_));
   return ready ? ready(0) : Status::Ok();
 }
 

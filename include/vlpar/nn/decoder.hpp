@@ -35,6 +35,8 @@
 #include "vlpar/nn/attention_block.hpp"
 #include "vlpar/nn/block.hpp"
 #include "vlpar/nn/config.hpp"
+#include "vlpar/nn/decoder_layer.hpp"
+#include "vlpar/nn/layer.hpp"
 #include "vlpar/nn/lm_head.hpp"
 #include "vlpar/nn/mlp_block.hpp"
 #include "vlpar/nn/param_registry.hpp"
@@ -54,10 +56,9 @@ struct DecoderBatch {
 
 /// Everything backward needs, for one micro-batch.
 struct DecoderStash {
-  std::vector<Tensor> residual;  // [2L + 1] residual stream [N_loc, H]: embedding out, then each block's out
-  std::vector<AttentionStash> attn;
-  std::vector<MlpStash> mlp;
-  LmHeadStash head;              // final norm, LM head and loss
+  Tensor embed;                             // [N_loc, H] the embedding output (the first layer's input)
+  LayerStack<DecoderLayer>::Stash layers;   // the layers' inputs and stashes (nn/layer.hpp)
+  LmHeadStash head;                         // final norm, LM head and loss
 };
 
 class DecoderModel {
@@ -83,6 +84,12 @@ class DecoderModel {
   ParamRegistry& registry() { return reg_; }
   const ParamRegistry& registry() const { return reg_; }
 
+  /// The model as pre → layers → post: layer l (attention + MLP) as an nn::Layer, and all layers as a stack.
+  DecoderLayer layer(int l) const;
+  LayerStack<DecoderLayer> layers() const;
+  /// Activation recompute of the layer stack (bitwise the same gradients; nn/layer.hpp).
+  void set_recompute(Recompute r) { recompute_ = r; }
+
   const TransformerConfig& config() const { return cfg_; }
   const TensorParallel& tensor_parallel() const { return tp_; }
   const std::vector<ParamShard>& layout() const { return layout_; }
@@ -104,6 +111,7 @@ class DecoderModel {
   std::vector<ParamShard> layout_;
   ParamRegistry reg_;
   Range vocab_block_;
+  Recompute recompute_ = Recompute::kNone;
 };
 
 }  // namespace vlpar::nn

@@ -1,0 +1,135 @@
+#pragma once
+// The layer interface of nn: what a recompute policy, a memory model and (later) a pipeline stage need from one
+// layer of any model, and LayerStack, which runs a range of such layers. A model is
+//   pre (embedding, vision tower, ...) → LayerStack over layers [a, b) → post (final norm, head, loss)
+// and a pipeline stage or a recompute policy wraps any [a, b) of any model through this interface.
+//
+// A type L is a Layer when it has (N_loc = this rank's tokens, H = the residual width, both [N_loc, H]):
+//   typename L::Stash                                           what backward needs (default-constructible)
+//   Status forward(ctx, out, in, seq, stash) const              out written; `in` must outlive the stash
+//   Status backward(ctx, dx, dout, seq, stash, ready) const      dx written (not aliasing dout); parameter
+//                                                               gradients accumulated; ready(i) per final one
+//   ParamRange params() const                                    its registry indices [first, first + count)
+//   int64_t stash_bytes(int64_t tokens) const                    bytes its stash holds for `tokens` tokens
+//   double flops(const PackedSeq& seq) const                     forward FLOPs on this rank for the batch
+// Recompute policies of LayerStack: kNone keeps every layer's stash from forward to backward; kFull keeps only
+// each layer's input and re-runs the layer's forward just before its backward (the recomputed stash is bitwise the
+// forward's, so gradients are bitwise those of kNone).
+// Test: tests/unit/test_layer_stack.cpp (DecoderLayer: the concept, stash bytes = allocator bytes, kFull = kNone
+// bitwise, a sub-range of layers).
+#include <concepts>
+#include <cstddef>
+#include <cstdint>
+#include <span>
+#include <vector>
+
+#include "vlpar/core/context.hpp"
+#include "vlpar/core/tensor.hpp"
+#include "vlpar/nn/block.hpp"
+
+namespace vlpar::nn {
+
+/// Registry indices [first, first + count) of a layer's parameters.
+struct ParamRange {
+  size_t first = 0, count = 0;
+  friend bool operator==(const ParamRange&, const ParamRange&) = default;
+};
+
+template <class L>
+concept Layer = std::default_initializable<typename L::Stash> &&
+                requires(const L& l, const Context& ctx, TensorView t, const PackedSeq& seq, typename L::Stash& st,
+                         const GradReadyFn& ready, int64_t tokens) {
+                  { l.forward(ctx, t, t, seq, st) } -> std::same_as<Status>;
+                  { l.backward(ctx, t, t, seq, st, ready) } -> std::same_as<Status>;
+                  { l.params() } -> std::same_as<ParamRange>;
+                  { l.stash_bytes(tokens) } -> std::same_as<int64_t>;
+                  { l.flops(seq) } -> std::same_as<double>;
+                };
+
+enum class Recompute { kNone, kFull };
+
+/// Layers [0, n) of some model, run in order; activations come from ctx.allocator.
+template <Layer L>
+class LayerStack {
+ public:
+  struct Stash {
+    std::vector<TensorView> inputs;              // [n + 1]: layer i's input; inputs[n] = the last output
+    std::vector<Tensor> owned;                   // the outputs, owned here
+    std::vector<typename L::Stash> layer;        // [n] (empty entries under kFull)
+  };
+
+  LayerStack() = default;
+  explicit LayerStack(std::vector<L> layers, Recompute recompute = Recompute::kNone)
+      : layers_(std::move(layers)), recompute_(recompute) {}
+
+  size_t size() const { return layers_.size(); }
+  const L& layer(size_t i) const { return layers_.at(i); }
+  Recompute recompute() const { return recompute_; }
+  void set_recompute(Recompute r) { recompute_ = r; }
+  /// @brief Layers [a, b) as a stack of their own (a pipeline stage's share), same policy.
+  LayerStack range(size_t a, size_t b) const {
+    return LayerStack(std::vector<L>(layers_.begin() + std::ptrdiff_t(a), layers_.begin() + std::ptrdiff_t(b)),
+                      recompute_);
+  }
+  /// @brief Σ of the layers' stash bytes for `tokens` (0 under kFull: only the inputs are kept).
+  int64_t stash_bytes(int64_t tokens) const {
+    int64_t b = 0;
+    if (recompute_ == Recompute::kNone)
+      for (const L& l : layers_) b += l.stash_bytes(tokens);
+    return b;
+  }
+  double flops(const PackedSeq& seq) const {
+    double f = 0;
+    for (const L& l : layers_) f += l.flops(seq);
+    return f;
+  }
+
+  /// @brief Runs every layer; `in` [N_loc, H] must stay alive until backward. @return the last output.
+  Result<TensorView> forward(const Context& ctx, TensorView in, const PackedSeq& seq, Stash& st) const {
+    VLPAR_CHECK(ctx.allocator != nullptr, "LayerStack::forward: ctx.allocator must be set");
+    const size_t n = layers_.size();
+    st.inputs.assign(1, in);
+    st.owned.clear();
+    st.owned.reserve(n);
+    st.layer.assign(n, typename L::Stash{});
+    for (size_t i = 0; i < n; ++i) {
+      VLPAR_ASSIGN_OR_RETURN(Tensor out, Tensor::empty(*ctx.allocator, in.shape, in.dtype, in.device));
+      st.owned.push_back(std::move(out));
+      st.inputs.push_back(st.owned.back().view());
+      VLPAR_RETURN_IF_ERROR(layers_[i].forward(ctx, st.inputs[i + 1], st.inputs[i], seq, st.layer[i]));
+      if (recompute_ == Recompute::kFull) st.layer[i] = typename L::Stash{};  // only the inputs stay
+    }
+    return st.inputs.back();
+  }
+
+  /// @brief dx [N_loc, H] written = ∂/∂in; dout = ∂/∂(last output). Consumes the stash layer by layer.
+  Status backward(const Context& ctx, TensorView dx, TensorView dout, const PackedSeq& seq, Stash& st,
+                  const GradReadyFn& ready) const {
+    const size_t n = layers_.size();
+    VLPAR_CHECK(st.layer.size() == n && st.inputs.size() == n + 1,
+                "LayerStack::backward: the stash holds {} layers, the stack {} (run forward first)", st.layer.size(), n);
+    if (n == 0) return copy_(dx, dout);
+    Tensor ga, gb;  // the residual gradient, alternating between two buffers
+    VLPAR_ASSIGN_OR_RETURN(ga, Tensor::empty(*ctx.allocator, dout.shape, dout.dtype, dout.device));
+    VLPAR_ASSIGN_OR_RETURN(gb, Tensor::empty(*ctx.allocator, dout.shape, dout.dtype, dout.device));
+    TensorView cur = dout;
+    for (size_t i = n; i-- > 0;) {
+      if (recompute_ == Recompute::kFull) {  // rebuild layer i's stash: its forward again, output to scratch
+        VLPAR_ASSIGN_OR_RETURN(Tensor scratch, Tensor::empty(*ctx.allocator, dout.shape, dout.dtype, dout.device));
+        VLPAR_RETURN_IF_ERROR(layers_[i].forward(ctx, scratch, st.inputs[i], seq, st.layer[i]));
+      }
+      const TensorView next = i == 0 ? dx : (cur.data == ga.view().data ? gb.view() : ga.view());
+      VLPAR_RETURN_IF_ERROR(layers_[i].backward(ctx, next, cur, seq, st.layer[i], ready));
+      st.layer[i] = typename L::Stash{};  // consumed: free its activations and its output now
+      st.owned[i] = Tensor{};
+      cur = next;
+    }
+    return Status::Ok();
+  }
+
+ private:
+  std::vector<L> layers_;
+  Recompute recompute_ = Recompute::kNone;
+};
+
+}  // namespace vlpar::nn

@@ -1,0 +1,130 @@
+// The layer interface of nn (include/vlpar/nn/layer.hpp) on the decoder layer (nn/decoder_layer.hpp):
+//   - DecoderModel with Recompute::kFull gives the loss and every gradient of Recompute::kNone bit for bit (the
+//     recomputed stash is the forward's), and holds less memory at its peak;
+//   - stash_bytes(N) is exactly the bytes a layer's stash holds (the allocator's count across one forward);
+//   - a stack of layers [0, 1) and one of [1, 2), run one after the other, equal the whole stack bit for bit (the
+//     pipeline-stage cut), forward and backward;
+//   - flops() counts the projections and the causal attention pairs (checked against the formula by hand).
+#include <gtest/gtest.h>
+
+#include "nn_reference.hpp"
+#include "test_util.hpp"
+#include "vlpar/nn/decoder.hpp"
+
+namespace vlpar::test {
+namespace {
+
+constexpr uint64_t kSeed = 424242;
+
+struct StackRun {
+  double loss = 0;
+  std::vector<std::vector<double>> grads;
+  int64_t peak = 0;
+};
+
+StackRun run(const nn::TransformerConfig& cfg, HostBatch& hb, nn::Recompute r) {
+  Allocator alloc;
+  Context ctx = test_ctx(1);
+  ctx.allocator = &alloc;
+  auto model = nn::DecoderModel::create(ctx, cfg, {}, kSeed, alloc);
+  EXPECT_TRUE(model.ok()) << model.status().to_string();
+  model->set_recompute(r);
+  alloc.reset_peak(Device::cpu());
+  const int64_t base = alloc.stats(Device::cpu()).current_bytes;
+  nn::DecoderStash st;
+  const nn::DecoderBatch b = batch_views(hb);
+  auto l = model->forward(ctx, b, st);
+  EXPECT_TRUE(l.ok()) << l.status().to_string();
+  EXPECT_TRUE(model->backward(ctx, b, st).ok());
+  return {l.ok() ? l->loss : 0.0, views_as<double>(model->grads()), alloc.stats(Device::cpu()).peak_bytes - base};
+}
+
+TEST(LayerStack, FullRecomputeIsBitwiseTheSameAndSmaller) {
+  nn::TransformerConfig cfg = tiny_decoder_config();
+  cfg.num_layers = 3;
+  HostBatch hb = make_host_batch({13, 7, 10}, cfg.vocab, 5, cfg.ignore_index);
+  const StackRun keep = run(cfg, hb, nn::Recompute::kNone), redo = run(cfg, hb, nn::Recompute::kFull);
+  EXPECT_EQ(keep.loss, redo.loss);
+  ASSERT_EQ(keep.grads.size(), redo.grads.size());
+  for (size_t i = 0; i < keep.grads.size(); ++i) EXPECT_EQ(keep.grads[i], redo.grads[i]) << "parameter " << i;
+  EXPECT_LT(redo.peak, keep.peak);
+}
+
+TEST(LayerStack, StashBytesAreWhatTheStashHolds) {
+  nn::TransformerConfig cfg = tiny_decoder_config();
+  for (bool qk : {false, true}) {
+    cfg.qk_norm = qk;
+    HostBatch hb = make_host_batch({9, 6}, cfg.vocab, 7, cfg.ignore_index);
+    Allocator alloc;
+    Context ctx = test_ctx(1);
+    ctx.allocator = &alloc;
+    auto model = nn::DecoderModel::create(ctx, cfg, {}, kSeed, alloc);
+    ASSERT_TRUE(model.ok());
+    const nn::DecoderBatch b = batch_views(hb);
+    const nn::PackedSeq seq{b.cu_seqlens, b.positions};
+    const int64_t N = b.ids.numel();
+    Tensor x = random_tensor(alloc, {N, cfg.hidden}, DType::kF32, 3), y = Tensor::empty(alloc, {N, cfg.hidden}, DType::kF32).value();
+    const nn::DecoderLayer layer = model->layer(0);
+    const int64_t before = alloc.stats(Device::cpu()).current_bytes;
+    nn::DecoderLayer::Stash st;
+    ASSERT_TRUE(layer.forward(ctx, y, x, seq, st).ok());
+    EXPECT_EQ(alloc.stats(Device::cpu()).current_bytes - before, layer.stash_bytes(N)) << "qk_norm " << qk;
+    EXPECT_EQ(layer.params(), (nn::ParamRange{1, nn::DecoderModel::params_per_layer(cfg)}));
+  }
+}
+
+TEST(LayerStack, TwoRangesEqualTheWholeStack) {
+  nn::TransformerConfig cfg = tiny_decoder_config();
+  cfg.num_layers = 2;
+  HostBatch hb = make_host_batch({11, 8}, cfg.vocab, 9, cfg.ignore_index);
+  Allocator alloc;
+  Context ctx = test_ctx(1);
+  ctx.allocator = &alloc;
+  auto model = nn::DecoderModel::create(ctx, cfg, {}, kSeed, alloc);
+  ASSERT_TRUE(model.ok());
+  const nn::DecoderBatch b = batch_views(hb);
+  const nn::PackedSeq seq{b.cu_seqlens, b.positions};
+  const int64_t N = b.ids.numel(), H = cfg.hidden;
+  Tensor x = random_tensor(alloc, {N, H}, DType::kF32, 11), dout = random_tensor(alloc, {N, H}, DType::kF32, 12);
+  Tensor dx_whole = Tensor::empty(alloc, {N, H}, DType::kF32).value(), dx_split = Tensor::empty(alloc, {N, H}, DType::kF32).value();
+  const nn::LayerStack<nn::DecoderLayer> whole = model->layers();
+  nn::LayerStack<nn::DecoderLayer>::Stash sw;
+  auto yw = whole.forward(ctx, x, seq, sw);
+  ASSERT_TRUE(yw.ok());
+  const std::vector<double> out_whole = to_f64(yw.value());
+  ASSERT_TRUE(whole.backward(ctx, dx_whole, dout, seq, sw, {}).ok());
+  const std::vector<std::vector<double>> g_whole = views_as<double>(model->grads());
+  ASSERT_TRUE(model->zero_grads().ok());
+  // Stage 0 = layer 0, stage 1 = layer 1: stage 1's input is stage 0's output, its dx is stage 0's dout.
+  const nn::LayerStack<nn::DecoderLayer> s0 = whole.range(0, 1), s1 = whole.range(1, 2);
+  nn::LayerStack<nn::DecoderLayer>::Stash st0, st1;
+  auto y0 = s0.forward(ctx, x, seq, st0);
+  ASSERT_TRUE(y0.ok());
+  auto y1 = s1.forward(ctx, y0.value(), seq, st1);
+  ASSERT_TRUE(y1.ok());
+  EXPECT_EQ(to_f64(y1.value()), out_whole);
+  Tensor d_mid = Tensor::empty(alloc, {N, H}, DType::kF32).value();
+  ASSERT_TRUE(s1.backward(ctx, d_mid, dout, seq, st1, {}).ok());
+  ASSERT_TRUE(s0.backward(ctx, dx_split, d_mid, seq, st0, {}).ok());
+  EXPECT_TRUE(bitwise_equal("dx", dx_split, dx_whole));
+  EXPECT_EQ(views_as<double>(model->grads()), g_whole);
+}
+
+TEST(LayerStack, FlopsCountProjectionsAndCausalPairs) {
+  nn::TransformerConfig cfg = tiny_decoder_config();
+  HostBatch hb = make_host_batch({5, 3}, cfg.vocab, 1, cfg.ignore_index);
+  Allocator alloc;
+  Context ctx = test_ctx(1);
+  ctx.allocator = &alloc;
+  auto model = nn::DecoderModel::create(ctx, cfg, {}, kSeed, alloc);
+  ASSERT_TRUE(model.ok());
+  const nn::DecoderBatch b = batch_views(hb);
+  const double H = double(cfg.hidden), D = double(cfg.head_dim), hq = cfg.heads, hkv = cfg.kv_heads,
+               I = double(cfg.intermediate), N = 8;
+  const double proj = 2 * N * H * (hq + 2 * hkv) * D + 2 * N * hq * D * H + 2 * N * H * 2 * I + 2 * N * I * H;
+  const double pairs = 5 * 6 / 2 + 3 * 4 / 2;
+  EXPECT_DOUBLE_EQ(model->layer(0).flops(nn::PackedSeq{b.cu_seqlens, b.positions}), proj + 4 * D * hq * pairs);
+}
+
+}  // namespace
+}  // namespace vlpar::test
