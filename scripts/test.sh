@@ -48,8 +48,8 @@ generated() {
 }
 
 cuda() {
-  if ! command -v nvcc > /dev/null 2>&1 && [ ! -x /usr/local/cuda/bin/nvcc ]; then
-    echo "no nvcc: CUDA stage skipped"
+  if [ ! -x /usr/local/cuda/bin/nvcc ]; then  # the cuda preset's compiler
+    echo "no /usr/local/cuda/bin/nvcc: CUDA stage skipped"
     return
   fi
   echo "CUDA: $(/usr/local/cuda/bin/nvcc --version | tail -1)"
@@ -68,7 +68,11 @@ build() {
 package() {
   rm -rf build/install build/consumer build/consumer-core build/consumer-subdir
   cmake --install build/cpu --prefix "$(pwd)/build/install" > /dev/null
-  if grep -rn -- "-march" build/install/lib/cmake/vlpar build/install/lib/pkgconfig; then
+  if [ -z "$(find build/install -name vlparConfig.cmake)" ] || [ -z "$(find build/install -name vlpar.pc)" ]; then
+    echo "cmake --install wrote no vlparConfig.cmake or vlpar.pc" >&2
+    exit 1
+  fi
+  if grep -rn --include='*.cmake' --include='*.pc' -- "-march" build/install; then
     echo "the installed package carries a -march flag (above)" >&2
     exit 1
   fi
@@ -78,13 +82,17 @@ package() {
   ./build/consumer/vlpar_consumer
   cmake -S tests/consumer -B build/consumer-core -DVLPAR_CONSUMER_CORE=ON \
     -DCMAKE_PREFIX_PATH="$(pwd)/build/install" -DCMAKE_BUILD_TYPE=Release > /dev/null
-  cmake --build build/consumer-core -j"$jobs" -v > build/consumer-core/build.log
+  if ! cmake --build build/consumer-core -j"$jobs" -v > build/consumer-core/build.log 2>&1; then
+    cat build/consumer-core/build.log
+    exit 1
+  fi
   ./build/consumer-core/vlpar_consumer
-  if grep -E -- "-ljpeg|-lpng|pcre2|yaml|libjpeg|libpng" build/consumer-core/build.log; then
+  local heavy='(-l(jpeg|png|png16|pcre2-8|yaml-cpp)( |$))|lib(jpeg|png16|pcre2-8|yaml-cpp)[.](so|a)'
+  if grep -E -- "$heavy" build/consumer-core/build.log; then
     echo "consumer of core+kernels+comm+nn links an image, regex or YAML library (above)" >&2
     exit 1
   fi
-  if ldd ./build/consumer-core/vlpar_consumer | grep -E "jpeg|png|pcre2|yaml"; then
+  if ldd ./build/consumer-core/vlpar_consumer | grep -E "lib(jpeg|png16|pcre2-8|yaml-cpp)[.]so"; then
     echo "consumer of core+kernels+comm+nn depends on an image, regex or YAML library (above)" >&2
     exit 1
   fi

@@ -66,6 +66,7 @@ cases = [
  ("kv cache attention: a new token does not see itself", "src/kernels/cpu/kv_cache_attention.cpp", "len = past + i + 1;", "len = past + i + (i == 0);", "test_kv_cache_attention"),
  ("layer stack: full recompute reruns the layer on the next layer's input", "include/vlpar/nn/layer.hpp", "layers_[i].forward(ctx, scratch, st.inputs[i], seq, st.layer[i])", "layers_[i].forward(ctx, scratch, st.inputs[i + 1], seq, st.layer[i])", "test_layer_stack"),
  ("decoder layer: stash bytes forget the attention output", "src/nn/decoder_layer.cpp", "int64_t floats = Nl * H;", "int64_t floats = 0;", "test_layer_stack"),
+ ("moe: frozen weights reported ready", "src/nn/moe_block.cpp", "return ready && !grads_by_offset[k].empty() ? ready(first_param_ + k) : Status::Ok();", "(void)grads_by_offset;\n    return ready ? ready(first_param_ + k) : Status::Ok();", "test_freeze"),
  ("placement: partial -> replicate does not reduce", "include/vlpar/parallel/placement.hpp", "    return comm::ReduceFromRegion::forward(c, out, in);", "    return out.data == in.data ? Status::Ok() : copy_(out, in);", "test_placement:np4"),
  ("placement: every rank takes the first block", "include/vlpar/parallel/placement.hpp", "r = {r.begin + i * len, r.begin + (i + 1) * len};", "r = {r.begin, r.begin + len};", "test_placement:np4"),
  ("cpu isa: a request for a lower path is ignored", "src/kernels/cpu_isa.cpp", "  return {want.value(), Status::Ok()};", "  return {best, Status::Ok()};", "test_cpu_isa"),

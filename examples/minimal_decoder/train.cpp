@@ -14,6 +14,7 @@
 // falls, and a run resumed from its checkpoint ends on the same loss bit for bit as an uninterrupted one).
 #include <fmt/format.h>
 
+#include <charconv>
 #include <cmath>
 #include <cstdlib>
 #include <fstream>
@@ -47,6 +48,14 @@ struct Args {
   int threads = 0;      // 0 = all cores
 };
 
+// An integer option's value, or an error naming the option.
+Result<int> int_option(const std::string& key, const std::string& v) {
+  int x = 0;
+  const auto [end, ec] = std::from_chars(v.data(), v.data() + v.size(), x);
+  VLPAR_CHECK(ec == std::errc() && end == v.data() + v.size(), "{} needs an integer, got '{}'", key, v);
+  return x;
+}
+
 Result<Args> parse_args(int argc, char** argv) {
   Args a;
   for (int i = 1; i < argc; ++i) {
@@ -57,22 +66,28 @@ Result<Args> parse_args(int argc, char** argv) {
     }
     VLPAR_CHECK(i + 1 < argc, "{} needs a value", k);
     const std::string v = argv[++i];
-    if (k == "--data") a.data = v;
-    else if (k == "--out") a.out = v;
-    else if (k == "--tp") a.tp = std::atoi(v.c_str());
-    else if (k == "--steps") a.steps = std::atoi(v.c_str());
-    else if (k == "--stop-after") a.stop_after = std::atoi(v.c_str());
-    else if (k == "--batch") a.batch = std::atoi(v.c_str());
-    else if (k == "--seq") a.seq = std::atoi(v.c_str());
-    else if (k == "--save-every") a.save_every = std::atoi(v.c_str());
-    else if (k == "--lr") a.lr = std::atof(v.c_str());
-    else if (k == "--threads") a.threads = std::atoi(v.c_str());
-    else return VLPAR_STATUS(StatusCode::kInvalidArgument, "unknown option {}", k);
+    if (k == "--data") {
+      a.data = v;
+    } else if (k == "--out") {
+      a.out = v;
+    } else if (k == "--lr") {
+      char* end = nullptr;
+      a.lr = std::strtod(v.c_str(), &end);
+      VLPAR_CHECK(end != v.c_str() && *end == '\0', "--lr needs a number, got '{}'", v);
+    } else {
+      int* target = k == "--tp" ? &a.tp : k == "--steps" ? &a.steps : k == "--stop-after" ? &a.stop_after
+                  : k == "--batch" ? &a.batch : k == "--seq" ? &a.seq : k == "--save-every" ? &a.save_every
+                  : k == "--threads" ? &a.threads : nullptr;
+      VLPAR_CHECK(target != nullptr, "unknown option {}", k);
+      VLPAR_ASSIGN_OR_RETURN(*target, int_option(k, v));
+    }
   }
   VLPAR_CHECK(!a.data.empty(), "usage: minimal-decoder --data FILE [--tp N] [--zero1] [--steps N] [--stop-after N] "
                                "[--batch N] [--seq N] [--save-every N] [--lr X] [--threads N] [--out DIR]");
-  VLPAR_CHECK(a.tp >= 1 && a.steps >= 1 && a.batch >= 1 && a.seq >= 2 && a.save_every >= 1 && a.lr > 0,
-              "--tp, --steps, --batch, --save-every must be >= 1, --seq >= 2 and --lr > 0");
+  VLPAR_CHECK(a.tp >= 1 && a.steps >= 1 && a.batch >= 1 && a.seq >= 2 && a.save_every >= 1 && a.lr > 0 &&
+                  a.stop_after >= 0 && a.threads >= 0,
+              "--tp, --steps, --batch, --save-every must be >= 1, --seq >= 2, --lr > 0, --stop-after and --threads "
+              ">= 0");
   return a;
 }
 
@@ -257,8 +272,10 @@ int main(int argc, char** argv) {
     fmt::print(stderr, "minimal-decoder: {}\n", args.status().message());
     return 2;
   }
-  // Under mpirun (Open MPI sets OMPI_COMM_WORLD_SIZE) the ranks form the world; otherwise one process, no MPI.
+  // Under mpirun (Open MPI sets OMPI_COMM_WORLD_SIZE, MPICH and srun PMI_SIZE) the ranks form the world; otherwise
+  // one process, no MPI.
   const char* ws = std::getenv("OMPI_COMM_WORLD_SIZE");
+  if (ws == nullptr) ws = std::getenv("PMI_SIZE");
   std::optional<comm::MpiSession> session;
   std::unique_ptr<comm::Communicator> world;
   if (ws != nullptr && std::atoi(ws) > 1) {

@@ -367,7 +367,13 @@ Result<TrainSummary> Trainer::run() {
       loss_sum[1] += w * l.aux_loss * model_->config().text.router_aux_loss_coef;
       // The last micro-batch's backward reports each finished gradient, starting the dp reduction of full buckets.
       nn::GradReadyFn ready;
-      if (i + 1 == micro.size()) ready = [this](size_t r) { return optim_->grad_ready(optim_slot_[r]); };
+      if (i + 1 == micro.size()) {
+        ready = [this](size_t r) -> Status {
+          VLPAR_CHECK(r < optim_slot_.size() && optim_slot_[r] != SIZE_MAX,
+                      "the backward reported parameter {} ready, which the optimizer does not train (frozen?)", r);
+          return optim_->grad_ready(optim_slot_[r]);
+        };
+      }
       VLPAR_RETURN_IF_ERROR(model_->backward(ctx_, micro[i].data.batch, stash, float(w), ready));
       tokens += micro[i].real_tokens;
       images += micro[i].images;
@@ -378,11 +384,10 @@ Result<TrainSummary> Trainer::run() {
       grids.insert(grids.end(), micro[i].data.batch.video_grids.begin(), micro[i].data.batch.video_grids.end());
       flops += count_flops(model_->config(), lengths, grids).train();
     }
-    if (loss_sum[2] != 0) {
-      // This rank stopped before its last backward: report every gradient, so its bucket reductions are issued in
-      // the same order as its peers' (whose backward did) before the loss all-reduce below.
-      for (size_t k = 0; k < optim_->num_params(); ++k) VLPAR_RETURN_IF_ERROR(optim_->grad_ready(k));
-    }
+    // Every gradient not reported by the backward (all of them when this rank stopped at a non-finite loss) is
+    // reported now, so every rank has started all its bucket reductions, in bucket order, before the loss
+    // all-reduce below on the same dp group.
+    VLPAR_RETURN_IF_ERROR(optim_->grad_ready_remaining());
     if (vlpar::comm::Communicator* dp = dp_comm()) {
       VLPAR_RETURN_IF_ERROR(dp->all_reduce(TensorView(loss_sum, DType::kF64, Shape{3}),
                                                  vlpar::comm::ReduceOp::kSum));

@@ -238,7 +238,8 @@ static Status write_kv_rows(const Context& ctx, const TransformerConfig& cfg, co
 Status AttentionBlock::fill_kv_cache(const Context& ctx, TensorView x, TensorView positions, TensorView k_cache,
                                      TensorView v_cache, int64_t row0) const {
   const char* kName = "attention block fill_kv_cache";
-  VLPAR_CHECK(!tp_.active(), "{}: tensor parallelism is not supported for decoding", kName);
+  VLPAR_CHECK_CODE(!tp_.active(), StatusCode::kNotSupported, "{}: tensor parallelism is not supported for decoding",
+                   kName);
   const int64_t n = x.size(0), H = cfg_.hidden, D = cfg_.head_dim;
   VLPAR_RETURN_IF_ERROR(check_shape(kName, "x", x, {n, H}));
   VLPAR_RETURN_IF_ERROR(check_cache(kName, k_cache, v_cache, hkv_, D, row0, n));
@@ -256,6 +257,7 @@ Status AttentionBlock::forward_decode(const Context& ctx, TensorView out, Tensor
   const int64_t n = x.size(0), H = cfg_.hidden, D = cfg_.head_dim;
   VLPAR_RETURN_IF_ERROR(check_shape(kName, "x", x, {n, H}));
   VLPAR_RETURN_IF_ERROR(check_shape(kName, "out", out, {n, H}));
+  VLPAR_CHECK(out.data != x.data, "{}: out must not alias x (the residual is added after the projection)", kName);
   VLPAR_RETURN_IF_ERROR(check_cache(kName, k_cache, v_cache, hkv_, D, row0, n));
   VLPAR_ASSIGN_OR_RETURN(const RotaryDesc rd, detail::rotary_desc_for(kName, cfg_, positions, n));
   Context serial = ctx;

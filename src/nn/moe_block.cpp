@@ -129,7 +129,11 @@ Status MoeBlock::backward(const Context& ctx, TensorView dx, TensorView dout, in
   VLPAR_CHECK(grad_aux == 0.f || (aux != nullptr && aux->rows >= N),
               "{}: grad_aux = {} needs the finished aux statistics of every MoE layer (got {})", kName, grad_aux,
               aux ? fmt::format("{} rows", aux->rows) : std::string("none"));
-  auto mark = [&](size_t k) { return ready ? ready(first_param_ + k) : Status::Ok(); };
+  // ready(first_param + k) once that gradient is final; never for a frozen parameter (empty gradient view).
+  const TensorView grads_by_offset[4] = {g_.norm, g_.router, g_.gate_up, g_.down};
+  auto mark = [&](size_t k) {
+    return ready && !grads_by_offset[k].empty() ? ready(first_param_ + k) : Status::Ok();
+  };
   const RouterDesc rdesc{int(E), int(K)};
   const auto& offsets = st.plan.offsets;
 

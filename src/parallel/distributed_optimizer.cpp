@@ -109,6 +109,8 @@ Status DistributedOptimizer::grad_ready(size_t i) {
   return buckets_ ? buckets_->mark_ready(i) : Status::Ok();
 }
 
+Status DistributedOptimizer::grad_ready_remaining() { return buckets_ ? buckets_->mark_remaining() : Status::Ok(); }
+
 AdamWConfig DistributedOptimizer::adamw_for(size_t param, const AdamWConfig& base) const {
   AdamWConfig c = base;
   if (!params_[param].weight_decay) c.weight_decay = 0.f;
@@ -243,6 +245,12 @@ Status DistributedOptimizer::load_state(const OptimizerState& s) {
       if (s.v[i].data != v_[i].view().data) VLPAR_RETURN_IF_ERROR(copy_(v_[i], s.v[i]));
     }
     return Status::Ok();
+  }
+  for (size_t i = 0; i < params_.size(); ++i) {
+    for (const TensorView& t : {s.m[i], s.v[i]})
+      VLPAR_CHECK(t.data != nullptr && t.dtype == DType::kF32 && t.is_contiguous() && t.numel() == params_[i].value.numel(),
+                  "optimizer: load_state: the state of parameter {} '{}' is {}, expected a contiguous f32 tensor of {} "
+                  "elements", i, params_[i].name, t.to_string(), params_[i].value.numel());
   }
   for (ShardState& sh : shards_) {
     for (const Segment& g : sh.segments) {

@@ -88,6 +88,12 @@ Status GradBuckets::mark_ready(size_t i) {
   return Status::Ok();
 }
 
+Status GradBuckets::mark_remaining() {
+  for (size_t i = 0; i < grads_.size(); ++i)
+    if (!marked_[i]) VLPAR_RETURN_IF_ERROR(mark_ready(i));
+  return Status::Ok();
+}
+
 Status GradBuckets::finish() {
   const float scale = cfg_.average ? 1.0f / float(dp_->size()) : 1.0f;
   exposed_seconds_ = 0.0;

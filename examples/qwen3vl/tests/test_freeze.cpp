@@ -1,6 +1,8 @@
 // Freezing: a frozen group allocates no gradient (the registry's grad views are empty and the allocator holds
 // less), its weight-gradient GEMMs are skipped, and every trainable gradient is bitwise the same as in the
-// unfrozen run (the same kernels see the same inputs; only work is removed).
+// unfrozen run (the same kernels see the same inputs; only work is removed). The backward's ready hook reports
+// every trainable parameter exactly once, in Model::backward_order(), and never a frozen one (the data-parallel
+// optimizer has no slot for it: a frozen MoE layer once reported its weights and failed the trainer).
 #include "model_test_util.hpp"
 
 namespace qwen3vl {
@@ -14,7 +16,16 @@ struct Case {
 void run_step(test::Loaded& l) {
   Stash st;
   ASSERT_TRUE(l.model->forward(l.ctx, l.batch->batch, st).ok());
-  ASSERT_TRUE(l.model->backward(l.ctx, l.batch->batch, st).ok());
+  std::vector<size_t> reported;
+  const nn::GradReadyFn ready = [&](size_t i) {
+    reported.push_back(i);
+    return Status::Ok();
+  };
+  ASSERT_TRUE(l.model->backward(l.ctx, l.batch->batch, st, 1.f, ready).ok());
+  std::vector<size_t> want;
+  for (size_t i : l.model->backward_order())
+    if (!l.model->registry().frozen(i)) want.push_back(i);
+  EXPECT_EQ(reported, want);
 }
 
 void check_freeze(const std::string& fixture, const Case& c) {

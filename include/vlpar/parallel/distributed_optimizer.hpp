@@ -68,6 +68,9 @@ class DistributedOptimizer {
 
   /// @brief Parameter i's gradient is final for this step (starts its bucket's reduction when complete).
   Status grad_ready(size_t i);
+  /// @brief Reports every gradient not yet reported this step (all buckets have then started). Call it on every
+  /// rank before another collective on the dp group when some rank may not have reported all its gradients.
+  Status grad_ready_remaining();
   /// @brief Finishes the reduction, computes the norm, clips, and applies AdamW at learning rate `lr`.
   Result<StepReport> step(const Context& ctx, double lr);
   /// @brief Ends the step without an update (the caller saw a non-finite loss): completes the reductions, so every

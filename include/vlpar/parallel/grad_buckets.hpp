@@ -48,6 +48,8 @@ class GradBuckets {
 
   /// @brief Gradient i is final for this step; starts its bucket's reduction when the bucket is complete.
   Status mark_ready(size_t i);
+  /// @brief Marks every gradient not yet marked this step (every bucket has then started, in index order).
+  Status mark_remaining();
   /// @brief Waits for all buckets (launching any incomplete ones), scales, and (all-reduce mode) unpacks.
   /// Resets for the next step.
   Status finish();

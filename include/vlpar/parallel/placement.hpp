@@ -135,6 +135,11 @@ inline Status copy_block(TensorView local, TensorView full, const Block& b) {
               "copy_block: local {} must be the contiguous block {} of full {}", local.to_string(),
               b.shape().to_string(), full.to_string());
   const int nd = full.ndim();
+  for (int d = 0; d < nd; ++d)
+    VLPAR_CHECK(b.dims[size_t(d)].begin >= 0 && b.dims[size_t(d)].begin <= b.dims[size_t(d)].end &&
+                    b.dims[size_t(d)].end <= full.shape.dims[d],
+                "copy_block: dim {} of the block [{}, {}) is outside the tensor {}", d, b.dims[size_t(d)].begin,
+                b.dims[size_t(d)].end, full.to_string());
   const size_t es = dtype_size(full.dtype);
   const int64_t inner = nd > 0 ? b.dims.back().size() : 1;
   const int64_t rows = inner > 0 ? local.numel() / inner : 0;
