@@ -156,10 +156,7 @@ std::vector<io::CheckpointTensor> checkpoint_tensors(const nn::DecoderModel& mod
                                                      const std::vector<size_t>& order, int tp_rank, int tp,
                                                      int dp_rank) {
   const nn::ParamRegistry& reg = model.registry();
-  auto replica = [&](const nn::ParamShard& p) {
-    const int64_t copies = p.local_shape().numel() * tp / p.full_shape.numel();
-    return int(dp_rank * copies + tp_rank % copies);
-  };
+  auto replica = [&](const nn::ParamShard& p) { return io::replica_index(p, tp, tp_rank, dp_rank); };
   std::vector<io::CheckpointTensor> out;
   for (size_t i = 0; i < reg.size(); ++i)
     out.push_back(io::sharded_tensor(reg.name(i), reg.value(i), reg.entry(i).shard, replica(reg.entry(i).shard)));

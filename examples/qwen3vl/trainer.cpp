@@ -187,13 +187,7 @@ Result<std::unique_ptr<Trainer>> Trainer::create(const TrainConfig& cfg, vlpar::
 // ---- checkpoints ---------------------------------------------------------------------------------------------
 
 std::vector<io::CheckpointTensor> Trainer::checkpoint_tensors(const vlpar::parallel::OptimizerState& optim) {
-  // Replica numbering: the ranks holding identical copies of a shard are the dp replicas times the tp ranks that
-  // hold the same pieces (all tp ranks for a replicated tensor, tp/nKV for a replicated kv head).
-  const int tp = cfg_.parallel.tp;
-  auto replica_of = [&](const nn::ParamShard& p) {
-    const int64_t copies = p.local_shape().numel() * tp / p.full_shape.numel();  // tp ranks with these pieces
-    return int(dp_rank_ * copies + tp_rank_ % copies);
-  };
+  auto replica_of = [&](const nn::ParamShard& p) { return io::replica_index(p, cfg_.parallel.tp, tp_rank_, dp_rank_); };
   std::vector<io::CheckpointTensor> out;
   const nn::ParamRegistry& reg = model_->registry();
   for (size_t i = 0; i < reg.size(); ++i) {

@@ -507,6 +507,11 @@ CheckpointTensor sharded_tensor(std::string name, TensorView local, const nn::Pa
   return t;
 }
 
+int replica_index(const nn::ParamShard& shard, int tp, int tp_rank, int dp_rank) {
+  const int64_t copies = shard.local_shape().numel() * tp / std::max<int64_t>(1, shard.full_shape.numel());
+  return int(dp_rank * copies + tp_rank % std::max<int64_t>(1, copies));
+}
+
 // ---- save ----------------------------------------------------------------------------------------------------------
 
 Status prepare_checkpoint(const CheckpointWriteSpec& spec) {

@@ -67,6 +67,11 @@ CheckpointTensor replicated_tensor(std::string name, TensorView local, int repli
 /// @brief A tensor laid out as `shard` describes (its full_shape, shard_dim and pieces).
 CheckpointTensor sharded_tensor(std::string name, TensorView local, const nn::ParamShard& shard, int replica = 0);
 
+/// @brief The replica number of this rank's copy of a tp shard in a tp × dp layout: the ranks holding the same
+/// pieces are the dp replicas times the tp ranks with identical pieces (all tp ranks for a replicated tensor,
+/// tp / H_kv for a replicated kv head), numbered dp_rank · copies + tp_rank mod copies; replica 0 writes.
+int replica_index(const nn::ParamShard& shard, int tp, int tp_rank, int dp_rank);
+
 /// What one rank saves.
 struct CheckpointWriteSpec {
   std::string root;                            // checkpoints live in <root>/step-<step>/ (created as needed)
