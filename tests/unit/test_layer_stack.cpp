@@ -7,6 +7,8 @@
 //   - flops() counts the projections and the causal attention pairs (checked against the formula by hand).
 #include <gtest/gtest.h>
 
+#include <optional>
+
 #include "nn_reference.hpp"
 #include "test_util.hpp"
 #include "vlpar/nn/decoder.hpp"
@@ -15,6 +17,25 @@ namespace vlpar::test {
 namespace {
 
 constexpr uint64_t kSeed = 424242;
+
+// A model of `cfg` on one thread, and the views of a batch of the given sample lengths.
+struct ModelSetup {
+  Allocator alloc;
+  Context ctx = test_ctx(1);
+  HostBatch hb;
+  nn::DecoderBatch batch;
+  nn::PackedSeq seq;
+  std::optional<nn::DecoderModel> model;
+  ModelSetup(const nn::TransformerConfig& cfg, const std::vector<int>& lengths, uint64_t data_seed) {
+    ctx.allocator = &alloc;
+    hb = make_host_batch(lengths, cfg.vocab, data_seed, cfg.ignore_index);
+    batch = batch_views(hb);
+    seq = nn::PackedSeq{batch.cu_seqlens, batch.positions};
+    auto m = nn::DecoderModel::create(ctx, cfg, {}, kSeed, alloc);
+    EXPECT_TRUE(m.ok()) << m.status().to_string();
+    if (m.ok()) model.emplace(std::move(m).value());
+  }
+};
 
 struct StackRun {
   double loss = 0;
@@ -54,15 +75,13 @@ TEST(LayerStack, StashBytesAreWhatTheStashHolds) {
   nn::TransformerConfig cfg = tiny_decoder_config();
   for (bool qk : {false, true}) {
     cfg.qk_norm = qk;
-    HostBatch hb = make_host_batch({9, 6}, cfg.vocab, 7, cfg.ignore_index);
-    Allocator alloc;
-    Context ctx = test_ctx(1);
-    ctx.allocator = &alloc;
-    auto model = nn::DecoderModel::create(ctx, cfg, {}, kSeed, alloc);
-    ASSERT_TRUE(model.ok());
-    const nn::DecoderBatch b = batch_views(hb);
-    const nn::PackedSeq seq{b.cu_seqlens, b.positions};
-    const int64_t N = b.ids.numel();
+    ModelSetup t(cfg, {9, 6}, 7);
+    ASSERT_TRUE(t.model);
+    Allocator& alloc = t.alloc;
+    const Context& ctx = t.ctx;
+    const nn::PackedSeq& seq = t.seq;
+    const int64_t N = t.batch.ids.numel();
+    const nn::DecoderModel* model = &*t.model;
     Tensor x = random_tensor(alloc, {N, cfg.hidden}, DType::kF32, 3), y = Tensor::empty(alloc, {N, cfg.hidden}, DType::kF32).value();
     const nn::DecoderLayer layer = model->layer(0);
     const int64_t before = alloc.stats(Device::cpu()).current_bytes;
@@ -76,15 +95,13 @@ TEST(LayerStack, StashBytesAreWhatTheStashHolds) {
 TEST(LayerStack, TwoRangesEqualTheWholeStack) {
   nn::TransformerConfig cfg = tiny_decoder_config();
   cfg.num_layers = 2;
-  HostBatch hb = make_host_batch({11, 8}, cfg.vocab, 9, cfg.ignore_index);
-  Allocator alloc;
-  Context ctx = test_ctx(1);
-  ctx.allocator = &alloc;
-  auto model = nn::DecoderModel::create(ctx, cfg, {}, kSeed, alloc);
-  ASSERT_TRUE(model.ok());
-  const nn::DecoderBatch b = batch_views(hb);
-  const nn::PackedSeq seq{b.cu_seqlens, b.positions};
-  const int64_t N = b.ids.numel(), H = cfg.hidden;
+  ModelSetup t(cfg, {11, 8}, 9);
+  ASSERT_TRUE(t.model);
+  Allocator& alloc = t.alloc;
+  const Context& ctx = t.ctx;
+  const nn::PackedSeq& seq = t.seq;
+  nn::DecoderModel* model = &*t.model;
+  const int64_t N = t.batch.ids.numel(), H = cfg.hidden;
   Tensor x = random_tensor(alloc, {N, H}, DType::kF32, 11), dout = random_tensor(alloc, {N, H}, DType::kF32, 12);
   Tensor dx_whole = Tensor::empty(alloc, {N, H}, DType::kF32).value(), dx_split = Tensor::empty(alloc, {N, H}, DType::kF32).value();
   const nn::LayerStack<nn::DecoderLayer> whole = model->layers();
@@ -112,18 +129,13 @@ TEST(LayerStack, TwoRangesEqualTheWholeStack) {
 
 TEST(LayerStack, FlopsCountProjectionsAndCausalPairs) {
   nn::TransformerConfig cfg = tiny_decoder_config();
-  HostBatch hb = make_host_batch({5, 3}, cfg.vocab, 1, cfg.ignore_index);
-  Allocator alloc;
-  Context ctx = test_ctx(1);
-  ctx.allocator = &alloc;
-  auto model = nn::DecoderModel::create(ctx, cfg, {}, kSeed, alloc);
-  ASSERT_TRUE(model.ok());
-  const nn::DecoderBatch b = batch_views(hb);
+  ModelSetup t(cfg, {5, 3}, 1);
+  ASSERT_TRUE(t.model);
   const double H = double(cfg.hidden), D = double(cfg.head_dim), hq = cfg.heads, hkv = cfg.kv_heads,
                I = double(cfg.intermediate), N = 8;
   const double proj = 2 * N * H * (hq + 2 * hkv) * D + 2 * N * hq * D * H + 2 * N * H * 2 * I + 2 * N * I * H;
   const double pairs = 5 * 6 / 2 + 3 * 4 / 2;
-  EXPECT_DOUBLE_EQ(model->layer(0).flops(nn::PackedSeq{b.cu_seqlens, b.positions}), proj + 4 * D * hq * pairs);
+  EXPECT_DOUBLE_EQ(t.model->layer(0).flops(t.seq), proj + 4 * D * hq * pairs);
 }
 
 }  // namespace
