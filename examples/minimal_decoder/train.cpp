@@ -153,17 +153,18 @@ double lr_at(const Args& a, int64_t step) {  // linear warmup over 10 steps, cos
 // piece is written once.
 std::vector<io::CheckpointTensor> checkpoint_tensors(const nn::DecoderModel& model,
                                                      const parallel::OptimizerState& opt,
-                                                     const std::vector<size_t>& order, int tp_rank, int tp,
+                                                     const std::vector<size_t>& slots, int tp_rank, int tp,
                                                      int dp_rank) {
   const nn::ParamRegistry& reg = model.registry();
   auto replica = [&](const nn::ParamShard& p) { return io::replica_index(p, tp, tp_rank, dp_rank); };
   std::vector<io::CheckpointTensor> out;
   for (size_t i = 0; i < reg.size(); ++i)
     out.push_back(io::sharded_tensor(reg.name(i), reg.value(i), reg.entry(i).shard, replica(reg.entry(i).shard)));
-  for (size_t k = 0; k < order.size(); ++k) {  // the optimizer's parameters are the registry's in backward order
-    const nn::ParamShard& p = reg.entry(order[k]).shard;
-    out.push_back(io::sharded_tensor("optim.m." + p.name, opt.m[k], p, replica(p)));
-    out.push_back(io::sharded_tensor("optim.v." + p.name, opt.v[k], p, replica(p)));
+  for (size_t i = 0; i < reg.size(); ++i) {  // slots[i]: the optimizer's position of registry parameter i
+    if (slots[i] == SIZE_MAX) continue;        // frozen: no optimizer state
+    const nn::ParamShard& p = reg.entry(i).shard;
+    out.push_back(io::sharded_tensor("optim.m." + p.name, opt.m[slots[i]], p, replica(p)));
+    out.push_back(io::sharded_tensor("optim.v." + p.name, opt.v[slots[i]], p, replica(p)));
   }
   return out;
 }
@@ -200,6 +201,7 @@ Status train(const Args& a, comm::Communicator& world) {
   const std::vector<size_t> order = model.backward_order();
   VLPAR_ASSIGN_OR_RETURN(std::vector<parallel::OptimParam> params,
                          parallel::optim_params_from_registry(model.registry(), order, a.tp));
+  const std::vector<size_t> slots = parallel::optim_slots(params, model.registry().size());
   VLPAR_ASSIGN_OR_RETURN(parallel::DistributedOptimizer opt,
                          parallel::DistributedOptimizer::create(ctx, &groups.dp(), &groups.tp(), std::move(params), oc,
                                                                 alloc));
@@ -210,7 +212,7 @@ Status train(const Args& a, comm::Communicator& world) {
   VLPAR_ASSIGN_OR_RETURN(std::optional<io::CheckpointInfo> latest, io::latest_checkpoint(ckpt));
   if (latest) {
     VLPAR_ASSIGN_OR_RETURN(parallel::OptimizerState state, opt.state(/*gathered=*/false));
-    const std::vector<io::CheckpointTensor> t = checkpoint_tensors(model, state, order, tp_rank, a.tp, dp_rank);
+    const std::vector<io::CheckpointTensor> t = checkpoint_tensors(model, state, slots, tp_rank, a.tp, dp_rank);
     std::string user;
     VLPAR_RETURN_IF_ERROR(io::load_checkpoint(latest->dir, t, &user));
     VLPAR_RETURN_IF_ERROR(opt.load_state(state));
@@ -223,7 +225,7 @@ Status train(const Args& a, comm::Communicator& world) {
     io::CheckpointWriteSpec spec;
     spec.root = ckpt;
     spec.step = s;
-    spec.tensors = checkpoint_tensors(model, state, order, tp_rank, a.tp, dp_rank);
+    spec.tensors = checkpoint_tensors(model, state, slots, tp_rank, a.tp, dp_rank);
     spec.layout_json = nlohmann::json{{"tp", a.tp}, {"dp", dp}}.dump();
     spec.user_json = nlohmann::json{{"step", s}}.dump();
     spec.keep_last = 2;
@@ -246,7 +248,7 @@ Status train(const Args& a, comm::Communicator& world) {
     nn::DecoderStash stash;
     VLPAR_ASSIGN_OR_RETURN(CrossEntropyResult r, model.forward(ctx, batch.view(), stash));
     VLPAR_RETURN_IF_ERROR(model.backward(ctx, batch.view(), stash, 1.f,
-                                         [&](size_t i) { return opt.grad_ready(order.size() - 1 - i); }));
+                                         [&](size_t i) { return opt.grad_ready(slots[i]); }));
     VLPAR_ASSIGN_OR_RETURN(parallel::StepReport rep, opt.step(ctx, lr_at(a, step)));
     VLPAR_CHECK(rep.applied, "step {}: the gradient norm is {}", step + 1, rep.grad_norm);
     loss = r.loss;  // this dp rank's mean; the mean over dp below

@@ -149,12 +149,7 @@ Status Trainer::build_model() {
   const std::vector<size_t> order = model_->backward_order();
   VLPAR_ASSIGN_OR_RETURN(std::vector<vlpar::parallel::OptimParam> params,
                          vlpar::parallel::optim_params_from_registry(reg, order, cfg_.parallel.tp));
-  optim_slot_.assign(reg.size(), SIZE_MAX);
-  for (size_t i : order) {
-    if (reg.frozen(i)) continue;
-    optim_slot_[i] = optim_index_.size();
-    optim_index_.push_back(i);
-  }
+  optim_slot_ = vlpar::parallel::optim_slots(params, reg.size());
   VLPAR_ASSIGN_OR_RETURN(vlpar::parallel::DistributedOptimizer o,
                          vlpar::parallel::DistributedOptimizer::create(ctx_, &groups_->dp(), &groups_->tp(),
                                                                        std::move(params), oc, alloc_));

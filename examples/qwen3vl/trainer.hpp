@@ -130,7 +130,6 @@ class Trainer {
   Context ctx_;
   std::unique_ptr<Model> model_;
   std::unique_ptr<vlpar::parallel::DistributedOptimizer> optim_;
-  std::vector<size_t> optim_index_;  // optimizer parameter k → registry index (backward order)
   std::vector<size_t> optim_slot_;   // registry index → optimizer parameter (SIZE_MAX: frozen)
   std::unique_ptr<BatchSource> source_;
   std::unique_ptr<Logs> logs_;

@@ -70,7 +70,6 @@ Result<DistributedOptimizer> DistributedOptimizer::create(const Context& ctx, co
 
 Status DistributedOptimizer::build_shards(Allocator& alloc) {
   bucket_offset_.assign(params_.size(), 0);
-  bucket_of_.assign(params_.size(), 0);
   for (size_t b = 0; b < buckets_->num_buckets(); ++b) {
     const BucketInfo info = buckets_->bucket(b);
     ShardState s;
@@ -81,7 +80,6 @@ Status DistributedOptimizer::build_shards(Allocator& alloc) {
     int64_t offset = 0;  // of parameter i in the bucket's flat buffer
     for (size_t i = info.first; i < info.last; ++i) {
       const int64_t len = params_[i].value.numel();
-      bucket_of_[i] = b;
       bucket_offset_[i] = offset;
       const int64_t a = std::max(lo, offset), e = std::min(hi, offset + len);
       if (a < e) s.segments.push_back({i, a - offset, a - lo, e - a});

@@ -45,14 +45,10 @@ BucketInfo GradBuckets::bucket(size_t b) const {
   BucketInfo info;
   info.first = k.first;
   info.last = k.last;
-  info.numel = k.numel;
-  info.padded = k.flat.numel();
   info.flat = k.flat.view();
   if (cfg_.shard) {
     info.shard = k.shard.view();
     info.shard_begin = int64_t(dp_->rank()) * k.shard.numel();
-  } else {
-    info.shard_begin = 0;
   }
   return info;
 }

@@ -23,6 +23,7 @@ Result<std::vector<OptimParam>> optim_params_from_registry(const nn::ParamRegist
     p.weight_decay = s.full_shape.ndim >= 2;
     const double holders = double(s.local_shape().numel()) * tp / double(s.full_shape.numel());
     p.norm_weight = 1.0 / holders;
+    p.registry_index = i;
     out.push_back(std::move(p));
   }
   for (size_t i = 0; i < reg.size(); ++i) {
@@ -30,6 +31,13 @@ Result<std::vector<OptimParam>> optim_params_from_registry(const nn::ParamRegist
                 "optim_params_from_registry: trainable parameter {} '{}' is missing from the order", i, reg.name(i));
   }
   return out;
+}
+
+std::vector<size_t> optim_slots(std::span<const OptimParam> params, size_t registry_size) {
+  std::vector<size_t> slot(registry_size, SIZE_MAX);
+  for (size_t k = 0; k < params.size(); ++k)
+    if (params[k].registry_index < registry_size) slot[params[k].registry_index] = k;
+  return slot;
 }
 
 }  // namespace vlpar::parallel

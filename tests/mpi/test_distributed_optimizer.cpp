@@ -267,6 +267,9 @@ TEST(OptimParamsFromRegistry, SkipsFrozenAndWeightsReplicas) {
   EXPECT_EQ(p.value()[1].name, "w");
   EXPECT_DOUBLE_EQ(p.value()[1].norm_weight, 1.0);
   EXPECT_TRUE(p.value()[1].weight_decay);
+  EXPECT_EQ(p.value()[0].registry_index, 1u);
+  EXPECT_EQ(p.value()[1].registry_index, 0u);
+  EXPECT_EQ(parallel::optim_slots(p.value(), reg.size()), (std::vector<size_t>{1, 0, SIZE_MAX}));
   const std::vector<size_t> missing = {2, 1}, twice = {0, 1, 0}, out_of_range = {0, 1, 7};
   auto e1 = parallel::optim_params_from_registry(reg, missing, 2);
   ASSERT_FALSE(e1.ok());

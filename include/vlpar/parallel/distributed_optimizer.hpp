@@ -81,15 +81,11 @@ class DistributedOptimizer {
   Status load_state(const OptimizerState& s);
 
   size_t num_params() const { return params_.size(); }
-  const OptimParam& param(size_t i) const { return params_.at(i); }
-  const OptimizerConfig& config() const { return cfg_; }
   int64_t steps_taken() const { return step_; }
   void set_steps_taken(int64_t s) { step_ = s; }
   size_t num_buckets() const { return buckets_ ? buckets_->num_buckets() : 0; }
   /// fp32 elements of optimizer state (master + m + v) this rank holds.
   int64_t state_elements() const;
-  /// Seconds the last step spent blocked on the gradient reduction (the part the backward did not hide).
-  double exposed_seconds() const { return buckets_ ? buckets_->exposed_seconds() : 0.0; }
 
  private:
   /// The part of parameter `param` inside one bucket's shard (ZeRO mode).
@@ -121,7 +117,6 @@ class DistributedOptimizer {
   std::vector<Tensor> m_, v_;           // replicated mode: per parameter
   std::vector<ShardState> shards_;      // ZeRO mode: per bucket
   std::vector<int64_t> bucket_offset_;  // ZeRO: element offset of each parameter in its bucket's flat buffer
-  std::vector<size_t> bucket_of_;       // ZeRO: each parameter's bucket
   int64_t step_ = 0;
 };
 

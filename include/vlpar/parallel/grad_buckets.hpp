@@ -32,10 +32,8 @@ struct BucketConfig {
 /// One bucket as finish() leaves it. Elements of the flat buffer follow the gradients [first, last) in order.
 struct BucketInfo {
   size_t first = 0, last = 0;  // gradient index range
-  int64_t numel = 0;           // Σ numel of its gradients (the flat buffer is `padded` long, the tail zero)
-  int64_t padded = 0;          // numel rounded up to a multiple of dp (shard mode), else numel
   int64_t shard_begin = 0;     // this rank's slice of the flat buffer: [shard_begin, shard_begin + shard.numel())
-  TensorView flat;             // [padded] f32
+  TensorView flat;             // [Σ numel of its gradients, rounded up to a multiple of dp in shard mode] f32
   TensorView shard;            // [padded / dp] f32 (shard mode; empty otherwise)
 };
 
@@ -55,10 +53,7 @@ class GradBuckets {
   Status finish();
 
   size_t num_buckets() const { return buckets_.size(); }
-  size_t num_grads() const { return grads_.size(); }
   BucketInfo bucket(size_t b) const;
-  const BucketConfig& config() const { return cfg_; }
-  comm::Communicator& group() const { return *dp_; }
   /// Seconds the last finish() spent blocked waiting for communication (the exposed part).
   double exposed_seconds() const { return exposed_seconds_; }
 

@@ -7,6 +7,7 @@
 //                 Σg² over the tp group, and an element held by r tp ranks (replicated norms, vision tower,
 //                 replicated kv heads) must count once. From the shard: full / (tp · local) elements.
 // Test: tests/mpi/test_distributed_optimizer.cpp (through the optimizer), tests/unit/test_optim_params.cpp.
+#include <cstdint>
 #include <span>
 #include <string>
 #include <vector>
@@ -23,6 +24,7 @@ struct OptimParam {
   TensorView grad;           // contiguous f32, same element count
   bool weight_decay = true;
   double norm_weight = 1.0;  // 1 / (norm-group ranks holding a copy of each element)
+  size_t registry_index = SIZE_MAX;  // its index in the registry it came from (SIZE_MAX: not from a registry)
 };
 
 /// @brief The trainable parameters of `reg` in `order` (registry indices, e.g. the order the model's backward
@@ -31,5 +33,9 @@ struct OptimParam {
 /// parameters are sharded over (1 without TP).
 Result<std::vector<OptimParam>> optim_params_from_registry(const nn::ParamRegistry& reg, std::span<const size_t> order,
                                                            int tp);
+
+/// @brief Registry index → position in `params` (what DistributedOptimizer::grad_ready takes), SIZE_MAX for a
+/// parameter the optimizer does not hold (a frozen one). `registry_size` = the registry's size().
+std::vector<size_t> optim_slots(std::span<const OptimParam> params, size_t registry_size);
 
 }  // namespace vlpar::parallel
