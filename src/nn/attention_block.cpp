@@ -35,6 +35,19 @@ VarlenAttentionDesc attention_desc(int hq, int hkv, int64_t D) {
   ad.causal = true;
   return ad;
 }
+
+// The q or k projection of `heads` heads for n tokens of normed input h [n, H]: out [n, heads, D] = qn(h·Wᵀ),
+// with qn the per-head RMSNorm of cfg.qk_norm, whose input lands in raw [n, heads·D] and statistics in rstd
+// (optional); without qk_norm h·Wᵀ lands in out directly. The GEMM runs on gemm_ctx, the norm on norm_ctx (a decode
+// step runs its small ops on one thread). Shared by forward and the decoding path, so both project alike.
+Status project_heads(const Context& gemm_ctx, const Context& norm_ctx, const TransformerConfig& cfg, TensorView out,
+                     TensorView raw, TensorView rstd, TensorView h, TensorView w, TensorView norm_w, int64_t heads) {
+  const int64_t n = h.size(0), D = cfg.head_dim;
+  if (!cfg.qk_norm) return linear_forward(gemm_ctx, as_shape(out, {n, heads * D}), h, w, {});
+  VLPAR_RETURN_IF_ERROR(linear_forward(gemm_ctx, as_shape(raw, {n, heads * D}), h, w, {}));
+  return rmsnorm_forward(norm_ctx, as_shape(out, {n * heads, D}), rstd, as_shape(raw, {n * heads, D}), norm_w,
+                         cfg.eps);
+}
 }  // namespace
 
 Status AttentionBlock::forward(const Context& ctx, TensorView out, TensorView x, const PackedSeq& seq,
@@ -82,18 +95,10 @@ Status AttentionBlock::forward(const Context& ctx, TensorView out, TensorView x,
   VLPAR_RETURN_IF_ERROR(rmsnorm_forward(ctx, hn, st.rstd, x, w_.norm, cfg_.eps));
   VLPAR_RETURN_IF_ERROR(region_enter_forward(tp_, st.h, hn));
   // With qk_norm the projections land in q_raw/k_raw and the per-head RMSNorm (rows = (token, head), width D)
-  // writes q/k; without it they land in q/k directly. Rotary then runs in place on q/k.
-  const TensorView q_proj = cfg_.qk_norm ? st.q_raw.view() : st.q.view();
-  const TensorView k_proj = cfg_.qk_norm ? st.k_raw.view() : st.k.view();
-  VLPAR_RETURN_IF_ERROR(linear_forward(ctx, as_shape(q_proj, {N, hq_ * D}), st.h, w_.q, {}));
-  VLPAR_RETURN_IF_ERROR(linear_forward(ctx, as_shape(k_proj, {N, hkv_ * D}), st.h, w_.k, {}));
+  // writes q/k; without it they land in q/k directly (project_heads). Rotary then runs in place on q/k.
+  VLPAR_RETURN_IF_ERROR(project_heads(ctx, ctx, cfg_, st.q, st.q_raw, st.q_rstd, st.h, w_.q, w_.q_norm, hq_));
+  VLPAR_RETURN_IF_ERROR(project_heads(ctx, ctx, cfg_, st.k, st.k_raw, st.k_rstd, st.h, w_.k, w_.k_norm, hkv_));
   VLPAR_RETURN_IF_ERROR(linear_forward(ctx, as_shape(st.v, {N, hkv_ * D}), st.h, w_.v, {}));
-  if (cfg_.qk_norm) {
-    VLPAR_RETURN_IF_ERROR(rmsnorm_forward(ctx, as_shape(st.q, {N * hq_, D}), st.q_rstd,
-                                          as_shape(st.q_raw, {N * hq_, D}), w_.q_norm, cfg_.eps));
-    VLPAR_RETURN_IF_ERROR(rmsnorm_forward(ctx, as_shape(st.k, {N * hkv_, D}), st.k_rstd,
-                                          as_shape(st.k_raw, {N * hkv_, D}), w_.k_norm, cfg_.eps));
-  }
   VLPAR_RETURN_IF_ERROR(rotary_forward(ctx, st.q, st.q, seq.positions, rd));
   VLPAR_RETURN_IF_ERROR(rotary_forward(ctx, st.k, st.k, seq.positions, rd));
   const VarlenAttentionDesc ad = attention_desc(hq_, hkv_, D);
@@ -223,16 +228,13 @@ static Status write_kv_rows(const Context& ctx, const TransformerConfig& cfg, co
   const int64_t n = h.size(0), D = cfg.head_dim;
   const TensorView kr = kc.slice(0, row0, row0 + n), vr = vc.slice(0, row0, row0 + n);  // [n, hkv, D]
   VLPAR_RETURN_IF_ERROR(linear_forward(ctx, as_shape(vr, {n, hkv * D}), h, w.v, {}));
-  if (!cfg.qk_norm) {
-    VLPAR_RETURN_IF_ERROR(linear_forward(ctx, as_shape(kr, {n, hkv * D}), h, w.k, {}));
-    return rotary_forward(ctx, kr, kr, positions, rd);
+  VLPAR_ASSIGN_OR_RETURN(Tensor k, scratch(ctx, {n, hkv, D}));
+  Tensor k_raw;
+  if (cfg.qk_norm) {
+    VLPAR_ASSIGN_OR_RETURN(k_raw, scratch(ctx, {n, hkv * D}));
   }
-  VLPAR_ASSIGN_OR_RETURN(Tensor k_raw, scratch(ctx, {n, hkv * D}));
-  VLPAR_ASSIGN_OR_RETURN(Tensor k_normed, scratch(ctx, {n, hkv, D}));
-  VLPAR_RETURN_IF_ERROR(linear_forward(ctx, k_raw, h, w.k, {}));
-  VLPAR_RETURN_IF_ERROR(
-      rmsnorm_forward(ctx, as_shape(k_normed, {n * hkv, D}), {}, as_shape(k_raw, {n * hkv, D}), w.k_norm, cfg.eps));
-  return rotary_forward(ctx, kr, k_normed, positions, rd);
+  VLPAR_RETURN_IF_ERROR(project_heads(ctx, ctx, cfg, k, k_raw, {}, h, w.k, w.k_norm, hkv));
+  return rotary_forward(ctx, kr, k, positions, rd);
 }
 
 Status AttentionBlock::fill_kv_cache(const Context& ctx, TensorView x, TensorView positions, TensorView k_cache,
@@ -267,14 +269,11 @@ Status AttentionBlock::forward_decode(const Context& ctx, TensorView out, Tensor
   VLPAR_ASSIGN_OR_RETURN(Tensor q, scratch(ctx, {n, hq_, D}));
   VLPAR_ASSIGN_OR_RETURN(Tensor attn, scratch(ctx, {n, hq_, D}));
   VLPAR_RETURN_IF_ERROR(rmsnorm_forward(serial, h, {}, x, w_.norm, cfg_.eps));
+  Tensor q_raw;
   if (cfg_.qk_norm) {
-    VLPAR_ASSIGN_OR_RETURN(Tensor q_raw, scratch(ctx, {n, hq_ * D}));
-    VLPAR_RETURN_IF_ERROR(linear_forward(ctx_for(w_.q.numel()), q_raw, h, w_.q, {}));
-    VLPAR_RETURN_IF_ERROR(rmsnorm_forward(serial, as_shape(q, {n * hq_, D}), {}, as_shape(q_raw, {n * hq_, D}),
-                                          w_.q_norm, cfg_.eps));
-  } else {
-    VLPAR_RETURN_IF_ERROR(linear_forward(ctx_for(w_.q.numel()), as_shape(q, {n, hq_ * D}), h, w_.q, {}));
+    VLPAR_ASSIGN_OR_RETURN(q_raw, scratch(ctx, {n, hq_ * D}));
   }
+  VLPAR_RETURN_IF_ERROR(project_heads(ctx_for(w_.q.numel()), serial, cfg_, q, q_raw, {}, h, w_.q, w_.q_norm, hq_));
   VLPAR_RETURN_IF_ERROR(rotary_forward(serial, q, q, positions, rd));
   VLPAR_RETURN_IF_ERROR(write_kv_rows(ctx_for(w_.k.numel()), cfg_, w_, hkv_, h, positions, rd, k_cache, v_cache, row0));
   VLPAR_RETURN_IF_ERROR(
