@@ -5,9 +5,11 @@
 
 #include <cmath>
 #include <string>
+#include <vector>
 
 #include "batch_io.hpp"
 #include "hf_weights.hpp"
+#include "train_config.hpp"
 
 namespace qwen3vl {
 namespace nn = vlpar::nn;
@@ -16,6 +18,26 @@ namespace nn = vlpar::nn;
 namespace qwen3vl::test {
 
 inline std::string fixture(const std::string& name) { return std::string(VLPAR_FIXTURES_DIR) + "/qwen3vl/" + name; }
+
+/// The trainer config of the multi-process trainer tests: the dense fixture's model, `steps` steps at tensor
+/// parallel `tp`, one thread per rank, warmup 1, checkpoints in <dir>/ckpt and metrics in dir (no TensorBoard, no
+/// trace, a fixed MFU peak), then `extra` overrides.
+inline TrainConfig mpi_trainer_config(const std::string& dir, int tp, int steps, const std::vector<std::string>& extra) {
+  std::vector<std::string> o = {"--model.config_json=" + fixture("dense") + "/config.json",
+                                "--parallel.tp=" + std::to_string(tp),
+                                "--training.steps=" + std::to_string(steps),
+                                "--training.threads=1",
+                                "--schedule.warmup_steps=1",
+                                "--checkpoint.dir=" + dir + "/ckpt",
+                                "--metrics.dir=" + dir,
+                                "--metrics.peak_gflops=100",
+                                "--metrics.tensorboard=false",
+                                "--metrics.trace=false"};
+  o.insert(o.end(), extra.begin(), extra.end());
+  Result<TrainConfig> c = parse_train_config("", "mpi test", o);
+  EXPECT_TRUE(c.ok()) << c.status().message();
+  return c.ok() ? c.value() : TrainConfig{};
+}
 
 /// A model loaded from a fixture directory with its own allocator and context.
 struct Loaded {

@@ -19,20 +19,8 @@ namespace qwen3vl {
 namespace {
 
 TrainConfig config(const std::string& dir, int tp, int steps, bool allow_layout_change) {
-  std::vector<std::string> o = {"--model.config_json=" + test::fixture("dense") + "/config.json",
-                                "--parallel.tp=" + std::to_string(tp),
-                                "--training.steps=" + std::to_string(steps),
-                                "--training.threads=1",
-                                "--schedule.warmup_steps=1",
-                                "--checkpoint.dir=" + dir + "/ckpt",
-                                "--checkpoint.allow_layout_change=" + std::string(allow_layout_change ? "true" : "false"),
-                                "--metrics.dir=" + dir,
-                                "--metrics.peak_gflops=100",
-                                "--metrics.tensorboard=false",
-                                "--metrics.trace=false"};
-  Result<TrainConfig> c = parse_train_config("", "mpi test", o);
-  EXPECT_TRUE(c.ok()) << c.status().message();
-  return c.value();
+  return test::mpi_trainer_config(
+      dir, tp, steps, {"--checkpoint.allow_layout_change=" + std::string(allow_layout_change ? "true" : "false")});
 }
 
 Result<std::unique_ptr<Trainer>> make(const TrainConfig& c, vlpar::comm::Communicator* world, int dp_rank, int dp) {

@@ -22,23 +22,10 @@ namespace qwen3vl {
 namespace {
 
 TrainConfig config(const std::string& dir, int tp, int steps, bool zero1) {
-  std::vector<std::string> o = {"--model.config_json=" + test::fixture("dense") + "/config.json",
-                                "--parallel.tp=" + std::to_string(tp),
-                                "--parallel.zero1=" + std::string(zero1 ? "true" : "false"),
-                                "--parallel.bucket_mb=0.01",  // several buckets
-                                "--training.steps=" + std::to_string(steps),
-                                "--training.grad_accum=2",
-                                "--training.threads=1",
-                                "--schedule.warmup_steps=1",
-                                "--checkpoint.dir=" + dir + "/ckpt",
-                                "--checkpoint.interval=2",
-                                "--metrics.dir=" + dir,
-                                "--metrics.peak_gflops=100",
-                                "--metrics.tensorboard=false",
-                                "--metrics.trace=false"};
-  Result<TrainConfig> c = parse_train_config("", "mpi test", o);
-  EXPECT_TRUE(c.ok()) << c.status().message();
-  return c.value();
+  return test::mpi_trainer_config(dir, tp, steps,
+                                  {"--parallel.zero1=" + std::string(zero1 ? "true" : "false"),
+                                   "--parallel.bucket_mb=0.01",  // several buckets
+                                   "--training.grad_accum=2", "--checkpoint.interval=2"});
 }
 
 struct TrainRun {
