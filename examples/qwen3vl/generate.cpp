@@ -168,11 +168,11 @@ Result<TensorView> Generator::prefill(const Context& ctx, const Batch& prompt) {
   Stash stash;
   VLPAR_RETURN_IF_ERROR(model_->forward(ctx, b, stash).status());
 
-  // Every layer's k/v rows from the layer's input (embeds, then the previous layer's output: both kept by the
+  // Every layer's k/v rows from the layer's input (embeds, then the previous layer's output: kept by the
   // forward in every recompute mode, unlike the attention stash, which Recompute::kFull drops).
   const TextConfig& t = model_->config().text;
   for (int l = 0; l < t.layers; ++l) {
-    const TensorView x = l == 0 ? stash.embeds.view() : stash.layers[size_t(l - 1)].out.view();
+    VLPAR_ASSIGN_OR_RETURN(const TensorView x, model_->layer_input(stash, l));
     VLPAR_CHECK(x.numel() == N * t.hidden, "Generator::prefill: the forward kept no input for layer {}", l);
     VLPAR_RETURN_IF_ERROR(
         model_->attention_block(l).fill_kv_cache(ctx, x, stash.positions, cache_.k(l), cache_.v(l), 0));

@@ -3,6 +3,7 @@
 
 #include <fmt/format.h>
 
+#include <algorithm>
 #include <cstring>
 
 #include "vlpar/data/mrope_positions.hpp"
@@ -399,34 +400,18 @@ Result<StepLoss> Model::forward(const Context& ctx, const Batch& batch, Stash& s
     stash.deepstack.push_back(std::move(ds));
   }
 
-  // Decoder layers.
+  // Decoder layers, segment by segment; the deepstack features of level j are added to layer j's output.
   const nn::PackedSeq seq{stash.cu_seqlens, stash.positions};
   stash.aux = vlpar::RouterAuxStats{};
-  stash.layers.assign(size_t(t.layers), LayerStash{});
+  const std::vector<std::pair<int, int>> cuts = segments();
+  stash.segments.assign(cuts.size(), DecoderStack::Stash{});
   TensorView x = stash.embeds;
   vlpar::obs::Span decoder_span = span(vlpar::obs::trace_cat::kDecoder, "decoder_forward");
-  for (int l = 0; l < t.layers; ++l) {
-    LayerStash& ls = stash.layers[size_t(l)];
-    VLPAR_ASSIGN_OR_RETURN(ls.after_attn, Tensor::empty(alloc, Shape{N, H}, DType::kF32));
-    VLPAR_ASSIGN_OR_RETURN(ls.out, Tensor::empty(alloc, Shape{N, H}, DType::kF32));
-    VLPAR_RETURN_IF_ERROR(attention(l).forward(ctx, ls.after_attn, x, seq, ls.attn));
-    if (layers_[size_t(l)].moe) {
-      VLPAR_RETURN_IF_ERROR(moe(l).forward(ctx, ls.out, ls.after_attn, N, ls.moe, &stash.aux));
-    } else {
-      VLPAR_RETURN_IF_ERROR(mlp(l).forward(ctx, ls.out, ls.after_attn, N, ls.mlp));
-    }
-    if (size_t(l) < stash.deepstack.size()) add_rows(ls.out, stash.deepstack[size_t(l)], stash.visual_rows);
-    x = ls.out;
-    if (recompute_ != Recompute::kNone) {  // backward rebuilds what is dropped here (recompute_layer)
-      ls.mlp = nn::MlpStash{};
-      ls.moe = nn::MoeStash{};
-    }
-    if (recompute_ == Recompute::kFull) {
-      ls.attn = nn::AttentionStash{};
-      ls.after_attn = Tensor{};
-    }
+  for (size_t k = 0; k < cuts.size(); ++k) {
+    const DecoderStack stack = decoder_layers(cuts[k].first, cuts[k].second, nn::MoeLoss{&stash.aux, 0.f});
+    VLPAR_ASSIGN_OR_RETURN(x, stack.forward(ctx, x, seq, stash.segments[k]));
+    if (k < stash.deepstack.size()) add_rows(x, stash.deepstack[k], stash.visual_rows);
   }
-
   decoder_span.end();
   vlpar::obs::Span loss_span = span(vlpar::obs::trace_cat::kLoss, "loss_forward");
   VLPAR_ASSIGN_OR_RETURN(vlpar::CrossEntropyResult ce, head().forward(ctx, x, stash.labels, stash.head));
@@ -452,22 +437,41 @@ Result<Tensor> Model::logits(const Context& ctx, const Stash& stash, Allocator& 
 
 // ---- backward ----------------------------------------------------------------------------------------------
 
-Status Model::recompute_layer(const Context& ctx, int l, Stash& stash) const {
-  if (recompute_ == Recompute::kNone) return Status::Ok();
-  Allocator& alloc = *ctx.allocator;
-  const int64_t N = stash.embeds.view().size(0), H = cfg_.text.hidden;
-  LayerStash& ls = stash.layers[size_t(l)];
-  const nn::PackedSeq seq{stash.cu_seqlens, stash.positions};
-  if (recompute_ == Recompute::kFull) {
-    const TensorView x = l == 0 ? stash.embeds.view() : stash.layers[size_t(l - 1)].out.view();
-    VLPAR_ASSIGN_OR_RETURN(ls.after_attn, Tensor::empty(alloc, Shape{N, H}, DType::kF32));
-    VLPAR_RETURN_IF_ERROR(attention(l).forward(ctx, ls.after_attn, x, seq, ls.attn));
+std::vector<std::pair<int, int>> Model::segments() const {
+  const int L = cfg_.text.layers, n_ds = std::min(L, int(cfg_.vision.deepstack_indexes.size()));
+  std::vector<std::pair<int, int>> cuts;
+  for (int j = 0; j < n_ds; ++j) cuts.emplace_back(j, j + 1);
+  if (n_ds < L) cuts.emplace_back(n_ds, L);
+  return cuts;
+}
+
+DecoderStack Model::decoder_layers(int a, int b, nn::MoeLoss moe_loss) const {
+  std::vector<nn::DecoderLayer> layers;
+  for (int l = a; l < b; ++l) {
+    const LayerParams& p = layers_.at(size_t(l));
+    if (p.moe) {
+      const nn::ParamRange range{p.attn, p.mlp - p.attn + nn::MoeBlock::kNumParams};
+      layers.emplace_back(text_block_config(), tp_, attention(l), moe(l), range, moe_loss);
+    } else {
+      const nn::ParamRange range{p.attn, p.mlp - p.attn + nn::MlpBlock::num_params(text_block_config())};
+      layers.emplace_back(text_block_config(), tp_, attention(l), mlp(l), range);
+    }
   }
-  // The block output is not needed again (the next layer's backward is done): write it to scratch. The router
-  // statistics of the step are final already, so the MoE forward does not add to them again.
-  VLPAR_ASSIGN_OR_RETURN(Tensor scratch, Tensor::empty(alloc, Shape{N, H}, DType::kF32));
-  if (layers_[size_t(l)].moe) return moe(l).forward(ctx, scratch, ls.after_attn, N, ls.moe, nullptr);
-  return mlp(l).forward(ctx, scratch, ls.after_attn, N, ls.mlp);
+  return DecoderStack(std::move(layers), recompute_);
+}
+
+Result<TensorView> Model::layer_input(const Stash& stash, int layer) const {
+  const std::vector<std::pair<int, int>> cuts = segments();
+  VLPAR_CHECK(stash.segments.size() == cuts.size(), "Model::layer_input: run forward first");
+  for (size_t k = 0; k < cuts.size(); ++k)
+    if (layer >= cuts[k].first && layer < cuts[k].second) {
+      const DecoderStack::Stash& seg = stash.segments[k];
+      const auto i = size_t(layer - cuts[k].first);
+      VLPAR_CHECK(i < seg.inputs.size(), "Model::layer_input: the stash of layer {} was consumed by backward", layer);
+      return seg.inputs[i];
+    }
+  return vlpar::Status(StatusCode::kInvalidArgument,
+                       fmt::format("Model::layer_input: layer {} outside [0, {})", layer, cfg_.text.layers));
 }
 
 Status Model::vision_backward(const Context& ctx, const Stash& stash, VisionPass& pass, TensorView d_embeds,
@@ -505,7 +509,7 @@ std::vector<size_t> Model::backward_order() const {
 Status Model::backward(const Context& ctx, const Batch& batch, Stash& stash, float grad_loss,
                        const nn::GradReadyFn& ready) const {
   VLPAR_CHECK(ctx.allocator != nullptr, "Model::backward: ctx.allocator must be set");
-  VLPAR_CHECK(!stash.layers.empty(), "Model::backward: run forward first");
+  VLPAR_CHECK(!stash.segments.empty(), "Model::backward: run forward first");
   Allocator& alloc = *ctx.allocator;
   const TextConfig& t = cfg_.text;
   const int64_t N = batch.input_ids.numel(), H = t.hidden;
@@ -513,37 +517,25 @@ Status Model::backward(const Context& ctx, const Batch& batch, Stash& stash, flo
   const float grad_aux = float(t.router_aux_loss_coef) * grad_loss;
 
   VLPAR_ASSIGN_OR_RETURN(Tensor dx, Tensor::empty(alloc, Shape{N, H}, DType::kF32));
-  VLPAR_ASSIGN_OR_RETURN(Tensor dmid, Tensor::empty(alloc, Shape{N, H}, DType::kF32));
-  VLPAR_ASSIGN_OR_RETURN(Tensor dtmp, Tensor::empty(alloc, Shape{N, H}, DType::kF32));
+  VLPAR_ASSIGN_OR_RETURN(Tensor dnext, Tensor::empty(alloc, Shape{N, H}, DType::kF32));
   {
     vlpar::obs::Span s = span(vlpar::obs::trace_cat::kLoss, "loss_backward");
     VLPAR_RETURN_IF_ERROR(head().backward(ctx, dx, stash.labels, stash.head, grad_loss, ready));
   }
   vlpar::obs::Span decoder_span = span(vlpar::obs::trace_cat::kDecoder, "decoder_backward");
-
+  const std::vector<std::pair<int, int>> cuts = segments();
   std::vector<Tensor> d_deepstack(stash.deepstack.size());
-  for (int l = t.layers - 1; l >= 0; --l) {
-    LayerStash& ls = stash.layers[size_t(l)];
-    if (size_t(l) < stash.deepstack.size()) {
-      // The deepstack add after layer l: its input gradient is dx at the visual rows.
-      VLPAR_ASSIGN_OR_RETURN(d_deepstack[size_t(l)],
+  for (size_t k = cuts.size(); k-- > 0;) {
+    if (k < stash.deepstack.size()) {
+      // The deepstack add after layer k: its input gradient is dx at the visual rows.
+      VLPAR_ASSIGN_OR_RETURN(d_deepstack[k],
                              Tensor::empty(alloc, Shape{int64_t(stash.visual_rows.size()), H}, DType::kF32));
-      gather_rows(d_deepstack[size_t(l)], dx, stash.visual_rows);
+      gather_rows(d_deepstack[k], dx, stash.visual_rows);
     }
-    VLPAR_RETURN_IF_ERROR(recompute_layer(ctx, l, stash));
-    if (layers_[size_t(l)].moe) {
-      VLPAR_RETURN_IF_ERROR(moe(l).backward(ctx, dmid, dx, N, ls.moe, ready, &stash.aux, grad_aux));
-    } else {
-      VLPAR_RETURN_IF_ERROR(mlp(l).backward(ctx, dmid, dx, N, ls.mlp, ready));
-    }
-    VLPAR_RETURN_IF_ERROR(attention(l).backward(ctx, dtmp, dmid, seq, ls.attn, ready));
-    std::swap(dx, dtmp);
-    // This layer's activations are consumed: free them now (lowers the backward's peak in every mode).
-    ls.attn = nn::AttentionStash{};
-    ls.mlp = nn::MlpStash{};
-    ls.moe = nn::MoeStash{};
-    ls.after_attn = Tensor{};
-    ls.out = Tensor{};
+    const DecoderStack stack = decoder_layers(cuts[k].first, cuts[k].second, nn::MoeLoss{&stash.aux, grad_aux});
+    VLPAR_RETURN_IF_ERROR(stack.backward(ctx, dnext, dx, seq, stash.segments[k], ready));
+    stash.segments[k] = DecoderStack::Stash{};
+    std::swap(dx, dnext);
   }
 
   decoder_span.end();

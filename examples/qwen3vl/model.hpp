@@ -26,6 +26,7 @@
 // Test: examples/qwen3vl/tests/test_parity.cpp (vs transformers fixtures), test_packing.cpp, test_freeze.cpp.
 #include <cstdint>
 #include <optional>
+#include <utility>
 #include <vector>
 
 #include "config.hpp"
@@ -34,6 +35,8 @@
 #include "vlpar/core/tensor.hpp"
 #include "vlpar/kernels/router.hpp"
 #include "vlpar/nn/attention_block.hpp"
+#include "vlpar/nn/decoder_layer.hpp"
+#include "vlpar/nn/layer.hpp"
 #include "vlpar/nn/lm_head.hpp"
 #include "vlpar/nn/mlp_block.hpp"
 #include "vlpar/nn/moe_block.hpp"
@@ -59,12 +62,13 @@ struct Batch {
   std::vector<vlpar::nn::VisionGrid> video_grids;  // (t, h, w) per video
 };
 
-/// Activation recompute (the trainer's training.recompute). Gradients are bitwise the same in every mode.
-///   kNone      keep every block's stash from forward to backward;
+/// Activation recompute (the trainer's training.recompute), nn/layer.hpp's policies over the decoder layers:
+///   kNone      keep every layer's stash from forward to backward;
 ///   kSelective drop each layer's MLP / MoE stash (gate|up and the activation: the largest per-token tensors,
 ///              3·I floats a token against the attention stash's ~5·H) and recompute that block in backward;
-///   kFull      keep only each layer's input and output; recompute both blocks of the layer in backward.
-enum class Recompute { kNone, kSelective, kFull };
+///   kFull      keep only each layer's input; recompute both blocks of the layer in backward.
+/// Gradients are bitwise the same in every mode.
+using vlpar::nn::Recompute;
 
 /// Which parameter groups are frozen.
 struct Freeze {
@@ -88,14 +92,9 @@ struct VisionPass {
   std::vector<int64_t> rows;      // sequence positions of its pad tokens, in order (n of them)
 };
 
-/// One decoder layer's stash.
-struct LayerStash {
-  Tensor after_attn;  // [N, H] attention block output (the MLP block's input)
-  Tensor out;         // [N, H] layer output (+ deepstack add when injected here)
-  vlpar::nn::AttentionStash attn;
-  vlpar::nn::MlpStash mlp;
-  vlpar::nn::MoeStash moe;
-};
+/// The decoder layers as LayerStacks: cut after each deepstack layer j (where the visual features of level j are
+/// added to the layer output), so segments are [0, 1), [1, 2), …, [n_ds − 1, n_ds), [n_ds, L).
+using DecoderStack = vlpar::nn::LayerStack<vlpar::nn::DecoderLayer>;
 
 /// Everything backward needs from forward, for one micro-batch.
 struct Stash {
@@ -106,7 +105,7 @@ struct Stash {
   std::optional<VisionPass> image, video;
   std::vector<int64_t> visual_rows;          // image and video rows in sequence order (deepstack targets)
   std::vector<Tensor> deepstack;             // [n_visual, D] per level, rows in visual_rows order
-  std::vector<LayerStash> layers;
+  std::vector<DecoderStack::Stash> segments;  // one per decoder segment (DecoderStack above)
   vlpar::nn::LmHeadStash head;
   vlpar::RouterAuxStats aux;
   StepLoss loss;
@@ -145,6 +144,12 @@ class Model {
   /// @brief logits [N, V/tp] f32 of the last forward (final normed hidden states · lm_headᵀ, this rank's vocab
   /// block), for parity checks and the forward CLI; training never materialises them.
   Result<Tensor> logits(const Context& ctx, const Stash& stash, Allocator& alloc) const;
+
+  /// The decoder layers [a, b) as an nn::LayerStack under this model's recompute policy; MoE layers read and
+  /// write `moe_loss` (nn/decoder_layer.hpp). forward/backward run the stack cut at the deepstack layers.
+  DecoderStack decoder_layers(int a, int b, vlpar::nn::MoeLoss moe_loss) const;
+  /// Layer `layer`'s input [N, H] in a forward's stash (the embeddings for layer 0; deepstack adds included).
+  Result<TensorView> layer_input(const Stash& stash, int layer) const;
 
   // ---- Read access for inference paths outside forward/backward (generate.hpp's KV-cache decode) ----------
   /// Registry indices of decoder layer `layer`: the first of its attention block's 7 parameters (norm, q, k, v,
@@ -194,8 +199,8 @@ class Model {
   Status vision_backward(const Context& ctx, const Stash& stash, VisionPass& pass, TensorView d_embeds,
                          const std::vector<Tensor>& d_deepstack) const;
 
-  /// Re-runs layer l's forward from its input to rebuild the stash the recompute mode dropped.
-  Status recompute_layer(const Context& ctx, int layer, Stash& stash) const;
+  /// [first, last) layers of each decoder segment (DecoderStack).
+  std::vector<std::pair<int, int>> segments() const;
 
   Config cfg_;
   Recompute recompute_ = Recompute::kNone;

@@ -1,40 +1,89 @@
-// One decoder layer (attention + MLP) as an nn::Layer. See include/vlpar/nn/decoder_layer.hpp.
+// One decoder layer (attention + dense MLP or MoE) as an nn::Layer. See include/vlpar/nn/decoder_layer.hpp.
 #include "vlpar/nn/decoder_layer.hpp"
 
 #include "nn_util.hpp"
 
 namespace vlpar::nn {
 
+Status DecoderLayer::feed_forward(const Context& ctx, TensorView out, const PackedSeq& seq, Stash& st,
+                                  RouterAuxStats* stats) const {
+  if (moe_) return moe_->forward(ctx, out, st.mid, seq.num_tokens(), st.moe, stats);
+  return mlp_->forward(ctx, out, st.mid, seq.num_tokens(), st.mlp);
+}
+
 Status DecoderLayer::forward(const Context& ctx, TensorView out, TensorView in, const PackedSeq& seq,
                              Stash& st) const {
   VLPAR_ASSIGN_OR_RETURN(st.mid, detail::scratch(ctx, {in.size(0), in.size(1)}));
   VLPAR_RETURN_IF_ERROR(attn_.forward(ctx, st.mid, in, seq, st.attn));
-  return mlp_.forward(ctx, out, st.mid, seq.num_tokens(), st.mlp);
+  return feed_forward(ctx, out, seq, st, moe_loss_.stats);
 }
 
 Status DecoderLayer::backward(const Context& ctx, TensorView dx, TensorView dout, const PackedSeq& seq, Stash& st,
                               const GradReadyFn& ready) const {
   VLPAR_ASSIGN_OR_RETURN(Tensor dmid, detail::scratch(ctx, {dout.size(0), dout.size(1)}));
-  VLPAR_RETURN_IF_ERROR(mlp_.backward(ctx, dmid, dout, seq.num_tokens(), st.mlp, ready));
+  if (moe_) {
+    VLPAR_RETURN_IF_ERROR(
+        moe_->backward(ctx, dmid, dout, seq.num_tokens(), st.moe, ready, moe_loss_.stats, moe_loss_.grad));
+  } else {
+    VLPAR_RETURN_IF_ERROR(mlp_->backward(ctx, dmid, dout, seq.num_tokens(), st.mlp, ready));
+  }
   return attn_.backward(ctx, dx, dmid, seq, st.attn, ready);
 }
 
-int64_t DecoderLayer::stash_bytes(int64_t tokens) const {
-  // Every stash tensor of AttentionStash, MlpStash and mid (attention_block.hpp, mlp_block.hpp), f32.
+void DecoderLayer::drop(Stash& st, Recompute mode) const {
+  if (mode == Recompute::kNone) return;
+  st.mlp = MlpStash{};
+  st.moe = MoeStash{};
+  if (mode == Recompute::kFull) st = Stash{};
+}
+
+Status DecoderLayer::recompute(const Context& ctx, TensorView in, const PackedSeq& seq, Stash& st,
+                               Recompute mode) const {
+  if (mode == Recompute::kNone) return Status::Ok();
+  if (mode == Recompute::kFull) {
+    VLPAR_ASSIGN_OR_RETURN(st.mid, detail::scratch(ctx, {in.size(0), in.size(1)}));
+    VLPAR_RETURN_IF_ERROR(attn_.forward(ctx, st.mid, in, seq, st.attn));
+  }
+  // The layer output is not needed again (the next layer's backward is done): write it to scratch. The step's
+  // router statistics are final already, so the MoE forward does not add to them again.
+  VLPAR_ASSIGN_OR_RETURN(Tensor scratch, detail::scratch(ctx, {in.size(0), in.size(1)}));
+  return feed_forward(ctx, scratch, seq, st, nullptr);
+}
+
+int64_t DecoderLayer::stash_bytes(int64_t tokens, Recompute mode) const {
+  if (mode == Recompute::kFull) return 0;
+  // Every stash tensor of AttentionStash, MlpStash / MoeStash and mid (the blocks' headers).
   const int64_t N = tokens, Nl = tp_.local_tokens(N), H = cfg_.hidden, D = cfg_.head_dim;
-  const int64_t hq = attn_.local_heads(), hkv = attn_.local_kv_heads(), Il = cfg_.intermediate / tp_.size();
-  int64_t floats = Nl * H;                                             // mid
-  floats += Nl + N * H + N * hq * D + 2 * N * hkv * D + N * hq * D + hq * N;  // rstd, h, q, k, v, attn, lse
-  if (cfg_.qk_norm) floats += N * hq * D + N * hkv * D + N * hq + N * hkv;     // q_raw, k_raw, q/k rstd
-  floats += Nl + N * H + N * 2 * Il + N * Il;                          // MLP: rstd, h, gate|up, act
-  return floats * int64_t(sizeof(float));
+  const int64_t hq = attn_.local_heads(), hkv = attn_.local_kv_heads();
+  int64_t bytes = 4 * Nl * H;                                                       // mid
+  bytes += 4 * (Nl + N * H + N * hq * D + 2 * N * hkv * D + N * hq * D + hq * N);   // rstd, h, q, k, v, attn, lse
+  if (cfg_.qk_norm) bytes += 4 * (N * hq * D + N * hkv * D + N * hq + N * hkv);     // q_raw, k_raw, q/k rstd
+  if (mode == Recompute::kSelective) return bytes;
+  if (moe_) {
+    const MoeConfig& m = moe_->moe_config();
+    const int64_t E = m.num_experts, K = m.top_k, I = m.intermediate, R = N * K;
+    bytes += 4 * (N + N * H + N * E + N * K + N * K);  // rstd, h, probs, weights, indices (i32)
+    bytes += 4 * (R * 2 * I + R * I);                  // gate|up, act (permuted rows)
+    bytes += 8 * (E + 1) + 4 * 2 * R;                  // dispatch plan: offsets, the two row maps
+  } else {
+    const int64_t Il = cfg_.intermediate / tp_.size();
+    bytes += 4 * (Nl + N * H + N * 2 * Il + N * Il);  // rstd, h, gate|up, act
+  }
+  return bytes;
 }
 
 double DecoderLayer::flops(const PackedSeq& seq) const {
   const double N = double(seq.num_tokens()), H = double(cfg_.hidden), D = double(cfg_.head_dim);
-  const double hq = attn_.local_heads(), hkv = attn_.local_kv_heads(), Il = double(cfg_.intermediate / tp_.size());
+  const double hq = attn_.local_heads(), hkv = attn_.local_kv_heads();
   double f = 2 * N * H * (hq + 2 * hkv) * D + 2 * N * hq * D * H;  // q, k, v, o
-  f += 2 * N * H * 2 * Il + 2 * N * Il * H;                          // gate|up, down
+  if (moe_) {
+    const MoeConfig& m = moe_->moe_config();
+    const double E = m.num_experts, K = m.top_k, I = double(m.intermediate);
+    f += 2 * N * H * E + K * (2 * N * H * 2 * I + 2 * N * I * H);  // router, K experts' gate|up and down
+  } else {
+    const double Il = double(cfg_.intermediate / tp_.size());
+    f += 2 * N * H * 2 * Il + 2 * N * Il * H;  // gate|up, down
+  }
   const TensorView cu = seq.cu_seqlens;
   for (int64_t s = 0; s + 1 < cu.numel(); ++s) {
     const auto at = [&](int64_t i) {

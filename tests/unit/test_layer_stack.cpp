@@ -1,7 +1,11 @@
 // The layer interface of nn (include/vlpar/nn/layer.hpp) on the decoder layer (nn/decoder_layer.hpp):
 //   - DecoderModel with Recompute::kFull gives the loss and every gradient of Recompute::kNone bit for bit (the
 //     recomputed stash is the forward's), and holds less memory at its peak;
-//   - stash_bytes(N) is exactly the bytes a layer's stash holds (the allocator's count across one forward);
+//   - stash_bytes(N, mode) is exactly the bytes a layer's stash holds after forward under `mode` (the allocator's
+//     count; a MoE layer's dispatch plan added), dense and MoE;
+//   - MoE layers over one step's router statistics: selective and full recompute give the output, dx, every
+//     gradient and the statistics of kNone bit for bit (recompute adds nothing to the statistics), with a lower
+//     peak;
 //   - a stack of layers [0, 1) and one of [1, 2), run one after the other, equal the whole stack bit for bit (the
 //     pipeline-stage cut), forward and backward;
 //   - flops() counts the projections and the causal attention pairs (checked against the formula by hand).
@@ -87,7 +91,14 @@ TEST(LayerStack, StashBytesAreWhatTheStashHolds) {
     const int64_t before = alloc.stats(Device::cpu()).current_bytes;
     nn::DecoderLayer::Stash st;
     ASSERT_TRUE(layer.forward(ctx, y, x, seq, st).ok());
-    EXPECT_EQ(alloc.stats(Device::cpu()).current_bytes - before, layer.stash_bytes(N)) << "qk_norm " << qk;
+    EXPECT_EQ(alloc.stats(Device::cpu()).current_bytes - before, layer.stash_bytes(N, nn::Recompute::kNone))
+        << "qk_norm " << qk;
+    layer.drop(st, nn::Recompute::kSelective);
+    EXPECT_EQ(alloc.stats(Device::cpu()).current_bytes - before, layer.stash_bytes(N, nn::Recompute::kSelective))
+        << "qk_norm " << qk;
+    layer.drop(st, nn::Recompute::kFull);
+    EXPECT_EQ(alloc.stats(Device::cpu()).current_bytes, before);
+    EXPECT_EQ(layer.stash_bytes(N, nn::Recompute::kFull), 0);
     EXPECT_EQ(layer.params(), (nn::ParamRange{1, nn::DecoderModel::params_per_layer(cfg)}));
   }
 }
@@ -137,6 +148,102 @@ TEST(LayerStack, FlopsCountProjectionsAndCausalPairs) {
   const double pairs = 5 * 6 / 2 + 3 * 4 / 2;
   EXPECT_DOUBLE_EQ(t.model->layer(0).flops(t.seq), proj + 4 * D * hq * pairs);
 }
+
+// Two MoE decoder layers (attention without q/k norm, E = 4 experts, top-2) over random weights and one step's
+// router statistics, run as a LayerStack under a recompute policy.
+struct MoeStackRun {
+  std::vector<double> out, dx;
+  std::vector<std::vector<double>> grads;
+  RouterAuxStats stats;
+  int64_t peak = 0;
+};
+
+constexpr int kMoeLayers = 2;
+
+MoeStackRun run_moe(nn::Recompute mode, bool check_bytes = false) {
+  nn::TransformerConfig cfg = tiny_decoder_config();
+  const nn::MoeConfig mc{4, 2, 24};
+  const int64_t H = cfg.hidden, D = cfg.head_dim, hq = cfg.heads, hkv = cfg.kv_heads, E = mc.num_experts,
+                I = mc.intermediate;
+  Allocator alloc;
+  Context ctx = test_ctx(1);
+  ctx.allocator = &alloc;
+  HostBatch hb = make_host_batch({9, 6, 4}, cfg.vocab, 3, cfg.ignore_index);
+  const nn::DecoderBatch b = batch_views(hb);
+  const nn::PackedSeq seq{b.cu_seqlens, b.positions};
+  const int64_t N = b.ids.numel();
+  const std::vector<Shape> shapes = {{H}, {hq * D, H}, {hkv * D, H}, {hkv * D, H}, {H, hq * D},
+                                     {H}, {E, H},      {E, H, 2 * I}, {E, I, H}};
+  std::vector<Tensor> w, g;
+  for (int l = 0; l < kMoeLayers; ++l)
+    for (size_t p = 0; p < shapes.size(); ++p) {
+      w.push_back(random_tensor(alloc, shapes[p], DType::kF32, 100 * uint64_t(l) + p, -0.3f, 0.3f));
+      g.push_back(Tensor::zeros(alloc, shapes[p], DType::kF32).value());
+    }
+  MoeStackRun r;
+  std::vector<nn::DecoderLayer> layers;
+  for (size_t l = 0; l < kMoeLayers; ++l) {
+    auto at = [&](const std::vector<Tensor>& t, size_t p) { return t[l * shapes.size() + p].view(); };
+    const size_t first = l * shapes.size();
+    auto attn = [&](const std::vector<Tensor>& t) {
+      nn::AttentionWeights a;
+      a.norm = at(t, 0), a.q = at(t, 1), a.k = at(t, 2), a.v = at(t, 3), a.o = at(t, 4);
+      return a;
+    };
+    auto moe = [&](const std::vector<Tensor>& t) { return nn::MoeWeights{at(t, 5), at(t, 6), at(t, 7), at(t, 8)}; };
+    layers.emplace_back(cfg, nn::TensorParallel{}, nn::AttentionBlock(cfg, {}, attn(w), attn(g), first),
+                        nn::MoeBlock(cfg, mc, {}, moe(w), moe(g), first + 5),
+                        nn::ParamRange{first, shapes.size()}, nn::MoeLoss{&r.stats, 0.25f});
+  }
+  if (check_bytes) {  // one layer's stash after forward (and after a selective drop) = stash_bytes
+    Tensor x = random_tensor(alloc, {N, H}, DType::kF32, 5), y = Tensor::empty(alloc, {N, H}, DType::kF32).value();
+    const int64_t before = alloc.stats(Device::cpu()).current_bytes;
+    nn::DecoderLayer::Stash st;
+    EXPECT_TRUE(layers[0].forward(ctx, y, x, seq, st).ok());
+    const auto plan_bytes = int64_t(8 * st.moe.plan.offsets.size() + 4 * st.moe.plan.row_assignment.size() +
+                                    4 * st.moe.plan.assignment_row.size());
+    EXPECT_EQ(alloc.stats(Device::cpu()).current_bytes - before + plan_bytes,
+              layers[0].stash_bytes(N, nn::Recompute::kNone));
+    layers[0].drop(st, nn::Recompute::kSelective);
+    EXPECT_EQ(alloc.stats(Device::cpu()).current_bytes - before, layers[0].stash_bytes(N, nn::Recompute::kSelective));
+    return r;
+  }
+  const nn::LayerStack<nn::DecoderLayer> stack(std::move(layers), mode);
+  Tensor x = random_tensor(alloc, {N, H}, DType::kF32, 7), dout = random_tensor(alloc, {N, H}, DType::kF32, 8);
+  Tensor dx = Tensor::empty(alloc, {N, H}, DType::kF32).value();
+  alloc.reset_peak(Device::cpu());
+  const int64_t base = alloc.stats(Device::cpu()).current_bytes;
+  {
+    nn::LayerStack<nn::DecoderLayer>::Stash st;
+    auto y = stack.forward(ctx, x, seq, st);
+    EXPECT_TRUE(y.ok()) << y.status().to_string();
+    if (!y.ok()) return r;
+    r.out = to_f64(y.value());
+    EXPECT_TRUE(stack.backward(ctx, dx, dout, seq, st, {}).ok());
+  }
+  r.peak = alloc.stats(Device::cpu()).peak_bytes - base;
+  r.dx = to_f64(dx);
+  for (const Tensor& t : g) r.grads.push_back(to_f64(t));
+  return r;
+}
+
+TEST(LayerStack, MoeRecomputeIsBitwiseTheSameAndLeavesTheRouterStatistics) {
+  const MoeStackRun keep = run_moe(nn::Recompute::kNone);
+  ASSERT_EQ(keep.stats.rows, int64_t(kMoeLayers) * 19);  // each layer's rows added once
+  for (nn::Recompute mode : {nn::Recompute::kSelective, nn::Recompute::kFull}) {
+    const MoeStackRun redo = run_moe(mode);
+    const int m = int(mode);
+    EXPECT_EQ(redo.out, keep.out) << m;
+    EXPECT_EQ(redo.dx, keep.dx) << m;
+    EXPECT_TRUE(redo.grads == keep.grads) << "recompute mode " << m << " changed a gradient";
+    EXPECT_EQ(redo.stats.rows, keep.stats.rows) << m;
+    EXPECT_EQ(redo.stats.counts, keep.stats.counts) << m;
+    EXPECT_EQ(redo.stats.prob_sum, keep.stats.prob_sum) << m;
+    EXPECT_LT(redo.peak, keep.peak) << m;
+  }
+}
+
+TEST(LayerStack, MoeStashBytesAreWhatTheStashHolds) { run_moe(nn::Recompute::kNone, true); }
 
 }  // namespace
 }  // namespace vlpar::test

@@ -10,11 +10,19 @@
 //   Status backward(ctx, dx, dout, seq, stash, ready) const      dx written (not aliasing dout); parameter
 //                                                               gradients accumulated; ready(i) per final one
 //   ParamRange params() const                                    its registry indices [first, first + count)
-//   int64_t stash_bytes(int64_t tokens) const                    bytes its stash holds for `tokens` tokens
+//   int64_t stash_bytes(int64_t tokens, Recompute mode) const    bytes its stash holds from forward to backward
 //   double flops(const PackedSeq& seq) const                     forward FLOPs on this rank for the batch
-// Recompute policies of LayerStack: kNone keeps every layer's stash from forward to backward; kFull keeps only
-// each layer's input and re-runs the layer's forward just before its backward (the recomputed stash is bitwise the
-// forward's, so gradients are bitwise those of kNone).
+// A RecomputableLayer also has
+//   void drop(stash, mode) const                                 releases what `mode` recomputes
+//   Status recompute(ctx, in, seq, stash, mode) const            rebuilds it from the layer input, bitwise as
+//                                                               forward did, without forward's once-per-step side
+//                                                               effects (e.g. MoE router statistics)
+// Recompute policies of LayerStack (the recomputed stash is bitwise the forward's, so gradients are bitwise those
+// of kNone):
+//   kNone      keep every layer's stash from forward to backward;
+//   kSelective drop the part the layer chooses (DecoderLayer: the feed-forward block's stash, its largest
+//              per-token tensors) and rebuild it just before the layer's backward (RecomputableLayer only);
+//   kFull      keep only each layer's input; re-run the layer just before its backward.
 // Test: tests/unit/test_layer_stack.cpp (DecoderLayer: the concept, stash bytes = allocator bytes, kFull = kNone
 // bitwise, a sub-range of layers).
 #include <concepts>
@@ -35,18 +43,27 @@ struct ParamRange {
   friend bool operator==(const ParamRange&, const ParamRange&) = default;
 };
 
+/// Activation recompute policy of a LayerStack (see above).
+enum class Recompute { kNone, kSelective, kFull };
+
 template <class L>
 concept Layer = std::default_initializable<typename L::Stash> &&
                 requires(const L& l, const Context& ctx, TensorView t, const PackedSeq& seq, typename L::Stash& st,
-                         const GradReadyFn& ready, int64_t tokens) {
+                         const GradReadyFn& ready, int64_t tokens, Recompute mode) {
                   { l.forward(ctx, t, t, seq, st) } -> std::same_as<Status>;
                   { l.backward(ctx, t, t, seq, st, ready) } -> std::same_as<Status>;
                   { l.params() } -> std::same_as<ParamRange>;
-                  { l.stash_bytes(tokens) } -> std::same_as<int64_t>;
+                  { l.stash_bytes(tokens, mode) } -> std::same_as<int64_t>;
                   { l.flops(seq) } -> std::same_as<double>;
                 };
 
-enum class Recompute { kNone, kFull };
+template <class L>
+concept RecomputableLayer =
+    Layer<L> && requires(const L& l, const Context& ctx, TensorView t, const PackedSeq& seq, typename L::Stash& st,
+                         Recompute mode) {
+      l.drop(st, mode);
+      { l.recompute(ctx, t, seq, st, mode) } -> std::same_as<Status>;
+    };
 
 /// Layers [0, n) of some model, run in order; activations come from ctx.allocator.
 template <Layer L>
@@ -71,11 +88,10 @@ class LayerStack {
     return LayerStack(std::vector<L>(layers_.begin() + std::ptrdiff_t(a), layers_.begin() + std::ptrdiff_t(b)),
                       recompute_);
   }
-  /// @brief Σ of the layers' stash bytes for `tokens` (0 under kFull: only the inputs are kept).
+  /// @brief Σ of the layers' stash bytes for `tokens` under the stack's policy (the kept inputs not counted).
   int64_t stash_bytes(int64_t tokens) const {
     int64_t b = 0;
-    if (recompute_ == Recompute::kNone)
-      for (const L& l : layers_) b += l.stash_bytes(tokens);
+    for (const L& l : layers_) b += l.stash_bytes(tokens, recompute_);
     return b;
   }
   double flops(const PackedSeq& seq) const {
@@ -87,6 +103,8 @@ class LayerStack {
   /// @brief Runs every layer; `in` [N_loc, H] must stay alive until backward. @return the last output.
   Result<TensorView> forward(const Context& ctx, TensorView in, const PackedSeq& seq, Stash& st) const {
     VLPAR_CHECK(ctx.allocator != nullptr, "LayerStack::forward: ctx.allocator must be set");
+    VLPAR_CHECK_CODE(recompute_ != Recompute::kSelective || RecomputableLayer<L>, StatusCode::kNotSupported,
+                     "LayerStack: selective recompute needs layers with drop()/recompute() (nn/layer.hpp)");
     const size_t n = layers_.size();
     st.inputs.assign(1, in);
     st.owned.clear();
@@ -97,7 +115,7 @@ class LayerStack {
       st.owned.push_back(std::move(out));
       st.inputs.push_back(st.owned.back().view());
       VLPAR_RETURN_IF_ERROR(layers_[i].forward(ctx, st.inputs[i + 1], st.inputs[i], seq, st.layer[i]));
-      if (recompute_ == Recompute::kFull) st.layer[i] = typename L::Stash{};  // only the inputs stay
+      drop_(i, st.layer[i]);
     }
     return st.inputs.back();
   }
@@ -109,16 +127,16 @@ class LayerStack {
     VLPAR_CHECK(st.layer.size() == n && st.inputs.size() == n + 1,
                 "LayerStack::backward: the stash holds {} layers, the stack {} (run forward first)", st.layer.size(), n);
     if (n == 0) return copy_(dx, dout);
-    Tensor ga, gb;  // the residual gradient, alternating between two buffers
-    VLPAR_ASSIGN_OR_RETURN(ga, Tensor::empty(*ctx.allocator, dout.shape, dout.dtype, dout.device));
-    VLPAR_ASSIGN_OR_RETURN(gb, Tensor::empty(*ctx.allocator, dout.shape, dout.dtype, dout.device));
+    // The residual gradient alternates between dx and one scratch: layer i writes dx when i is even, so layer 0
+    // ends in dx and no layer reads the buffer it writes.
+    Tensor scratch;
+    if (n > 1) {
+      VLPAR_ASSIGN_OR_RETURN(scratch, Tensor::empty(*ctx.allocator, dout.shape, dout.dtype, dout.device));
+    }
     TensorView cur = dout;
     for (size_t i = n; i-- > 0;) {
-      if (recompute_ == Recompute::kFull) {  // rebuild layer i's stash: its forward again, output to scratch
-        VLPAR_ASSIGN_OR_RETURN(Tensor scratch, Tensor::empty(*ctx.allocator, dout.shape, dout.dtype, dout.device));
-        VLPAR_RETURN_IF_ERROR(layers_[i].forward(ctx, scratch, st.inputs[i], seq, st.layer[i]));
-      }
-      const TensorView next = i == 0 ? dx : (cur.data == ga.view().data ? gb.view() : ga.view());
+      VLPAR_RETURN_IF_ERROR(recompute_layer_(ctx, i, seq, st));
+      const TensorView next = i % 2 == 0 ? dx : scratch.view();
       VLPAR_RETURN_IF_ERROR(layers_[i].backward(ctx, next, cur, seq, st.layer[i], ready));
       st.layer[i] = typename L::Stash{};  // consumed: free its activations and its output now
       st.owned[i] = Tensor{};
@@ -128,6 +146,26 @@ class LayerStack {
   }
 
  private:
+  void drop_(size_t i, typename L::Stash& st) const {
+    if constexpr (RecomputableLayer<L>) {
+      if (recompute_ != Recompute::kNone) layers_[i].drop(st, recompute_);
+    } else if (recompute_ == Recompute::kFull) {
+      st = typename L::Stash{};  // only the inputs stay
+    }
+  }
+  // Rebuilds layer i's stash as drop_() left it: the layer's own hook, or (kFull, plain Layer) its forward again
+  // with the output to scratch.
+  Status recompute_layer_(const Context& ctx, size_t i, const PackedSeq& seq, Stash& st) const {
+    if (recompute_ == Recompute::kNone) return Status::Ok();
+    if constexpr (RecomputableLayer<L>) {
+      return layers_[i].recompute(ctx, st.inputs[i], seq, st.layer[i], recompute_);
+    } else {
+      const TensorView in = st.inputs[i];
+      VLPAR_ASSIGN_OR_RETURN(Tensor scratch, Tensor::empty(*ctx.allocator, in.shape, in.dtype, in.device));
+      return layers_[i].forward(ctx, scratch, in, seq, st.layer[i]);
+    }
+  }
+
   std::vector<L> layers_;
   Recompute recompute_ = Recompute::kNone;
 };
