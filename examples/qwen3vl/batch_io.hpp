@@ -10,27 +10,18 @@
 //   images_per_sample    I64 or I32 [B]          optional: how many images / videos each sample holds (lets a
 //   videos_per_sample    I64 or I32 [B]          pack be split back into samples; tools/golden writes them)
 // Missing modality = the tensor absent or with 0 rows. Unknown tensor names are an error (typos are common).
-// Test: examples/qwen3vl/tests/test_parity.cpp reads every golden fixture through it.
+// The file is read into the data pipeline's data::PackedBatch, the one owning form of the packed batch: the MRoPE
+// positions are computed here, once (the model reads them from the batch), and pack.view() is what the model takes.
+// Test: examples/qwen3vl/tests/test_batch_io.cpp; test_parity.cpp reads every golden fixture through it.
 #include <string>
 
-#include "model.hpp"
+#include "vlpar/data/mrope_positions.hpp"
 #include "vlpar/data/packing.hpp"
 
 namespace qwen3vl {
 
-/// A Batch with the memory it views.
-struct LoadedBatch {
-  Tensor input_ids, labels, cu_seqlens, pixel_values, pixel_values_videos;
-  std::vector<int64_t> images_per_sample, videos_per_sample;  // empty when the file does not say
-  Batch batch;  // views of the tensors above plus the grids
-};
-
-/// @brief Reads and checks the batch file `path` (errors name the file and the tensor).
-Result<LoadedBatch> load_batch(const std::string& path, Allocator& alloc);
-
-/// @brief The data pipeline's packed micro-batch (vlpar/data/packing.hpp) as a LoadedBatch: ids, labels and
-/// cu_seqlens widened to i64, pixels copied into f32 tensors from `alloc`, grids and per-sample counts kept.
-/// Errors: pixel rows that disagree with the grids or patch_dim (a malformed pack).
-Result<LoadedBatch> batch_from_packed(const vlpar::data::PackedBatch& pack, Allocator& alloc);
+/// @brief Reads and checks the batch file `path` (errors name the file and the tensor) and computes its MRoPE
+/// positions with `desc` (Config::mrope_desc()). Pixels are widened to f32; sample keys are "<path>#<i>".
+vlpar::Result<vlpar::data::PackedBatch> load_batch(const std::string& path, const vlpar::data::MropeDesc& desc);
 
 }  // namespace qwen3vl

@@ -13,6 +13,7 @@
 #include <vector>
 
 #include "vlpar/core/status.hpp"
+#include "vlpar/data/mrope_positions.hpp"
 
 namespace qwen3vl {
 
@@ -93,6 +94,10 @@ struct Config {
   /// @brief Checks every size and every cross-constraint; the first conflict comes back as one sentence naming
   /// the field ("text_config.num_attention_heads 6 is not a multiple of num_key_value_heads 4").
   Status validate() const;
+  /// The special token ids and merge size that MRoPE positions depend on (data/mrope_positions.hpp).
+  vlpar::data::MropeDesc mrope_desc() const {
+    return {image_token_id, video_token_id, vision_start_token_id, vision.merge};
+  }
 
   bool operator==(const Config&) const = default;
 };

@@ -90,12 +90,11 @@ class DatasetBatchSource final : public BatchSource {
     return std::unique_ptr<BatchSource>(std::move(src));
   }
 
-  Result<MicroBatch> next(Allocator& alloc) override {
-    VLPAR_ASSIGN_OR_RETURN(data::PackedBatch pack, next_pack());
+  Result<MicroBatch> next() override {
     MicroBatch mb;
-    VLPAR_ASSIGN_OR_RETURN(mb.data, batch_from_packed(pack, alloc));
-    mb.real_tokens = pack.real_tokens;
-    mb.images = pack.num_images + pack.num_videos;
+    VLPAR_ASSIGN_OR_RETURN(mb.pack, next_pack());
+    mb.real_tokens = mb.pack.real_tokens;
+    mb.images = mb.pack.num_images + mb.pack.num_videos;
     return mb;
   }
   Result<std::string> state() const override {

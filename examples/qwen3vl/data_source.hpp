@@ -4,7 +4,7 @@
 //   dataset root ─► SampleStream (this dp rank's disjoint share; seeded shard order + shuffle buffer; endless epochs)
 //     ─► Loader workers: ConversationBuilder (decode, Qwen image processing with data.min/max_pixels, chat
 //        template, labels by data.mode) ─► best-fit packing under data.token_budget / data.patch_budget
-//     ─► PackedBatch ─► LoadedBatch (batch_io.hpp) ─► the model
+//     ─► PackedBatch ─► PackedBatch::view() ─► the model
 //
 // The dataset root is an Energon-prepared dataset (a `.nv-meta/` directory: split part data.split), a directory
 // of WebDataset `*.tar` shards (read in name order), or a shard path / brace pattern ("shards/train-{000..009}.tar").

@@ -2,10 +2,12 @@
 #include "generate.hpp"
 
 #include <algorithm>
+#include <array>
 #include <chrono>
 #include <cmath>
 #include <cstring>
 #include <limits>
+#include <span>
 
 #include "vlpar/kernels/embedding.hpp"
 #include "vlpar/kernels/gemm.hpp"
@@ -45,57 +47,6 @@ Result<int64_t> greedy_token(TensorView logits) {
     if (l[i] > l[best]) best = i;  // strict: a tie keeps the lower id
   }
   return best;
-}
-
-Result<Batch> prompt_from_batch(const LoadedBatch& lb, int64_t sample, int64_t prompt_tokens) {
-  const char* kName = "prompt_from_batch";
-  const Batch& all = lb.batch;
-  // Sample boundaries (absent cu_seqlens = one sample).
-  std::vector<int64_t> cu = {0, all.input_ids.numel()};
-  if (!all.cu_seqlens.empty()) {
-    cu.resize(size_t(all.cu_seqlens.numel()));
-    for (size_t i = 0; i < cu.size(); ++i)
-      cu[i] = all.cu_seqlens.dtype == DType::kI64 ? all.cu_seqlens.ptr<int64_t>()[i]
-                                                  : int64_t(all.cu_seqlens.ptr<int32_t>()[i]);
-  }
-  const int64_t B = int64_t(cu.size()) - 1;
-  VLPAR_CHECK(sample >= 0 && sample < B, "{}: sample {} is outside the batch's {} samples", kName, sample, B);
-  const int64_t begin = cu[size_t(sample)], len = cu[size_t(sample) + 1] - begin;
-  VLPAR_CHECK(prompt_tokens >= 0 && prompt_tokens <= len, "{}: prompt_tokens {} is outside [0, {}] (sample {} has "
-              "{} tokens; 0 = all)", kName, prompt_tokens, len, sample, len);
-  Batch b;
-  b.input_ids = all.input_ids.slice(0, begin, begin + (prompt_tokens > 0 ? prompt_tokens : len));
-  // This sample's grids and pixel rows: those of the samples before it are skipped.
-  auto take = [&](const char* what, const std::vector<int64_t>& per_sample,
-                  const std::vector<vlpar::nn::VisionGrid>& grids, TensorView pixels,
-                  std::vector<vlpar::nn::VisionGrid>& out_grids, TensorView& out_pixels) -> Status {
-    if (grids.empty()) return Status::Ok();
-    int64_t first = 0, count = int64_t(grids.size());
-    if (B > 1 || !per_sample.empty()) {
-      VLPAR_CHECK(int64_t(per_sample.size()) == B, "{}: the batch has {} samples and {} {} but {}_per_sample has {} "
-                  "entries (a pack needs it to split the {} by sample)", kName, B, grids.size(), what, what,
-                  per_sample.size(), what);
-      for (int64_t k = 0; k < sample; ++k) first += per_sample[size_t(k)];
-      count = per_sample[size_t(sample)];
-      VLPAR_CHECK(count >= 0 && first + count <= int64_t(grids.size()), "{}: {}_per_sample asks for {} {} from "
-                  "index {} but the batch has {}", kName, what, count, what, first, grids.size());
-    }
-    int64_t row = 0, rows = 0;
-    for (int64_t k = 0; k < first; ++k) row += grids[size_t(k)].t * grids[size_t(k)].h * grids[size_t(k)].w;
-    for (int64_t k = first; k < first + count; ++k) {
-      out_grids.push_back(grids[size_t(k)]);
-      rows += grids[size_t(k)].t * grids[size_t(k)].h * grids[size_t(k)].w;
-    }
-    VLPAR_CHECK(pixels.ndim() == 2 && row + rows <= pixels.size(0), "{}: the {} grids need {} patch rows but the pixels are {}", kName,
-                what, row + rows, pixels.to_string());
-    if (rows > 0) out_pixels = pixels.slice(0, row, row + rows);
-    return Status::Ok();
-  };
-  VLPAR_RETURN_IF_ERROR(take("images", lb.images_per_sample, all.image_grids, all.pixel_values, b.image_grids,
-                             b.pixel_values));
-  VLPAR_RETURN_IF_ERROR(take("videos", lb.videos_per_sample, all.video_grids, all.pixel_values_videos,
-                             b.video_grids, b.pixel_values_videos));
-  return b;
 }
 
 const char* to_string(StopReason r) {
@@ -144,27 +95,23 @@ Result<TensorView> Generator::prefill(const Context& ctx, const Batch& prompt) {
   VLPAR_CHECK(ids.dtype == DType::kI64 && ids.ndim() == 1 && ids.is_contiguous() && ids.numel() >= 1,
               "Generator::prefill: input_ids must be a non-empty contiguous i64 [N] tensor, got {}", ids.to_string());
   const int64_t N = ids.numel();
-  if (!prompt.cu_seqlens.empty()) {
-    const TensorView cu = prompt.cu_seqlens;
-    VLPAR_CHECK(cu.ndim() == 1 && (cu.dtype == DType::kI64 || cu.dtype == DType::kI32),
-                "Generator::prefill: cu_seqlens must be i32/i64 [B + 1], got {}", cu.to_string());
-    auto at = [&](int64_t i) { return cu.dtype == DType::kI64 ? cu.ptr<int64_t>()[i] : int64_t(cu.ptr<int32_t>()[i]); };
-    VLPAR_CHECK(cu.numel() == 2 && at(0) == 0 && at(1) == N,
-                "Generator::prefill: the prompt must be one sample (cu_seqlens [0, {}]), got cu_seqlens {} of {} "
-                "entries", N, cu.to_string(), cu.numel());
-  }
+  const std::span<const int64_t> cu = prompt.host_cu_seqlens;
+  VLPAR_CHECK(cu.empty() || (cu.size() == 2 && cu[0] == 0 && cu[1] == N),
+              "Generator::prefill: the prompt must be one sample (cu_seqlens [0, {}]), got {} boundaries", N,
+              cu.size());
   VLPAR_CHECK(N <= max_length_, "Generator::prefill: the prompt has {} tokens but max_length is {}", N, max_length_);
   prefilled_ = false;
   length_ = 0;
 
   // One forward over the prompt, no labels (the loss is 0 over 0 tokens; only the stash matters).
   Allocator& alloc = *ctx.allocator;
-  int64_t cu_storage[2] = {0, N};
+  const std::array<int64_t, 2> cu_storage = {0, N};
   VLPAR_ASSIGN_OR_RETURN(Tensor labels, Tensor::empty(alloc, Shape{N}, DType::kI64));
   std::fill(labels.ptr<int64_t>(), labels.ptr<int64_t>() + N, kIgnore);
   Batch b = prompt;
   b.labels = labels;
-  b.cu_seqlens = TensorView(cu_storage, DType::kI64, Shape{2});
+  b.cu_seqlens = TensorView(const_cast<int64_t*>(cu_storage.data()), DType::kI64, Shape{2});
+  b.host_cu_seqlens = cu_storage;
   Stash stash;
   VLPAR_RETURN_IF_ERROR(model_->forward(ctx, b, stash).status());
 

@@ -44,14 +44,6 @@ namespace qwen3vl {
 /// error naming its index.
 Result<int64_t> greedy_token(TensorView logits);
 
-/// @brief Sample `sample` of a packed batch file as a prompt: its input_ids, truncated to the first
-/// `prompt_tokens` when > 0, and its images and videos (views into `lb`; cu_seqlens and labels left empty). A pack
-/// of several samples needs images_per_sample / videos_per_sample (when it has images / videos). Errors name the
-/// defect (sample out of range, prompt_tokens larger than the sample, per-sample counts missing or inconsistent).
-/// Truncation keeps every vision input of the sample: cutting through or before a vision span makes the pads and
-/// grids disagree, which prefill reports.
-Result<Batch> prompt_from_batch(const LoadedBatch& lb, int64_t sample, int64_t prompt_tokens = 0);
-
 enum class StopReason {
   kEos,           // the last generated token is one of the eos ids
   kMaxNewTokens,  // max_new_tokens were generated
@@ -80,7 +72,10 @@ class Generator {
   static Result<Generator> create(const Model& model, int64_t max_length, Allocator& alloc);
 
   /// @brief Starts a new sequence: runs the model over `prompt` (one sample, the model's Batch contract: input_ids
-  /// i64 [N] with its images/videos, cu_seqlens empty or [0, N]; labels ignored) and fills the cache.
+  /// i64 [N] with its images/videos and MRoPE positions [3, N]; cu_seqlens empty or [0, N]; labels ignored) and
+  /// fills the cache. A sample of a pack is data::sample_of_pack(pack, s, prompt_tokens).view(); truncation keeps
+  /// every vision input of the sample, so cutting through or before a vision span makes the pads and grids
+  /// disagree, which prefill reports.
   /// ctx.allocator must be set (the forward's scratch). Errors: more than one sample, N > max_length, and every
   /// error of Model::forward (e.g. image pads that do not match the grids).
   /// @return logits [V] f32 of the last prompt position (a view of a buffer the next call overwrites)

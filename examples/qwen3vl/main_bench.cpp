@@ -54,11 +54,11 @@ vlpar::Status run(const Args& args) {
   if (args.threads > 0) ctx.num_threads = args.threads;
   ctx.allocator = &alloc;
   VLPAR_ASSIGN_OR_RETURN(qwen3vl::Model model, qwen3vl::load_hf_model(ctx, args.model, qwen3vl::Freeze{}, alloc));
-  VLPAR_ASSIGN_OR_RETURN(qwen3vl::LoadedBatch lb, qwen3vl::load_batch(args.input, alloc));
-  const qwen3vl::Batch& b = lb.batch;
+  VLPAR_ASSIGN_OR_RETURN(const vlpar::data::PackedBatch pack,
+                         qwen3vl::load_batch(args.input, model.config().mrope_desc()));
+  const qwen3vl::Batch b = pack.view();
   std::vector<int64_t> lengths;
-  for (int64_t s = 0; s + 1 < lb.cu_seqlens.numel(); ++s)
-    lengths.push_back(lb.cu_seqlens.ptr<int64_t>()[s + 1] - lb.cu_seqlens.ptr<int64_t>()[s]);
+  for (size_t s = 0; s + 1 < pack.cu_seqlens.size(); ++s) lengths.push_back(pack.cu_seqlens[s + 1] - pack.cu_seqlens[s]);
   std::vector<vlpar::VisionGrid> grids = b.image_grids;
   grids.insert(grids.end(), b.video_grids.begin(), b.video_grids.end());
   const qwen3vl::StepFlops flops = qwen3vl::count_flops(model.config(), lengths, grids);

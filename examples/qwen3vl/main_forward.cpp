@@ -60,11 +60,13 @@ vlpar::Status run(const Args& args) {
   if (args.threads > 0) ctx.num_threads = args.threads;
   ctx.allocator = &alloc;
   VLPAR_ASSIGN_OR_RETURN(qwen3vl::Model model, qwen3vl::load_hf_model(ctx, args.model, qwen3vl::Freeze{}, alloc));
-  VLPAR_ASSIGN_OR_RETURN(qwen3vl::LoadedBatch lb, qwen3vl::load_batch(args.input, alloc));
+  VLPAR_ASSIGN_OR_RETURN(const vlpar::data::PackedBatch pack,
+                         qwen3vl::load_batch(args.input, model.config().mrope_desc()));
+  const qwen3vl::Batch batch = pack.view();
   qwen3vl::Stash stash;
-  VLPAR_ASSIGN_OR_RETURN(qwen3vl::StepLoss loss, model.forward(ctx, lb.batch, stash));
+  VLPAR_ASSIGN_OR_RETURN(qwen3vl::StepLoss loss, model.forward(ctx, batch, stash));
   VLPAR_ASSIGN_OR_RETURN(vlpar::Tensor logits, model.logits(ctx, stash, alloc));
-  if (args.grads) VLPAR_RETURN_IF_ERROR(model.backward(ctx, lb.batch, stash));
+  if (args.grads) VLPAR_RETURN_IF_ERROR(model.backward(ctx, batch, stash));
 
   float scalars[3] = {float(loss.loss), float(loss.ce_loss), float(loss.aux_loss)};
   int64_t count = loss.num_label_tokens;
@@ -82,7 +84,7 @@ vlpar::Status run(const Args& args) {
   }
   VLPAR_RETURN_IF_ERROR(vlpar::io::write_safetensors(args.output, out, {{"program", "qwen3vl-forward"}}));
   fmt::print("loss {:.6f} (ce {:.6f}, aux {:.6f}) over {} label tokens; {} tokens, logits [{}, {}] -> {}\n", loss.loss,
-             loss.ce_loss, loss.aux_loss, loss.num_label_tokens, lb.input_ids.numel(), logits.view().size(0),
+             loss.ce_loss, loss.aux_loss, loss.num_label_tokens, batch.num_tokens(), logits.view().size(0),
              logits.view().size(1), args.output);
   return vlpar::Status::Ok();
 }

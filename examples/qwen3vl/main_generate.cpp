@@ -185,8 +185,10 @@ vlpar::Status run(const Args& args) {
   }
   const qwen3vl::Model& model = ckpt ? ckpt->model : *hf;
   if (args.eval) return run_eval(args, ctx, model, ckpt ? &ckpt->config : nullptr, alloc);
-  VLPAR_ASSIGN_OR_RETURN(qwen3vl::LoadedBatch lb, qwen3vl::load_batch(args.input, alloc));
-  VLPAR_ASSIGN_OR_RETURN(qwen3vl::Batch prompt, qwen3vl::prompt_from_batch(lb, args.sample, args.prompt_tokens));
+  VLPAR_ASSIGN_OR_RETURN(vlpar::data::PackedBatch pack, qwen3vl::load_batch(args.input, model.config().mrope_desc()));
+  VLPAR_ASSIGN_OR_RETURN(vlpar::data::PackedBatch one,
+                         vlpar::data::sample_of_pack(pack, args.sample, args.prompt_tokens));
+  const qwen3vl::Batch prompt = one.view();
   qwen3vl::GenerateOptions opt;
   opt.max_new_tokens = args.max_new_tokens;
   if (args.eos) {

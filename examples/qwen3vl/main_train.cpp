@@ -10,6 +10,7 @@
 #include <string>
 #include <vector>
 
+#include "checkpoint_model.hpp"
 #include "data_source.hpp"
 #include "trainer.hpp"
 #include "vlpar/comm/mpi_communicator.hpp"
@@ -62,7 +63,9 @@ vlpar::Status train(int argc, char** argv, vlpar::comm::Communicator* world) {
   const int dp_rank = rank / cfg.parallel.tp, dp_size = size / cfg.parallel.tp;
   std::unique_ptr<qwen3vl::BatchSource> source;
   if (!batches.empty()) {
-    VLPAR_ASSIGN_OR_RETURN(auto files, qwen3vl::FileBatchSource::create(split_list(batches), dp_rank, dp_size));
+    VLPAR_ASSIGN_OR_RETURN(const qwen3vl::Config mc, qwen3vl::model_config_of(cfg.model));
+    VLPAR_ASSIGN_OR_RETURN(auto files,
+                           qwen3vl::FileBatchSource::create(split_list(batches), mc.mrope_desc(), dp_rank, dp_size));
     source = std::move(files);
   } else {
     VLPAR_ASSIGN_OR_RETURN(source, qwen3vl::make_dataset_source(cfg, dp_rank, dp_size));

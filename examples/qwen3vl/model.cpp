@@ -6,7 +6,6 @@
 #include <algorithm>
 #include <cstring>
 
-#include "vlpar/data/mrope_positions.hpp"
 #include "vlpar/kernels/cross_entropy.hpp"
 #include "vlpar/kernels/gemm.hpp"
 #include "vlpar/nn/vocab_parallel.hpp"
@@ -323,37 +322,19 @@ Result<StepLoss> Model::forward(const Context& ctx, const Batch& batch, Stash& s
   VLPAR_CHECK(ctx.allocator != nullptr, "Model::forward: ctx.allocator must be set");
   Allocator& alloc = *ctx.allocator;
   const TextConfig& t = cfg_.text;
-  TensorView ids = batch.input_ids;
-  VLPAR_CHECK(ids.dtype == DType::kI64 && ids.ndim() == 1 && ids.is_contiguous(),
-              "input_ids must be a contiguous i64 [N] tensor, got {}", ids.to_string());
-  VLPAR_CHECK(batch.labels.dtype == DType::kI64 && batch.labels.shape == ids.shape,
-              "labels must be i64 shaped like input_ids {}, got {}", ids.shape.to_string(), batch.labels.to_string());
-  const int64_t N = ids.numel(), H = t.hidden;
+  VLPAR_RETURN_IF_ERROR(batch.validate());
+  const TensorView ids = batch.input_ids;
+  const int64_t N = ids.numel(), H = t.hidden, B = batch.num_samples();
   for (int64_t i = 0; i < N; ++i)
     VLPAR_CHECK(id_at(ids, i) >= 0 && id_at(ids, i) < t.vocab, "input_ids[{}] = {} is outside the vocabulary [0, {})",
                 i, id_at(ids, i), t.vocab);
+  VLPAR_CHECK(batch.positions.ndim() == 2, "Qwen3-VL needs MRoPE positions [3, {}] in the batch, got {}", N,
+              batch.positions.to_string());
 
-  // Sample boundaries as i32 (attention), MRoPE positions, labels shifted within each sample.
-  const int64_t B = batch.cu_seqlens.numel() - 1;
-  VLPAR_CHECK(B >= 1 && batch.cu_seqlens.ndim() == 1, "cu_seqlens must be [B + 1] with B >= 1, got {}",
-              batch.cu_seqlens.to_string());
+  // Sample boundaries as i32 (attention), the batch's MRoPE positions, labels shifted within each sample.
   VLPAR_ASSIGN_OR_RETURN(stash.cu_seqlens, Tensor::empty(alloc, Shape{B + 1}, DType::kI32));
-  std::vector<int64_t> cu(static_cast<size_t>(B + 1));
-  for (int64_t i = 0; i <= B; ++i) {
-    cu[size_t(i)] = batch.cu_seqlens.dtype == DType::kI64 ? batch.cu_seqlens.ptr<int64_t>()[i]
-                                                          : batch.cu_seqlens.ptr<int32_t>()[i];
-    VLPAR_CHECK(i == 0 ? cu[0] == 0 : cu[size_t(i)] > cu[size_t(i - 1)],
-                "cu_seqlens must start at 0 and increase strictly, got {} at index {}", cu[size_t(i)], i);
-    stash.cu_seqlens.ptr<int32_t>()[i] = int32_t(cu[size_t(i)]);
-  }
-  VLPAR_CHECK(cu.back() == N, "cu_seqlens ends at {} but input_ids has {} tokens", cu.back(), N);
-  VLPAR_ASSIGN_OR_RETURN(stash.positions, Tensor::empty(alloc, Shape{3, N}, DType::kI64));
-  const vlpar::data::MropeDesc desc{cfg_.image_token_id, cfg_.video_token_id, cfg_.vision_start_token_id,
-                                    cfg_.vision.merge};
-  std::vector<int64_t> rope_deltas(static_cast<size_t>(B));
-  VLPAR_RETURN_IF_ERROR(vlpar::data::compute_mrope_positions(
-      {stash.positions.ptr<int64_t>(), size_t(3 * N)}, rope_deltas, {ids.ptr<int64_t>(), size_t(N)}, cu,
-      batch.image_grids, batch.video_grids, desc));
+  for (int64_t i = 0; i <= B; ++i) stash.cu_seqlens.ptr<int32_t>()[i] = int32_t(batch.host_cu_seqlens[size_t(i)]);
+  stash.positions = batch.positions;
   VLPAR_ASSIGN_OR_RETURN(stash.labels, Tensor::empty(alloc, Shape{N}, DType::kI64));
   VLPAR_RETURN_IF_ERROR(vlpar::shift_labels_for_causal_lm(stash.labels, batch.labels, stash.cu_seqlens, kIgnore));
 

@@ -30,6 +30,7 @@
 #include <vector>
 
 #include "config.hpp"
+#include "vlpar/core/batch.hpp"
 #include "vlpar/core/allocator.hpp"
 #include "vlpar/core/context.hpp"
 #include "vlpar/core/tensor.hpp"
@@ -51,16 +52,9 @@ using vlpar::Context;
 using vlpar::Tensor;
 using vlpar::TensorView;
 
-/// The packed batch as the model reads it (host memory). N tokens, B samples.
-struct Batch {
-  TensorView input_ids;            // i64 [N], all samples concatenated
-  TensorView labels;               // i64 [N], HF convention (unshifted; −100 = ignored)
-  TensorView cu_seqlens;           // i32 or i64 [B + 1], sample boundaries
-  TensorView pixel_values;         // f32 [Np_img, C·Tp·P·P], every image in order (may be empty)
-  std::vector<vlpar::nn::VisionGrid> image_grids;  // (t, h, w) per image, patch units
-  TensorView pixel_values_videos;  // f32 [Np_vid, C·Tp·P·P] (may be empty)
-  std::vector<vlpar::nn::VisionGrid> video_grids;  // (t, h, w) per video
-};
+/// The packed batch (vlpar/core/batch.hpp): MRoPE positions [3, N] come with it (the data pipeline computes them
+/// once); data::PackedBatch::view() gives one. It must outlive the forward's stash.
+using vlpar::Batch;
 
 /// Activation recompute (the trainer's training.recompute), nn/layer.hpp's policies over the decoder layers:
 ///   kNone      keep every layer's stash from forward to backward;
@@ -98,8 +92,8 @@ using DecoderStack = vlpar::nn::LayerStack<vlpar::nn::DecoderLayer>;
 
 /// Everything backward needs from forward, for one micro-batch.
 struct Stash {
-  Tensor cu_seqlens;    // i32 [B + 1]
-  Tensor positions;     // i64 [3, N] MRoPE rows T, H, W
+  Tensor cu_seqlens;    // i32 [B + 1] (the attention kernels' type)
+  TensorView positions; // i64 [3, N] MRoPE rows T, H, W: the batch's
   Tensor labels;        // i64 [N] shifted per sample
   Tensor embeds;        // [N, H] embedding output with visual rows scattered in (layer 0's input)
   std::optional<VisionPass> image, video;

@@ -35,22 +35,24 @@ namespace fs = std::filesystem;
 
 // ---- FileBatchSource -----------------------------------------------------------------------------------------
 
-Result<std::unique_ptr<FileBatchSource>> FileBatchSource::create(std::vector<std::string> files, int dp_rank,
+Result<std::unique_ptr<FileBatchSource>> FileBatchSource::create(std::vector<std::string> files,
+                                                                 const vlpar::data::MropeDesc& desc, int dp_rank,
                                                                  int dp_size) {
   VLPAR_CHECK(dp_size >= 1 && dp_rank >= 0 && dp_rank < dp_size, "FileBatchSource: dp rank {} of {}", dp_rank, dp_size);
   auto s = std::unique_ptr<FileBatchSource>(new FileBatchSource());
   for (size_t i = size_t(dp_rank); i < files.size(); i += size_t(dp_size)) s->files_.push_back(files[i]);
+  s->desc_ = desc;
   VLPAR_CHECK(!s->files_.empty(), "FileBatchSource: {} batch files leave none for data-parallel rank {} of {}",
               files.size(), dp_rank, dp_size);
   return s;
 }
 
-Result<MicroBatch> FileBatchSource::next(Allocator& alloc) {
+Result<MicroBatch> FileBatchSource::next() {
   const std::string& path = files_[size_t(position_ % int64_t(files_.size()))];
   MicroBatch mb;
-  VLPAR_ASSIGN_OR_RETURN(mb.data, load_batch(path, alloc));
-  mb.real_tokens = mb.data.input_ids.numel();
-  mb.images = int64_t(mb.data.batch.image_grids.size() + mb.data.batch.video_grids.size());
+  VLPAR_ASSIGN_OR_RETURN(mb.pack, load_batch(path, desc_));
+  mb.real_tokens = mb.pack.real_tokens;
+  mb.images = mb.pack.num_images + mb.pack.num_videos;
   ++position_;
   return mb;
 }
@@ -314,7 +316,7 @@ Result<TrainSummary> Trainer::run() {
       vlpar::obs::Span span = logs_->trace.span(obs::trace_cat::kData, "next_batches");
       const obs::Stopwatch w;
       for (int i = 0; i < cfg_.training.grad_accum; ++i) {
-        VLPAR_ASSIGN_OR_RETURN(MicroBatch mb, source_->next(alloc_));
+        VLPAR_ASSIGN_OR_RETURN(MicroBatch mb, source_->next());
         micro.push_back(std::move(mb));
       }
       logs_->wait.add_wait_s(w.elapsed_s());
@@ -326,9 +328,9 @@ Result<TrainSummary> Trainer::run() {
     double local[2] = {0, 0};  // Σ valid labels; (reused below for loss sums)
     for (const MicroBatch& mb : micro) {
       int64_t n = 0;
-      const int64_t* lab = mb.data.labels.ptr<int64_t>();
-      const int64_t* cu = mb.data.cu_seqlens.ptr<int64_t>();
-      for (int64_t s = 0; s + 1 < mb.data.cu_seqlens.numel(); ++s)
+      const std::vector<int64_t>& lab = mb.pack.labels;
+      const std::vector<int64_t>& cu = mb.pack.cu_seqlens;
+      for (size_t s = 0; s + 1 < cu.size(); ++s)
         for (int64_t i = cu[s] + 1; i < cu[s + 1]; ++i) n += lab[i] != -100;  // shifted: label i predicts from i−1
       counts.push_back(n);
       local[0] += double(n);
@@ -346,7 +348,7 @@ Result<TrainSummary> Trainer::run() {
     for (size_t i = 0; i < micro.size(); ++i) {
       const double w = global_count > 0 ? double(counts[i]) / global_count : 0.0;
       Stash stash;
-      VLPAR_ASSIGN_OR_RETURN(StepLoss l, model_->forward(ctx_, micro[i].data.batch, stash));
+      VLPAR_ASSIGN_OR_RETURN(StepLoss l, model_->forward(ctx_, micro[i].pack.view(), stash));
       if (!std::isfinite(l.loss)) {
         bad = fmt::format("loss is {} (micro-batch {} of {})", l.loss, i + 1, micro.size());
         loss_sum[2] = 1;
@@ -363,14 +365,14 @@ Result<TrainSummary> Trainer::run() {
           return optim_->grad_ready(optim_slot_[r]);
         };
       }
-      VLPAR_RETURN_IF_ERROR(model_->backward(ctx_, micro[i].data.batch, stash, float(w), ready));
+      VLPAR_RETURN_IF_ERROR(model_->backward(ctx_, micro[i].pack.view(), stash, float(w), ready));
       tokens += micro[i].real_tokens;
       images += micro[i].images;
       std::vector<int64_t> lengths;
-      const int64_t* cu = micro[i].data.cu_seqlens.ptr<int64_t>();
-      for (int64_t s = 0; s + 1 < micro[i].data.cu_seqlens.numel(); ++s) lengths.push_back(cu[s + 1] - cu[s]);
-      std::vector<vlpar::VisionGrid> grids = micro[i].data.batch.image_grids;
-      grids.insert(grids.end(), micro[i].data.batch.video_grids.begin(), micro[i].data.batch.video_grids.end());
+      const std::vector<int64_t>& cu = micro[i].pack.cu_seqlens;
+      for (size_t s = 0; s + 1 < cu.size(); ++s) lengths.push_back(cu[s + 1] - cu[s]);
+      std::vector<vlpar::VisionGrid> grids = micro[i].pack.image_grids;
+      grids.insert(grids.end(), micro[i].pack.video_grids.begin(), micro[i].pack.video_grids.end());
       flops += count_flops(model_->config(), lengths, grids).train();
     }
     // Every gradient not reported by the backward (all of them when this rank stopped at a non-finite loss) is

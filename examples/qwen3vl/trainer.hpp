@@ -37,9 +37,9 @@
 
 namespace qwen3vl {
 
-/// One packed micro-batch and the memory it views.
+/// One packed micro-batch: the data pipeline's pack (the model takes pack.view()).
 struct MicroBatch {
-  LoadedBatch data;
+  vlpar::data::PackedBatch pack;
   int64_t real_tokens = 0;  // tokens in the pack (no padding exists)
   int64_t images = 0;       // images + video clips
 };
@@ -49,7 +49,7 @@ struct MicroBatch {
 class BatchSource {
  public:
   virtual ~BatchSource() = default;
-  virtual Result<MicroBatch> next(Allocator& alloc) = 0;
+  virtual Result<MicroBatch> next() = 0;
   virtual Result<std::string> state() const = 0;  // JSON
   virtual Status restore(std::string_view state) = 0;
   virtual std::string describe() const = 0;
@@ -72,14 +72,17 @@ class BatchSource {
 /// files]}; restoring a state of another share is an error.
 class FileBatchSource : public BatchSource {
  public:
-  static Result<std::unique_ptr<FileBatchSource>> create(std::vector<std::string> files, int dp_rank, int dp_size);
-  Result<MicroBatch> next(Allocator& alloc) override;
+  /// `desc`: the model's MRoPE ids (Config::mrope_desc()), for the positions load_batch computes.
+  static Result<std::unique_ptr<FileBatchSource>> create(std::vector<std::string> files,
+                                                         const vlpar::data::MropeDesc& desc, int dp_rank, int dp_size);
+  Result<MicroBatch> next() override;
   Result<std::string> state() const override;
   Status restore(std::string_view state) override;
   std::string describe() const override;
 
  private:
   std::vector<std::string> files_;  // this rank's share
+  vlpar::data::MropeDesc desc_;
   int64_t position_ = 0;            // micro-batches handed out
 };
 

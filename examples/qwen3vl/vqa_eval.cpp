@@ -84,24 +84,18 @@ Result<VqaEvalReport> evaluate_vqa(const Context& ctx, const Model& model, const
       ++report.skipped;
       continue;
     }
-    // The prompt: ids before the first supervised token, with every image of the sample.
-    std::vector<int64_t> ids(ts.input_ids.begin(), ts.input_ids.begin() + int64_t(p));
-    Batch prompt;
-    prompt.input_ids = TensorView(ids.data(), DType::kI64, Shape{int64_t(ids.size())});
-    if (ts.image_patches() > 0) {
-      prompt.pixel_values = TensorView(const_cast<float*>(ts.pixel_values.data()), DType::kF32,
-                                       Shape{ts.image_patches(), ts.patch_dim});
-      prompt.image_grids = ts.image_grids;
-    }
-    if (ts.video_patches() > 0) {
-      prompt.pixel_values_videos = TensorView(const_cast<float*>(ts.pixel_values_videos.data()), DType::kF32,
-                                              Shape{ts.video_patches(), ts.patch_dim});
-      prompt.video_grids = ts.video_grids;
-    }
+    // The prompt: ids before the first supervised token, with every image of the sample (packed as the
+    // trainer's data is, positions included).
+    const data::TokenizedSample* one[] = {&ts};
+    VLPAR_ASSIGN_OR_RETURN(const data::PackedBatch pack,
+                           data::make_packed_batch(one, model.config().mrope_desc(), ts.num_tokens()));
+    VLPAR_ASSIGN_OR_RETURN(const data::PackedBatch prompt_pack, data::sample_of_pack(pack, 0, int64_t(p)));
+    const Batch prompt = prompt_pack.view();
+    const int64_t prompt_len = int64_t(p);
     GenerateOptions go;
     go.max_new_tokens = int64_t(reference.size()) + o.extra_tokens;
     go.eos_ids = {im_end};
-    VLPAR_ASSIGN_OR_RETURN(Generator gen, Generator::create(model, int64_t(ids.size()) + go.max_new_tokens, alloc));
+    VLPAR_ASSIGN_OR_RETURN(Generator gen, Generator::create(model, prompt_len + go.max_new_tokens, alloc));
     VLPAR_ASSIGN_OR_RETURN(GenerateResult r, gen.generate(ctx, prompt, go));
     const bool ok = vqa_correct(r.tokens, reference);
     const auto [type, question] = describe_record(*sample, builder.options().record_field);

@@ -47,6 +47,28 @@ std::vector<size_t> plan_pack(std::span<const PackItem> buffer, const PackingCon
   return chosen;
 }
 
+Batch PackedBatch::view() const {
+  const auto n = int64_t(input_ids.size());
+  auto index = [](const std::vector<int64_t>& v, Shape shape) {
+    return TensorView(const_cast<int64_t*>(v.data()), DType::kI64, shape);
+  };
+  auto pixels = [&](const std::vector<float>& v) {
+    if (v.empty() || patch_dim == 0) return TensorView{};
+    return TensorView(const_cast<float*>(v.data()), DType::kF32, Shape{int64_t(v.size()) / patch_dim, patch_dim});
+  };
+  Batch b;
+  b.input_ids = index(input_ids, Shape{n});
+  b.labels = index(labels, Shape{n});
+  b.cu_seqlens = index(cu_seqlens, Shape{int64_t(cu_seqlens.size())});
+  b.host_cu_seqlens = cu_seqlens;
+  b.positions = index(positions, Shape{3, n});
+  b.pixel_values = pixels(pixel_values);
+  b.image_grids = image_grids;
+  b.pixel_values_videos = pixels(pixel_values_videos);
+  b.video_grids = video_grids;
+  return b;
+}
+
 double PackedBatch::efficiency() const {
   return token_budget > 0 ? static_cast<double>(real_tokens) / static_cast<double>(token_budget) : 0.0;
 }
@@ -92,6 +114,78 @@ int64_t sum_patches(std::span<const VisionGrid> grids) {
 }
 
 }  // namespace
+
+namespace {
+
+// The grids (and their pixel rows) of sample s: the per-sample counts of the samples before it are skipped.
+Status take_vision(const char* what, const std::vector<int64_t>& per_sample, const std::vector<VisionGrid>& grids,
+                   const std::vector<float>& pixels, int64_t patch_dim, int64_t sample, int64_t samples,
+                   std::vector<VisionGrid>& out_grids, std::vector<float>& out_pixels) {
+  if (grids.empty()) return Status::Ok();
+  int64_t first = 0, count = int64_t(grids.size());
+  if (samples > 1 || !per_sample.empty()) {
+    VLPAR_CHECK(int64_t(per_sample.size()) == samples,
+                "sample_of_pack: the pack has {} samples and {} {} but {}_per_sample has {} entries (needed to split "
+                "the {} by sample)", samples, grids.size(), what, what, per_sample.size(), what);
+    for (int64_t k = 0; k < sample; ++k) first += per_sample[size_t(k)];
+    count = per_sample[size_t(sample)];
+    VLPAR_CHECK(count >= 0 && first + count <= int64_t(grids.size()),
+                "sample_of_pack: {}_per_sample asks for {} {} from index {} but the pack has {}", what, count, what,
+                first, grids.size());
+  }
+  const int64_t row = sum_patches({grids.data(), size_t(first)});
+  const int64_t rows = sum_patches({grids.data() + first, size_t(count)});
+  VLPAR_CHECK((row + rows) * patch_dim <= int64_t(pixels.size()),
+              "sample_of_pack: the {} grids need {} patch rows of {} values but the pack has {} values", what,
+              row + rows, patch_dim, pixels.size());
+  out_grids.assign(grids.begin() + first, grids.begin() + first + count);
+  out_pixels.assign(pixels.begin() + row * patch_dim, pixels.begin() + (row + rows) * patch_dim);
+  return Status::Ok();
+}
+
+}  // namespace
+
+Result<PackedBatch> sample_of_pack(const PackedBatch& pack, int64_t sample, int64_t prefix_tokens) {
+  const int64_t B = int64_t(pack.cu_seqlens.size()) - 1, N = int64_t(pack.input_ids.size());
+  VLPAR_CHECK(sample >= 0 && sample < B, "sample_of_pack: sample {} is outside the pack's {} samples", sample, B);
+  VLPAR_CHECK(int64_t(pack.positions.size()) == 3 * N && int64_t(pack.labels.size()) == N,
+              "sample_of_pack: the pack has {} ids, {} labels and {} position values (want N, N, 3·N)", N,
+              pack.labels.size(), pack.positions.size());
+  const int64_t begin = pack.cu_seqlens[size_t(sample)], len = pack.cu_seqlens[size_t(sample) + 1] - begin;
+  VLPAR_CHECK(prefix_tokens >= 0 && prefix_tokens <= len,
+              "sample_of_pack: prefix_tokens {} is outside [0, {}] (sample {} has {} tokens; 0 = all)", prefix_tokens,
+              len, sample, len);
+  const int64_t n = prefix_tokens > 0 ? prefix_tokens : len;
+  PackedBatch out;
+  out.input_ids.assign(pack.input_ids.begin() + begin, pack.input_ids.begin() + begin + n);
+  out.labels.assign(pack.labels.begin() + begin, pack.labels.begin() + begin + n);
+  out.cu_seqlens = {0, n};
+  out.positions.resize(size_t(3 * n));
+  int64_t max_pos = 0;
+  for (int64_t a = 0; a < 3; ++a)
+    for (int64_t i = 0; i < n; ++i) {
+      const int64_t p = pack.positions[size_t(a * N + begin + i)];
+      out.positions[size_t(a * n + i)] = p;
+      max_pos = std::max(max_pos, p);
+    }
+  out.rope_deltas = {max_pos + 1 - n};
+  out.patch_dim = pack.patch_dim;
+  VLPAR_RETURN_IF_ERROR(take_vision("images", pack.images_per_sample, pack.image_grids, pack.pixel_values,
+                                    pack.patch_dim, sample, B, out.image_grids, out.pixel_values));
+  VLPAR_RETURN_IF_ERROR(take_vision("videos", pack.videos_per_sample, pack.video_grids, pack.pixel_values_videos,
+                                    pack.patch_dim, sample, B, out.video_grids, out.pixel_values_videos));
+  out.images_per_sample = {int64_t(out.image_grids.size())};
+  out.videos_per_sample = {int64_t(out.video_grids.size())};
+  out.sample_keys = {sample < int64_t(pack.sample_keys.size()) ? pack.sample_keys[size_t(sample)]
+                                                               : fmt::format("sample {}", sample)};
+  out.real_tokens = out.token_budget = n;
+  out.num_images = int64_t(out.image_grids.size());
+  out.num_videos = int64_t(out.video_grids.size());
+  out.vision_patches = sum_patches(out.image_grids) + sum_patches(out.video_grids);
+  out.num_label_tokens = int64_t(std::count_if(out.labels.begin(), out.labels.end(),
+                                               [](int64_t l) { return l != kIgnoreLabel; }));
+  return out;
+}
 
 uint64_t PackedBatch::fingerprint() const {
   Fnv f;

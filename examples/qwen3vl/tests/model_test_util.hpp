@@ -19,6 +19,13 @@ namespace qwen3vl::test {
 
 inline std::string fixture(const std::string& name) { return std::string(VLPAR_FIXTURES_DIR) + "/qwen3vl/" + name; }
 
+/// The MRoPE ids of the fixtures' models (the dense and the MoE fixture share them), for load_batch.
+inline vlpar::data::MropeDesc fixture_mrope_desc() {
+  Result<Config> c = load_hf_config(fixture("dense"));
+  EXPECT_TRUE(c.ok()) << c.status().message();
+  return c.ok() ? c.value().mrope_desc() : vlpar::data::MropeDesc{};
+}
+
 /// The trainer config of the multi-process trainer tests: the dense fixture's model, `steps` steps at tensor
 /// parallel `tp`, one thread per rank, warmup 1, checkpoints in <dir>/ckpt and metrics in dir (no TensorBoard, no
 /// trace, a fixed MFU peak), then `extra` overrides.
@@ -44,7 +51,7 @@ struct Loaded {
   Allocator alloc;
   Context ctx = Context::cpu_default();
   std::optional<Model> model;
-  std::optional<LoadedBatch> batch;
+  std::optional<vlpar::data::PackedBatch> batch;
 };
 
 /// @brief Loads fixture `name` with `freeze`; `edit` may change the config before the model is built.
@@ -58,36 +65,16 @@ void load(Loaded& l, const std::string& name, const Freeze& freeze = {}, Edit ed
   ASSERT_TRUE(m.ok()) << m.status().message();
   l.model.emplace(std::move(m).value());
   ASSERT_TRUE(load_hf_weights(*l.model, fixture(name)).ok());
-  Result<LoadedBatch> b = load_batch(fixture(name) + "/batch.safetensors", l.alloc);
+  Result<vlpar::data::PackedBatch> b = load_batch(fixture(name) + "/batch.safetensors", l.model->config().mrope_desc());
   ASSERT_TRUE(b.ok()) << b.status().message();
   l.batch.emplace(std::move(b).value());
 }
 
-/// @brief Sample s of a pack on its own (views into the pack's tensors; cu_seqlens in `cu_storage`).
-inline Batch sample_of(const LoadedBatch& lb, int64_t s, std::vector<int64_t>& cu_storage) {
-  const auto* cu = lb.cu_seqlens.ptr<int64_t>();
-  const int64_t begin = cu[s], end = cu[s + 1];
-  Batch b;
-  b.input_ids = lb.batch.input_ids.slice(0, begin, end);
-  b.labels = lb.batch.labels.slice(0, begin, end);
-  cu_storage = {0, end - begin};
-  b.cu_seqlens = TensorView(cu_storage.data(), vlpar::DType::kI64, vlpar::Shape{2});
-  auto take = [&](const std::vector<int64_t>& per_sample, const std::vector<vlpar::VisionGrid>& grids,
-                  TensorView pixels, std::vector<vlpar::VisionGrid>& out_grids, TensorView& out_pixels) {
-    int64_t first = 0, row = 0;
-    for (int64_t k = 0; k < s; ++k) first += per_sample[size_t(k)];
-    for (int64_t k = 0; k < first; ++k) row += grids[size_t(k)].t * grids[size_t(k)].h * grids[size_t(k)].w;
-    int64_t rows = 0;
-    for (int64_t k = first; k < first + per_sample[size_t(s)]; ++k) {
-      out_grids.push_back(grids[size_t(k)]);
-      rows += grids[size_t(k)].t * grids[size_t(k)].h * grids[size_t(k)].w;
-    }
-    out_pixels = rows > 0 ? pixels.slice(0, row, row + rows) : TensorView{};
-  };
-  take(lb.images_per_sample, lb.batch.image_grids, lb.batch.pixel_values, b.image_grids, b.pixel_values);
-  take(lb.videos_per_sample, lb.batch.video_grids, lb.batch.pixel_values_videos, b.video_grids,
-       b.pixel_values_videos);
-  return b;
+/// @brief Sample s of a pack as a pack of its own (data::sample_of_pack); the test fails on an error.
+inline vlpar::data::PackedBatch sample_of(const vlpar::data::PackedBatch& pack, int64_t s) {
+  Result<vlpar::data::PackedBatch> r = vlpar::data::sample_of_pack(pack, s);
+  EXPECT_TRUE(r.ok()) << r.status().message();
+  return r.ok() ? std::move(r).value() : vlpar::data::PackedBatch{};
 }
 
 /// @brief max|a − b| / max|b| of two f32 tensors of one shape.

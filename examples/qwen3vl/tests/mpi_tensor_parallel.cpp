@@ -44,9 +44,9 @@ void check_tp(const std::string& fixture) {
   test::Loaded single;
   test::load(single, fixture);
   Stash s1;
-  Result<StepLoss> l1 = single.model->forward(single.ctx, single.batch->batch, s1);
+  Result<StepLoss> l1 = single.model->forward(single.ctx, single.batch->view(), s1);
   ASSERT_TRUE(l1.ok()) << l1.status().message();
-  ASSERT_TRUE(single.model->backward(single.ctx, single.batch->batch, s1).ok());
+  ASSERT_TRUE(single.model->backward(single.ctx, single.batch->view(), s1).ok());
 
   Allocator alloc;
   Context ctx = Context::cpu_default();
@@ -57,9 +57,9 @@ void check_tp(const std::string& fixture) {
   ASSERT_TRUE(m.ok()) << m.status().message();
   ASSERT_TRUE(load_hf_weights(m.value(), test::fixture(fixture)).ok());
   Stash st;
-  Result<StepLoss> l = m.value().forward(ctx, single.batch->batch, st);
+  Result<StepLoss> l = m.value().forward(ctx, single.batch->view(), st);
   ASSERT_TRUE(l.ok()) << l.status().message();
-  ASSERT_TRUE(m.value().backward(ctx, single.batch->batch, st).ok());
+  ASSERT_TRUE(m.value().backward(ctx, single.batch->view(), st).ok());
   EXPECT_NEAR(l.value().loss, l1.value().loss, 1e-5 * l1.value().loss);
   EXPECT_NEAR(l.value().aux_loss, l1.value().aux_loss, 1e-5 * l1.value().aux_loss + 1e-9);
   const nn::ParamRegistry& reg = m.value().registry();

@@ -26,7 +26,7 @@ TrainConfig config(const std::string& dir, int tp, int steps, bool allow_layout_
 Result<std::unique_ptr<Trainer>> make(const TrainConfig& c, vlpar::comm::Communicator* world, int dp_rank, int dp) {
   VLPAR_ASSIGN_OR_RETURN(auto src, FileBatchSource::create({test::fixture("dense") + "/batch.safetensors",
                                                             test::fixture("moe") + "/batch.safetensors"},
-                                                           dp_rank, dp));
+                                                           test::fixture_mrope_desc(), dp_rank, dp));
   return Trainer::create(c, world, std::move(src));
 }
 

@@ -37,7 +37,7 @@ TrainRun train(vlpar::comm::Communicator& world, const std::string& dir, int ste
   const int tp = world.size() == 4 ? 2 : 1, dp = world.size() / tp;
   auto src = FileBatchSource::create({test::fixture("dense") + "/batch.safetensors",
                                       test::fixture("moe") + "/batch.safetensors"},
-                                     world.rank() / tp, dp);
+                                     test::fixture_mrope_desc(), world.rank() / tp, dp);
   EXPECT_TRUE(src.ok()) << src.status().message();
   auto t = Trainer::create(config(dir, tp, steps, zero1), &world, std::move(src).value());
   EXPECT_TRUE(t.ok()) << t.status().message();

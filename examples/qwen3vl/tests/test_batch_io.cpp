@@ -23,17 +23,18 @@ std::string write_batch(const std::string& tag, const std::vector<io::NamedTenso
 TEST(BatchIo, InputIdsAloneIsATextOnlySampleWithoutLabels) {
   std::vector<int64_t> ids = {9, 10, 11, 12, 13};
   const std::string path = write_batch("ids", {{"input_ids", TensorView(ids.data(), DType::kI64, Shape{5})}});
-  Allocator alloc;
-  Result<LoadedBatch> lb = load_batch(path, alloc);
+  Result<vlpar::data::PackedBatch> lb = load_batch(path, test::fixture_mrope_desc());
   ASSERT_TRUE(lb.ok()) << lb.status().message();
-  EXPECT_EQ(lb.value().cu_seqlens.numel(), 2);
-  EXPECT_EQ(lb.value().labels.ptr<int64_t>()[3], -100);
-  EXPECT_TRUE(lb.value().batch.image_grids.empty());
+  EXPECT_EQ(lb.value().cu_seqlens.size(), 2u);
+  EXPECT_EQ(lb.value().labels[3], -100);
+  EXPECT_TRUE(lb.value().image_grids.empty());
   EXPECT_TRUE(lb.value().images_per_sample.empty());
+  const std::vector<int64_t> text_positions = {0, 1, 2, 3, 4, 0, 1, 2, 3, 4, 0, 1, 2, 3, 4};
+  EXPECT_EQ(lb.value().positions, text_positions);  // computed once, at load: text rows T = H = W
   test::Loaded l;
   test::load(l, "dense");
   Stash st;
-  Result<StepLoss> loss = l.model->forward(l.ctx, lb.value().batch, st);
+  Result<StepLoss> loss = l.model->forward(l.ctx, lb.value().view(), st);
   ASSERT_TRUE(loss.ok()) << loss.status().message();
   EXPECT_EQ(loss.value().num_label_tokens, 0);
   std::filesystem::remove(path);
@@ -41,8 +42,7 @@ TEST(BatchIo, InputIdsAloneIsATextOnlySampleWithoutLabels) {
 
 void expect_error(const std::string& tag, const std::vector<io::NamedTensor>& tensors, const std::string& needle) {
   const std::string path = write_batch(tag, tensors);
-  Allocator alloc;
-  Result<LoadedBatch> lb = load_batch(path, alloc);
+  Result<vlpar::data::PackedBatch> lb = load_batch(path, test::fixture_mrope_desc());
   ASSERT_FALSE(lb.ok()) << tag;
   EXPECT_NE(lb.status().message().find(needle), std::string::npos) << lb.status().message();
   EXPECT_NE(lb.status().message().find(path), std::string::npos) << lb.status().message();
@@ -67,7 +67,7 @@ TEST(BatchIo, MalformedBatchesNameTheTensor) {
 TEST(BatchIo, PadCountThatDisagreesWithTheGridsIsAnError) {
   test::Loaded l;
   test::load(l, "dense");
-  Batch b = l.batch->batch;
+  Batch b = l.batch->view();
   b.image_grids.pop_back();  // one grid fewer than the pads need
   Stash st;
   Result<StepLoss> loss = l.model->forward(l.ctx, b, st);

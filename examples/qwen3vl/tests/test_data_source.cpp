@@ -64,40 +64,38 @@ std::string tmp(const std::string& tag) {
 }
 
 std::vector<int64_t> ids_of(const MicroBatch& mb) {
-  const TensorView v = mb.data.input_ids;
-  std::vector<int64_t> out(v.ptr<int64_t>(), v.ptr<int64_t>() + v.numel());
-  const TensorView l = mb.data.labels;
-  out.insert(out.end(), l.ptr<int64_t>(), l.ptr<int64_t>() + l.numel());
-  const TensorView p = mb.data.pixel_values;
-  for (int64_t i = 0; i < p.numel(); ++i) out.push_back(int64_t(std::bit_cast<uint32_t>(p.ptr<float>()[i])));
+  std::vector<int64_t> out = mb.pack.input_ids;
+  out.insert(out.end(), mb.pack.labels.begin(), mb.pack.labels.end());
+  out.insert(out.end(), mb.pack.positions.begin(), mb.pack.positions.end());
+  for (float p : mb.pack.pixel_values) out.push_back(int64_t(std::bit_cast<uint32_t>(p)));
   return out;
 }
 
 TEST(DatasetSource, PacksTheDatasetAndResumesExactly) {
   const TrainConfig c = config(tmp("src"), 10);
-  Allocator alloc;
   auto a = make_dataset_source(c, 0, 1).value();
   EXPECT_NE(a->describe().find("energon split 'train'"), std::string::npos) << a->describe();
   for (int i = 0; i < 3; ++i) {
-    Result<MicroBatch> mb = a->next(alloc);
+    Result<MicroBatch> mb = a->next();
     ASSERT_TRUE(mb.ok()) << mb.status().message();
     EXPECT_GT(mb.value().images, 1);
-    EXPECT_EQ(mb.value().real_tokens, mb.value().data.input_ids.numel());
+    EXPECT_EQ(mb.value().real_tokens, int64_t(mb.value().pack.input_ids.size()));
     EXPECT_LE(mb.value().real_tokens, 768);
-    EXPECT_EQ(int64_t(mb.value().data.batch.image_grids.size()), mb.value().images);
-    EXPECT_EQ(mb.value().data.cu_seqlens.numel(), int64_t(mb.value().data.images_per_sample.size()) + 1);
+    EXPECT_EQ(int64_t(mb.value().pack.image_grids.size()), mb.value().images);
+    EXPECT_EQ(mb.value().pack.cu_seqlens.size(), mb.value().pack.images_per_sample.size() + 1);
+    EXPECT_TRUE(mb.value().pack.view().validate().ok());
   }
   const std::string state = a->state().value();
   std::vector<std::vector<int64_t>> want;
-  for (int i = 0; i < 40; ++i) want.push_back(ids_of(a->next(alloc).value()));  // > one epoch: the corrupt one is met
+  for (int i = 0; i < 40; ++i) want.push_back(ids_of(a->next().value()));  // > one epoch: the corrupt one is met
   EXPECT_NE(a->summary().find("train-corrupt"), std::string::npos) << a->summary();
   auto b = make_dataset_source(c, 0, 1).value();
   ASSERT_TRUE(b->restore(state).ok());
-  for (int i = 0; i < 40; ++i) EXPECT_EQ(ids_of(b->next(alloc).value()), want[size_t(i)]) << "micro-batch " << i;
+  for (int i = 0; i < 40; ++i) EXPECT_EQ(ids_of(b->next().value()), want[size_t(i)]) << "micro-batch " << i;
   // Data-parallel ranks read disjoint samples.
   auto r0 = make_dataset_source(c, 0, 2).value();
   auto r1 = make_dataset_source(c, 1, 2).value();
-  EXPECT_NE(ids_of(r0->next(alloc).value()), ids_of(r1->next(alloc).value()));
+  EXPECT_NE(ids_of(r0->next().value()), ids_of(r1->next().value()));
   // A bad dataset is an error naming it.
   TrainConfig bad = c;
   bad.data.train = "/nonexistent/dataset";

@@ -15,13 +15,13 @@ struct Case {
 
 void run_step(test::Loaded& l) {
   Stash st;
-  ASSERT_TRUE(l.model->forward(l.ctx, l.batch->batch, st).ok());
+  ASSERT_TRUE(l.model->forward(l.ctx, l.batch->view(), st).ok());
   std::vector<size_t> reported;
   const nn::GradReadyFn ready = [&](size_t i) {
     reported.push_back(i);
     return Status::Ok();
   };
-  ASSERT_TRUE(l.model->backward(l.ctx, l.batch->batch, st, 1.f, ready).ok());
+  ASSERT_TRUE(l.model->backward(l.ctx, l.batch->view(), st, 1.f, ready).ok());
   std::vector<size_t> want;
   for (size_t i : l.model->backward_order())
     if (!l.model->registry().frozen(i)) want.push_back(i);

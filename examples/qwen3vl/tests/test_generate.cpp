@@ -61,8 +61,8 @@ void teacher_force(const std::string& name, int64_t sample, int64_t extra_text,
   test::Loaded l;
   test::load(l, name);
   l.model->set_recompute(recompute);  // kFull: the forward keeps no attention stash, prefill must not need it
-  std::vector<int64_t> cu;
-  const Batch full = test::sample_of(*l.batch, sample, cu);
+  const vlpar::data::PackedBatch full_pack = test::sample_of(*l.batch, sample);
+  const Batch full = full_pack.view();
   const int64_t N = full.input_ids.numel();
   Stash st;
   ASSERT_TRUE(l.model->forward(l.ctx, full, st).ok());
@@ -70,10 +70,9 @@ void teacher_force(const std::string& name, int64_t sample, int64_t extra_text,
 
   const int64_t k = last_vision_end(full.input_ids) + 1 + extra_text;
   ASSERT_LE(k, N - 3);  // at least three decode steps
-  Batch prompt = full;
-  prompt.input_ids = full.input_ids.slice(0, 0, k);
+  const vlpar::data::PackedBatch prompt_pack = vlpar::data::sample_of_pack(*l.batch, sample, k).value();
+  Batch prompt = prompt_pack.view();
   prompt.labels = TensorView{};
-  prompt.cu_seqlens = TensorView{};
   Result<Generator> g = Generator::create(*l.model, N, l.alloc);
   ASSERT_TRUE(g.ok()) << g.status().message();
   Result<TensorView> logits = g->prefill(l.ctx, prompt);
@@ -137,57 +136,10 @@ std::vector<Case> hf_cases() {
 }
 
 // The prompt of a case: the sample's first prompt_len tokens with all its images / videos.
-Batch prompt_of(const test::Loaded& l, const Case& c, std::vector<int64_t>& /*unused*/) {
-  Result<Batch> b = prompt_from_batch(*l.batch, c.sample, c.prompt_len);
+vlpar::data::PackedBatch prompt_of(const test::Loaded& l, const Case& c) {
+  Result<vlpar::data::PackedBatch> b = vlpar::data::sample_of_pack(*l.batch, c.sample, c.prompt_len);
   EXPECT_TRUE(b.ok()) << b.status().message();
-  return b.ok() ? b.value() : Batch{};
-}
-
-// prompt_from_batch splits a pack as the tests' sample_of does (same views), truncates, and names its errors.
-TEST(PromptFromBatch, SplitsThePackAndTruncates) {
-  test::Loaded l;
-  test::load(l, "dense");
-  for (int64_t s = 0; s < 3; ++s) {
-    std::vector<int64_t> cu;
-    const Batch want = test::sample_of(*l.batch, s, cu);
-    const Batch got = prompt_from_batch(*l.batch, s).value();
-    EXPECT_EQ(got.input_ids.data, want.input_ids.data);
-    EXPECT_EQ(got.input_ids.numel(), want.input_ids.numel());
-    EXPECT_EQ(got.pixel_values.data, want.pixel_values.data);
-    EXPECT_EQ(got.pixel_values.shape, want.pixel_values.shape);
-    EXPECT_EQ(got.pixel_values_videos.data, want.pixel_values_videos.data);
-    EXPECT_EQ(got.pixel_values_videos.shape, want.pixel_values_videos.shape);
-    EXPECT_EQ(got.image_grids.size(), want.image_grids.size());
-    EXPECT_EQ(got.video_grids.size(), want.video_grids.size());
-  }
-  EXPECT_EQ(prompt_from_batch(*l.batch, 1, 7).value().input_ids.numel(), 7);
-  // A synthetic pack whose later samples hold images: sample 2 gets images 1 and 2 and their pixel rows.
-  {
-    LoadedBatch lb;
-    std::vector<int64_t> ids(12), cu = {0, 3, 5, 12};
-    std::vector<float> pix(4 + 16 + 8);
-    for (size_t i = 0; i < pix.size(); ++i) pix[i] = float(i);
-    lb.batch.input_ids = TensorView(ids.data(), DType::kI64, Shape{12});
-    lb.batch.cu_seqlens = TensorView(cu.data(), DType::kI64, Shape{4});
-    lb.batch.pixel_values = TensorView(pix.data(), DType::kF32, Shape{28, 1});
-    lb.batch.image_grids = {{1, 2, 2}, {1, 4, 4}, {2, 2, 2}};
-    lb.images_per_sample = {1, 0, 2};
-    const Batch b2 = prompt_from_batch(lb, 2).value();
-    ASSERT_EQ(b2.image_grids.size(), 2u);
-    EXPECT_EQ(b2.image_grids[0].h, 4);
-    EXPECT_EQ(b2.pixel_values.size(0), 24);
-    EXPECT_EQ(b2.pixel_values.ptr<float>()[0], 4.f);
-    EXPECT_EQ(b2.input_ids.data, ids.data() + 5);
-    EXPECT_TRUE(prompt_from_batch(lb, 1).value().image_grids.empty());
-    lb.images_per_sample = {1, 0, 3};
-    EXPECT_FALSE(prompt_from_batch(lb, 2).ok());
-  }
-  EXPECT_FALSE(prompt_from_batch(*l.batch, 3).ok());
-  EXPECT_FALSE(prompt_from_batch(*l.batch, 0, 31).ok());
-  l.batch->images_per_sample.clear();
-  const Result<Batch> r = prompt_from_batch(*l.batch, 0);
-  ASSERT_FALSE(r.ok());
-  EXPECT_NE(r.status().message().find("images_per_sample"), std::string::npos) << r.status().message();
+  return b.ok() ? std::move(b).value() : vlpar::data::PackedBatch{};
 }
 
 TEST(Generate, MatchesTransformersGenerate) {
@@ -205,10 +157,9 @@ TEST(Generate, MatchesTransformersGenerate) {
       gens[c.model].emplace(std::move(g).value());
     }
     test::Loaded& l = *models[c.model];
-    std::vector<int64_t> cu;
     GenerateOptions o;
     o.max_new_tokens = int64_t(c.generated.size());
-    Result<GenerateResult> r = gens[c.model]->generate(l.ctx, prompt_of(l, c, cu), o);
+    Result<GenerateResult> r = gens[c.model]->generate(l.ctx, prompt_of(l, c).view(), o);
     ASSERT_TRUE(r.ok()) << r.status().message();
     EXPECT_EQ(r->tokens, c.generated) << c.model << " sample " << c.sample;
     EXPECT_EQ(r->stop, StopReason::kMaxNewTokens);
@@ -226,11 +177,12 @@ class GenerateLimits : public ::testing::Test {
     c_ = hf_cases().front();  // dense, sample 0 (two images)
     ASSERT_EQ(c_.model, "dense");
     test::load(l_, c_.model);
-    prompt_ = prompt_of(l_, c_, cu_);
+    pack_ = prompt_of(l_, c_);
+    prompt_ = pack_.view();
   }
   test::Loaded l_;
   Case c_;
-  std::vector<int64_t> cu_;
+  vlpar::data::PackedBatch pack_;
   Batch prompt_;
 };
 
@@ -296,9 +248,8 @@ TEST_F(GenerateLimits, BadPromptsAndCallsAreErrors) {
   Generator g = Generator::create(*l_.model, 64, l_.alloc).value();
   EXPECT_FALSE(g.step(l_.ctx, 9).ok());  // no prefill yet
   // Cut inside the second image's pad run: fewer pads than its grid gives.
-  Batch cut = prompt_;
-  cut.input_ids = prompt_.input_ids.slice(0, 0, 20);
-  const Result<TensorView> r = g.prefill(l_.ctx, cut);
+  const vlpar::data::PackedBatch cut = vlpar::data::sample_of_pack(*l_.batch, c_.sample, 20).value();
+  const Result<TensorView> r = g.prefill(l_.ctx, cut.view());
   ASSERT_FALSE(r.ok());
   EXPECT_NE(r.status().message().find("grid"), std::string::npos) << r.status().message();
   EXPECT_FALSE(g.step(l_.ctx, 9).ok());  // the failed prefill left no sequence
@@ -306,6 +257,7 @@ TEST_F(GenerateLimits, BadPromptsAndCallsAreErrors) {
   std::vector<int64_t> two = {0, 10, c_.prompt_len};
   Batch packed = prompt_;
   packed.cu_seqlens = TensorView(two.data(), DType::kI64, Shape{3});
+  packed.host_cu_seqlens = two;
   const Result<TensorView> p = g.prefill(l_.ctx, packed);
   ASSERT_FALSE(p.ok());
   EXPECT_NE(p.status().message().find("one sample"), std::string::npos) << p.status().message();

@@ -18,18 +18,24 @@ void check_packing(const std::string& name) {
   test::load(alone, name, Freeze{}, no_aux);
   ASSERT_FALSE(packed.batch->images_per_sample.empty());
   Stash ps;
-  Result<StepLoss> pl = packed.model->forward(packed.ctx, packed.batch->batch, ps);
+  Result<StepLoss> pl = packed.model->forward(packed.ctx, packed.batch->view(), ps);
   ASSERT_TRUE(pl.ok()) << pl.status().message();
   Tensor plog = packed.model->logits(packed.ctx, ps, packed.alloc).value();
-  ASSERT_TRUE(packed.model->backward(packed.ctx, packed.batch->batch, ps).ok());
+  ASSERT_TRUE(packed.model->backward(packed.ctx, packed.batch->view(), ps).ok());
 
-  const int64_t B = packed.batch->cu_seqlens.numel() - 1;
-  const auto* cu = packed.batch->cu_seqlens.ptr<int64_t>();
+  const int64_t B = packed.batch->num_samples();
+  const std::vector<int64_t>& cu = packed.batch->cu_seqlens;
   ASSERT_GE(B, 2);
   double weighted = 0;
   for (int64_t s = 0; s < B; ++s) {
-    std::vector<int64_t> cu_storage;
-    const Batch b = test::sample_of(*alone.batch, s, cu_storage);
+    const vlpar::data::PackedBatch sample = test::sample_of(*alone.batch, s);
+    // The pack's positions restart per sample: its columns of sample s are the sample's positions alone.
+    Result<vlpar::data::MropePositions> own = vlpar::data::mrope_positions(
+        sample.input_ids, sample.cu_seqlens, sample.image_grids, sample.video_grids,
+        alone.model->config().mrope_desc());
+    ASSERT_TRUE(own.ok()) << own.status().message();
+    EXPECT_EQ(own.value().positions, sample.positions) << name << " sample " << s;
+    const Batch b = sample.view();
     Stash st;
     Result<StepLoss> l = alone.model->forward(alone.ctx, b, st);
     ASSERT_TRUE(l.ok()) << "sample " << s << ": " << l.status().message();

@@ -21,10 +21,10 @@ Run run(const std::string& fixture, Recompute mode) {
   Run r;
   {
     Stash st;
-    Result<StepLoss> loss = l.model->forward(l.ctx, l.batch->batch, st);
+    Result<StepLoss> loss = l.model->forward(l.ctx, l.batch->view(), st);
     EXPECT_TRUE(loss.ok());
     r.loss = loss.ok() ? loss.value().loss : 0;
-    EXPECT_TRUE(l.model->backward(l.ctx, l.batch->batch, st).ok());
+    EXPECT_TRUE(l.model->backward(l.ctx, l.batch->view(), st).ok());
   }
   r.activation_peak = l.alloc.stats(vlpar::Device::cpu()).peak_bytes - base;
   const nn::ParamRegistry& reg = l.model->registry();

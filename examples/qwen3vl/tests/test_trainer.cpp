@@ -55,7 +55,7 @@ TrainConfig config(const std::string& dir, int steps) {
 }
 
 std::unique_ptr<Trainer> make(const TrainConfig& c, std::vector<std::string> files = batch_files()) {
-  auto src = FileBatchSource::create(std::move(files), 0, 1);
+  auto src = FileBatchSource::create(std::move(files), test::fixture_mrope_desc(), 0, 1);
   EXPECT_TRUE(src.ok());
   Result<std::unique_ptr<Trainer>> t = Trainer::create(c, nullptr, std::move(src).value());
   EXPECT_TRUE(t.ok()) << t.status().message();
@@ -104,19 +104,20 @@ TEST(Trainer, ResumeIsBitExact) {
 TEST(Trainer, NonFiniteStepsAreSkippedAndKInARowAbort) {
   const std::string d = tmp("nan");
   // A batch whose pixels are NaN poisons exactly the steps that use it.
-  Allocator alloc;
-  Result<LoadedBatch> lb = load_batch(test::fixture("dense") + "/batch.safetensors", alloc);
+  Result<vlpar::data::PackedBatch> lb = load_batch(test::fixture("dense") + "/batch.safetensors",
+                                                   test::fixture_mrope_desc());
   ASSERT_TRUE(lb.ok());
-  for (int64_t i = 0; i < lb.value().pixel_values.numel(); ++i) lb.value().pixel_values.ptr<float>()[i] = NAN;
+  for (float& v : lb.value().pixel_values) v = NAN;
   const std::string bad = d + "_bad.safetensors";
-  std::vector<vlpar::io::NamedTensor> t = {{"input_ids", lb.value().input_ids},
-                                           {"labels", lb.value().labels},
-                                           {"cu_seqlens", lb.value().cu_seqlens},
-                                           {"pixel_values", lb.value().pixel_values},
-                                           {"pixel_values_videos", lb.value().pixel_values_videos}};
+  const vlpar::Batch v = lb.value().view();
+  std::vector<vlpar::io::NamedTensor> t = {{"input_ids", v.input_ids},
+                                           {"labels", v.labels},
+                                           {"cu_seqlens", v.cu_seqlens},
+                                           {"pixel_values", v.pixel_values},
+                                           {"pixel_values_videos", v.pixel_values_videos}};
   std::vector<int64_t> ig, vg;
-  for (const auto& g : lb.value().batch.image_grids) ig.insert(ig.end(), {g.t, g.h, g.w});
-  for (const auto& g : lb.value().batch.video_grids) vg.insert(vg.end(), {g.t, g.h, g.w});
+  for (const auto& g : v.image_grids) ig.insert(ig.end(), {g.t, g.h, g.w});
+  for (const auto& g : v.video_grids) vg.insert(vg.end(), {g.t, g.h, g.w});
   t.push_back({"image_grid_thw", TensorView(ig.data(), vlpar::DType::kI64, vlpar::Shape{int64_t(ig.size() / 3), 3})});
   t.push_back({"video_grid_thw", TensorView(vg.data(), vlpar::DType::kI64, vlpar::Shape{int64_t(vg.size() / 3), 3})});
   ASSERT_TRUE(vlpar::io::write_safetensors(bad, t).ok());

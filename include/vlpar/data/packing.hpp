@@ -32,6 +32,7 @@
 #include <string>
 #include <vector>
 
+#include "vlpar/core/batch.hpp"
 #include "vlpar/core/status.hpp"
 #include "vlpar/data/conversation.hpp"
 #include "vlpar/data/mrope_positions.hpp"
@@ -81,6 +82,9 @@ struct PackedBatch {
   int64_t num_label_tokens = 0;              // labels != −100 (before the shift)
 
   int64_t num_samples() const { return static_cast<int64_t>(sample_keys.size()); }
+  /// The pack as the model reads it (vlpar/core/batch.hpp): views of these vectors, no copies; valid while the
+  /// pack lives unchanged. Empty pixel vectors give empty views.
+  Batch view() const;
   /// real_tokens / token_budget.
   double efficiency() const;
   /// FNV-1a 64 over every field's bytes: equal batches give equal fingerprints (for determinism checks and logs).
@@ -92,6 +96,13 @@ struct PackedBatch {
 /// between samples, and compute_mrope_positions' errors (named with the sample key).
 Result<PackedBatch> make_packed_batch(std::span<const TokenizedSample* const> samples, const MropeDesc& desc,
                                       int64_t token_budget);
+
+/// @brief Sample `sample` of a pack as a pack of its own (copies): its tokens, labels, positions (the pack's
+/// columns: positions restart per sample), images and videos; with prefix_tokens > 0 only its first prefix_tokens
+/// tokens (a generation prompt; the grids and pixels stay the sample's). rope_deltas are recomputed from the
+/// positions. Errors, naming the pack's sample count: a sample outside [0, B), prefix_tokens outside [0, length],
+/// a pack of several samples with vision input but no images_per_sample / videos_per_sample.
+Result<PackedBatch> sample_of_pack(const PackedBatch& pack, int64_t sample, int64_t prefix_tokens = 0);
 
 /// @brief Checks a sample before packing: ids and labels the same non-zero length, pixel values = patches ×
 /// patch_dim. The message names the key.

@@ -20,21 +20,12 @@
 #include <cstdint>
 #include <span>
 
+#include "vlpar/core/batch.hpp"  // VisionGrid
 #include "vlpar/core/context.hpp"
 #include "vlpar/core/macros.hpp"
 #include "vlpar/core/tensor.hpp"
 
 namespace vlpar {
-
-/// One image or video in patch units (a row of image_grid_thw / video_grid_thw): t temporal patches (frames/2),
-/// h × w spatial patches per frame. h and w are multiples of the merge size.
-struct VisionGrid {
-  int64_t t = 1;
-  int64_t h = 0;
-  int64_t w = 0;
-  VLPAR_HD int64_t frame_patches() const { return h * w; }
-  VLPAR_HD int64_t patches() const { return t * h * w; }
-};
 
 /// @brief Raster (row, col) of the q-th patch of a frame of width w in merge-window order:
 /// q = ((block_row·(w/m) + block_col)·m + in_row)·m + in_col, row = block_row·m + in_row, col = block_col·m + in_col.
