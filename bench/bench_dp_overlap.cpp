@@ -74,21 +74,21 @@ int main(int argc, char** argv) {
   cfg.vocab = 8192;
   cfg.num_layers = 4;
   // A packed batch of two samples (300 + 212 tokens), different ids on every rank.
-  std::vector<int64_t> ids, labels, positions;
-  std::vector<int32_t> cu = {0};
+  std::vector<int64_t> ids, positions, cu = {0};
   for (int len : {300, 212}) {
     const int64_t t0 = int64_t(ids.size());
     for (int i = 0; i < len; ++i) {
       ids.push_back(int64_t(philox_element(17 + uint64_t(dp.rank()), 0, uint64_t(t0 + i)).v[0] % uint32_t(cfg.vocab)));
       positions.push_back(i);
     }
-    for (int i = 0; i < len; ++i) labels.push_back(i + 1 < len ? ids[size_t(t0 + i + 1)] : cfg.ignore_index);
-    cu.push_back(int32_t(ids.size()));
+    cu.push_back(int64_t(ids.size()));
   }
   const int64_t N = int64_t(ids.size());
-  nn::DecoderBatch batch{TensorView(ids.data(), DType::kI64, {N}), TensorView(labels.data(), DType::kI64, {N}),
-                         TensorView(positions.data(), DType::kI64, {N}),
-                         TensorView(cu.data(), DType::kI32, {int64_t(cu.size())})};
+  Batch batch;  // HF labels = the ids (the model shifts them within each sample)
+  batch.input_ids = batch.labels = TensorView(ids.data(), DType::kI64, {N});
+  batch.positions = TensorView(positions.data(), DType::kI64, {N});
+  batch.cu_seqlens = TensorView(cu.data(), DType::kI64, {int64_t(cu.size())});
+  batch.host_cu_seqlens = cu;
 
   Allocator alloc;
   Context ctx;

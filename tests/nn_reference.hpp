@@ -24,9 +24,12 @@ namespace vlpar::test {
 /// A packed batch on the host: B samples back to back.
 struct HostBatch {
   std::vector<int64_t> ids;         // [N_tok]
-  std::vector<int64_t> labels;      // [N_tok] shifted within each sample, ignore_index at each sample's end
+  std::vector<int64_t> hf_labels;   // [N_tok] HF convention, unshifted: what the model takes (here = ids)
+  std::vector<int64_t> labels;      // [N_tok] shifted within each sample, ignore_index at each sample's end (the
+                                    // reference's targets: hf_labels shifted)
   std::vector<int64_t> positions;   // [N_tok] 0.. within each sample
   std::vector<int32_t> cu_seqlens;  // [B + 1]
+  std::vector<int64_t> cu64;        // [B + 1] the same boundaries, the batch's host copy
   std::vector<int64_t> mrope;       // [3, N_tok] MRoPE rows T, H, W, or empty (1D: `positions`)
 };
 
@@ -68,6 +71,7 @@ inline HostBatch make_host_batch(const std::vector<int>& lengths, int64_t vocab,
       b.positions.push_back(i);
     }
     for (int i = 0; i < len; ++i) b.labels.push_back(i + 1 < len ? b.ids[size_t(t0 + i + 1)] : ignore);
+    b.hf_labels.insert(b.hf_labels.end(), b.ids.begin() + t0, b.ids.end());
     b.cu_seqlens.push_back(int32_t(b.ids.size()));
   }
   return b;
@@ -81,6 +85,7 @@ inline HostBatch concat_batches(const std::vector<HostBatch>& parts) {
     const int32_t off = b.cu_seqlens.back();
     b.ids.insert(b.ids.end(), p.ids.begin(), p.ids.end());
     b.labels.insert(b.labels.end(), p.labels.begin(), p.labels.end());
+    b.hf_labels.insert(b.hf_labels.end(), p.hf_labels.begin(), p.hf_labels.end());
     b.positions.insert(b.positions.end(), p.positions.begin(), p.positions.end());
     for (size_t i = 1; i < p.cu_seqlens.size(); ++i) b.cu_seqlens.push_back(off + p.cu_seqlens[i]);
   }
@@ -293,11 +298,13 @@ inline nn::TransformerConfig tiny_qwen3_config(bool tied = true) {
   return c;
 }
 
-/// DecoderBatch views over a HostBatch (which must outlive them).
-inline nn::DecoderBatch batch_views(HostBatch& b) {
-  nn::DecoderBatch v;
-  v.ids = TensorView(b.ids.data(), DType::kI64, {int64_t(b.ids.size())});
-  v.labels = TensorView(b.labels.data(), DType::kI64, {int64_t(b.labels.size())});
+/// The packed batch (vlpar/core/batch.hpp) over a HostBatch (which must outlive it).
+inline Batch batch_views(HostBatch& b) {
+  Batch v;
+  b.cu64.assign(b.cu_seqlens.begin(), b.cu_seqlens.end());
+  v.host_cu_seqlens = b.cu64;
+  v.input_ids = TensorView(b.ids.data(), DType::kI64, {int64_t(b.ids.size())});
+  v.labels = TensorView(b.hf_labels.data(), DType::kI64, {int64_t(b.hf_labels.size())});
   const int64_t N = int64_t(b.ids.size());
   v.positions = b.mrope.empty() ? TensorView(b.positions.data(), DType::kI64, {int64_t(b.positions.size())})
                                 : TensorView(b.mrope.data(), DType::kI64, {3, N});

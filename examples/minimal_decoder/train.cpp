@@ -105,10 +105,19 @@ nn::TransformerConfig model_config() {
   return c;
 }
 
-// One packed micro-batch (DESIGN §4): `batch` samples of `seq` bytes, each predicting its next byte.
+// One packed micro-batch (DESIGN §4): `batch` samples of `seq` bytes. The labels are the ids (HF convention: the
+// model shifts them within each sample, so every byte predicts the next).
 struct Batch {
-  Tensor ids, labels, positions, cu;
-  nn::DecoderBatch view() const { return {ids, labels, positions, cu}; }
+  Tensor ids, positions;
+  std::vector<int64_t> cu;  // [B + 1] sample boundaries
+  vlpar::Batch view() const {
+    vlpar::Batch v;
+    v.input_ids = v.labels = ids;
+    v.positions = positions;
+    v.cu_seqlens = TensorView(const_cast<int64_t*>(cu.data()), DType::kI64, {int64_t(cu.size())});
+    v.host_cu_seqlens = cu;
+    return v;
+  }
 };
 
 uint64_t splitmix64(uint64_t x) {
@@ -125,19 +134,16 @@ Result<Batch> make_batch(const std::string& text, int64_t step, int dp_rank, con
   VLPAR_CHECK(n > S + 1, "--data: the file has {} bytes, fewer than --seq + 2 = {}", n, S + 2);
   Batch b;
   VLPAR_ASSIGN_OR_RETURN(b.ids, Tensor::empty(alloc, {B * S}, DType::kI64));
-  VLPAR_ASSIGN_OR_RETURN(b.labels, Tensor::empty(alloc, {B * S}, DType::kI64));
   VLPAR_ASSIGN_OR_RETURN(b.positions, Tensor::empty(alloc, {B * S}, DType::kI64));
-  VLPAR_ASSIGN_OR_RETURN(b.cu, Tensor::empty(alloc, {B + 1}, DType::kI32));
   for (int64_t s = 0; s < B; ++s) {
     const uint64_t key = (uint64_t(step) << 32) ^ (uint64_t(dp_rank) << 16) ^ uint64_t(s);
     const int64_t off = int64_t(splitmix64(key) % uint64_t(n - S - 1));
     for (int64_t i = 0; i < S; ++i) {
       b.ids.ptr<int64_t>()[s * S + i] = static_cast<unsigned char>(text[size_t(off + i)]);
-      b.labels.ptr<int64_t>()[s * S + i] = static_cast<unsigned char>(text[size_t(off + i + 1)]);
       b.positions.ptr<int64_t>()[s * S + i] = i;
     }
   }
-  for (int64_t s = 0; s <= B; ++s) b.cu.ptr<int32_t>()[s] = int32_t(s * S);
+  for (int64_t s = 0; s <= B; ++s) b.cu.push_back(s * S);
   return b;
 }
 

@@ -7,6 +7,7 @@
 #include "vlpar/core/tensor.hpp"      // provides: Shape, TensorView, Tensor, zero_, copy_, convert_
 #include "vlpar/core/rows.hpp"        // provides: RowsView, as_rows (leading dims collapsed into rows)
 #include "vlpar/core/context.hpp"     // provides: Context, parallel_for (deterministic static partitions)
+#include "vlpar/core/batch.hpp"       // provides: Batch (the packed-batch contract), VisionGrid
 #include "vlpar/core/dispatch.hpp"    // provides: VLPAR_FLOAT_SWITCH, VLPAR_BOOL_SWITCH
 #include "vlpar/core/log.hpp"         // provides: log_info/log_warn with a rank@host prefix
 #include "vlpar/core/philox.hpp"      // provides: Philox-4x32-10, philox_uniform/normal per element
@@ -34,7 +35,7 @@
 #include "vlpar/nn/attention_block.hpp"    // provides: AttentionBlock (TP by heads, GQA kv replication), AttentionWeights/Stash
 #include "vlpar/nn/mlp_block.hpp"          // provides: MlpBlock (fused gate/up column-parallel, down row-parallel)
 #include "vlpar/nn/vocab_parallel.hpp"     // provides: vocab-parallel embedding, LM head and cross-entropy
-#include "vlpar/nn/decoder.hpp"            // provides: DecoderModel (params/grads, forward/backward, param_layout), DecoderBatch
+#include "vlpar/nn/decoder.hpp"            // provides: DecoderModel (params/grads, forward/backward, param_layout)
 #include "vlpar/nn/lm_head.hpp"            // provides: LmHead (final RMSNorm + vocab-parallel head + CE, tied or untied)
 #include "vlpar/nn/moe_block.hpp"          // provides: MoeBlock, MoeConfig, MoeWeights (router, experts, Switch aux loss)
 #include "vlpar/nn/vision_config.hpp"      // provides: VisionConfig, vision cu_seqlens / patch coordinates of grids

@@ -120,32 +120,34 @@ LayerStack<DecoderLayer> DecoderModel::layers() const {
   return LayerStack<DecoderLayer>(std::move(v), recompute_);
 }
 
-Result<CrossEntropyResult> DecoderModel::forward(const Context& ctx, const DecoderBatch& batch,
-                                                 DecoderStash& st) const {
-  const int64_t N = batch.ids.numel(), Nl = tp_.local_tokens(N), H = cfg_.hidden;
-  const PackedSeq s = seq(batch);
-  VLPAR_CHECK(batch.labels.numel() == N && s.num_tokens() == N,
-              "decoder forward: ids ({}), labels ({}) and positions ({}) must have one entry per token", N,
-              batch.labels.numel(), batch.positions.to_string());
+Result<CrossEntropyResult> DecoderModel::forward(const Context& ctx, const Batch& batch, DecoderStash& st) const {
+  VLPAR_RETURN_IF_ERROR(batch.validate());
+  const int64_t N = batch.num_tokens(), Nl = tp_.local_tokens(N), H = cfg_.hidden, B = batch.num_samples();
+  VLPAR_ASSIGN_OR_RETURN(st.cu_seqlens, scratch(ctx, {B + 1}, DType::kI32));
+  for (int64_t i = 0; i <= B; ++i) st.cu_seqlens.ptr<int32_t>()[i] = int32_t(batch.host_cu_seqlens[size_t(i)]);
+  VLPAR_ASSIGN_OR_RETURN(st.labels, scratch(ctx, {N}, DType::kI64));
+  VLPAR_RETURN_IF_ERROR(shift_labels_for_causal_lm(st.labels, batch.labels, st.cu_seqlens, cfg_.ignore_index));
+  const PackedSeq s = seq(batch, st);
   VLPAR_CHECK(!tp_.sp() || N % tp_.size() == 0,
               "decoder forward: {} tokens do not split evenly over tp={} for sequence parallelism", N, tp_.size());
   VLPAR_ASSIGN_OR_RETURN(st.embed, scratch(ctx, {Nl, H}));
-  VLPAR_RETURN_IF_ERROR(vocab_parallel_embedding_forward(ctx, tp_, st.embed, reg_.value(0), batch.ids,
+  VLPAR_RETURN_IF_ERROR(vocab_parallel_embedding_forward(ctx, tp_, st.embed, reg_.value(0), batch.input_ids,
                                                          vocab_block_, cfg_.vocab));
   VLPAR_ASSIGN_OR_RETURN(const TensorView last, layers().forward(ctx, st.embed, s, st.layers));
-  return head().forward(ctx, last, batch.labels, st.head);
+  return head().forward(ctx, last, st.labels, st.head);
 }
 
-Status DecoderModel::backward(const Context& ctx, const DecoderBatch& batch, DecoderStash& st, float grad_loss,
+Status DecoderModel::backward(const Context& ctx, const Batch& batch, DecoderStash& st, float grad_loss,
                               const GradReadyFn& ready) const {
-  const int64_t N = batch.ids.numel(), Nl = tp_.local_tokens(N), H = cfg_.hidden;
+  const int64_t N = batch.num_tokens(), Nl = tp_.local_tokens(N), H = cfg_.hidden;
   VLPAR_CHECK(st.layers.inputs.size() == size_t(cfg_.num_layers + 1) && st.embed.shape() == Shape({Nl, H}),
               "decoder backward: the stash does not come from a forward over this batch");
   VLPAR_ASSIGN_OR_RETURN(Tensor ga, scratch(ctx, {Nl, H}));
   VLPAR_ASSIGN_OR_RETURN(Tensor dx, scratch(ctx, {Nl, H}));
-  VLPAR_RETURN_IF_ERROR(head().backward(ctx, ga, batch.labels, st.head, grad_loss, ready));
-  VLPAR_RETURN_IF_ERROR(layers().backward(ctx, dx, ga, seq(batch), st.layers, ready));
-  VLPAR_RETURN_IF_ERROR(vocab_parallel_embedding_backward(ctx, tp_, reg_.grad(0), dx, batch.ids, vocab_block_));
+  VLPAR_RETURN_IF_ERROR(head().backward(ctx, ga, st.labels, st.head, grad_loss, ready));
+  VLPAR_RETURN_IF_ERROR(layers().backward(ctx, dx, ga, seq(batch, st), st.layers, ready));
+  VLPAR_RETURN_IF_ERROR(
+      vocab_parallel_embedding_backward(ctx, tp_, reg_.grad(0), dx, batch.input_ids, vocab_block_));
   return ready ? ready(0) : Status::Ok();
 }
 

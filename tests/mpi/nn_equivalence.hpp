@@ -34,7 +34,7 @@ inline FullRun single_process_run(const nn::TransformerConfig& cfg, HostBatch ba
   EXPECT_TRUE(model.ok()) << model.status().to_string();
   if (!model.ok()) return out;
   nn::DecoderStash st;
-  const nn::DecoderBatch b = batch_views(batch);
+  const Batch b = batch_views(batch);
   auto r = model->forward(ctx, b, st);
   EXPECT_TRUE(r.ok()) << r.status().to_string();
   if (!r.ok()) return out;

@@ -48,7 +48,7 @@ TEST_P(DataParallel, BucketedGradientsMatchSingleProcess) {
   else EXPECT_TRUE(buckets->num_buckets() > 2 && buckets->num_buckets() < model.num_params()) << buckets->num_buckets();
   const size_t last = model.num_params() - 1;
   nn::DecoderStash st;
-  const nn::DecoderBatch b = batch_views(mine);
+  const Batch b = batch_views(mine);
   auto r = model.forward(ctx, b, st);
   ASSERT_TRUE(r.ok()) << r.status().to_string();
   ASSERT_TRUE(model.backward(ctx, b, st, 1.f, [&](size_t i) { return buckets->mark_ready(last - i); }).ok());
@@ -129,7 +129,7 @@ TEST(ZeroOne, FiveStepsOnModelGradientsEqualPlainAdamWBitwise) {
     HostBatch mine = rank_batch(cfg, dp->rank(), uint64_t(10 * t));
     ASSERT_TRUE(model.zero_grads().ok());
     nn::DecoderStash st;
-    const nn::DecoderBatch b = batch_views(mine);
+    const Batch b = batch_views(mine);
     ASSERT_TRUE(model.forward(ctx, b, st).ok());
     ASSERT_TRUE(model.backward(ctx, b, st).ok());
     plain.step(ctx, *dp, alloc, model.grads(), zc.adamw, t);

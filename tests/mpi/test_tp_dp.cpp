@@ -44,7 +44,7 @@ void run_tp_dp(bool sp) {
   ASSERT_TRUE(buckets.ok()) << buckets.status().to_string();
   const size_t last = model->num_params() - 1;
   nn::DecoderStash st;
-  const nn::DecoderBatch b = batch_views(mine);
+  const Batch b = batch_views(mine);
   auto r = model->forward(ctx, b, st);
   ASSERT_TRUE(r.ok()) << r.status().to_string();
   ASSERT_TRUE(model->backward(ctx, b, st, 1.f, [&](size_t i) { return buckets->mark_ready(last - i); }).ok());

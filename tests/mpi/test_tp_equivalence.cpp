@@ -144,7 +144,7 @@ void run_tp_equivalence(bool sp, const nn::TransformerConfig& cfg = tiny_decoder
   auto model = nn::DecoderModel::create(ctx, cfg, {world.get(), sp}, kNnSeed, alloc);
   ASSERT_TRUE(model.ok()) << model.status().to_string();
   nn::DecoderStash st;
-  const nn::DecoderBatch b = batch_views(batch);
+  const Batch b = batch_views(batch);
   auto r = model->forward(ctx, b, st);
   ASSERT_TRUE(r.ok()) << r.status().to_string();
   ASSERT_TRUE(model->backward(ctx, b, st).ok());

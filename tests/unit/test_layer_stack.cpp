@@ -27,7 +27,7 @@ struct ModelSetup {
   Allocator alloc;
   Context ctx = test_ctx(1);
   HostBatch hb;
-  nn::DecoderBatch batch;
+  Batch batch;
   nn::PackedSeq seq;
   std::optional<nn::DecoderModel> model;
   ModelSetup(const nn::TransformerConfig& cfg, const std::vector<int>& lengths, uint64_t data_seed) {
@@ -57,7 +57,7 @@ StackRun run(const nn::TransformerConfig& cfg, HostBatch& hb, nn::Recompute r) {
   alloc.reset_peak(Device::cpu());
   const int64_t base = alloc.stats(Device::cpu()).current_bytes;
   nn::DecoderStash st;
-  const nn::DecoderBatch b = batch_views(hb);
+  const Batch b = batch_views(hb);
   auto l = model->forward(ctx, b, st);
   EXPECT_TRUE(l.ok()) << l.status().to_string();
   EXPECT_TRUE(model->backward(ctx, b, st).ok());
@@ -84,7 +84,7 @@ TEST(LayerStack, StashBytesAreWhatTheStashHolds) {
     Allocator& alloc = t.alloc;
     const Context& ctx = t.ctx;
     const nn::PackedSeq& seq = t.seq;
-    const int64_t N = t.batch.ids.numel();
+    const int64_t N = t.batch.input_ids.numel();
     const nn::DecoderModel* model = &*t.model;
     Tensor x = random_tensor(alloc, {N, cfg.hidden}, DType::kF32, 3), y = Tensor::empty(alloc, {N, cfg.hidden}, DType::kF32).value();
     const nn::DecoderLayer layer = model->layer(0);
@@ -112,7 +112,7 @@ TEST(LayerStack, TwoRangesEqualTheWholeStack) {
   const Context& ctx = t.ctx;
   const nn::PackedSeq& seq = t.seq;
   nn::DecoderModel* model = &*t.model;
-  const int64_t N = t.batch.ids.numel(), H = cfg.hidden;
+  const int64_t N = t.batch.input_ids.numel(), H = cfg.hidden;
   Tensor x = random_tensor(alloc, {N, H}, DType::kF32, 11), dout = random_tensor(alloc, {N, H}, DType::kF32, 12);
   Tensor dx_whole = Tensor::empty(alloc, {N, H}, DType::kF32).value(), dx_split = Tensor::empty(alloc, {N, H}, DType::kF32).value();
   const nn::LayerStack<nn::DecoderLayer> whole = model->layers();
@@ -169,9 +169,9 @@ MoeStackRun run_moe(nn::Recompute mode, bool check_bytes = false) {
   Context ctx = test_ctx(1);
   ctx.allocator = &alloc;
   HostBatch hb = make_host_batch({9, 6, 4}, cfg.vocab, 3, cfg.ignore_index);
-  const nn::DecoderBatch b = batch_views(hb);
+  const Batch b = batch_views(hb);
   const nn::PackedSeq seq{b.cu_seqlens, b.positions};
-  const int64_t N = b.ids.numel();
+  const int64_t N = b.input_ids.numel();
   const std::vector<Shape> shapes = {{H}, {hq * D, H}, {hkv * D, H}, {hkv * D, H}, {H, hq * D},
                                      {H}, {E, H},      {E, H, 2 * I}, {E, I, H}};
   std::vector<Tensor> w, g;

@@ -35,7 +35,7 @@ StackRun run_tp1(const nn::TransformerConfig& cfg, HostBatch& hb, bool sp) {
   EXPECT_TRUE(model.ok()) << model.status().to_string();
   if (!model.ok()) return {};
   nn::DecoderStash stash;
-  const nn::DecoderBatch b = batch_views(hb);
+  const Batch b = batch_views(hb);
   auto r = model->forward(ctx, b, stash);
   EXPECT_TRUE(r.ok()) << r.status().to_string();
   const Status s = model->backward(ctx, b, stash);
@@ -179,7 +179,7 @@ TEST(NnStack, BackwardAccumulatesAndReportsGradientsInReverseOrder) {
     Context ctx = test_ctx();
     ctx.allocator = &alloc;
     auto model = nn::DecoderModel::create(ctx, cfg, {}, kSeed, alloc).value();
-    const nn::DecoderBatch b = batch_views(hb);
+    const Batch b = batch_views(hb);
     nn::DecoderStash st;
     std::vector<size_t> order;
     std::vector<std::vector<double>> at_ready(model.num_params());
@@ -246,9 +246,9 @@ Composed run_composed(const nn::TransformerConfig& cfg, HostBatch& hb, const std
     }
   }
   const nn::TensorParallel tp{};
-  const nn::DecoderBatch b = batch_views(hb);
+  const Batch b = batch_views(hb);
   const nn::PackedSeq seq{b.cu_seqlens, b.positions};
-  const int64_t N = b.ids.numel(), H = cfg.hidden;
+  const int64_t N = b.input_ids.numel(), H = cfg.hidden;
   const int L = cfg.num_layers;
   const size_t per_layer = nn::DecoderModel::params_per_layer(cfg);
   std::vector<nn::AttentionBlock> attn;
@@ -276,13 +276,14 @@ Composed run_composed(const nn::TransformerConfig& cfg, HostBatch& hb, const std
   std::vector<nn::AttentionStash> ast(static_cast<size_t>(L));
   std::vector<nn::MlpStash> mst(static_cast<size_t>(L));
   nn::LmHeadStash hst;
-  EXPECT_TRUE(nn::vocab_parallel_embedding_forward(ctx, tp, x[0], w[0], b.ids, vocab, cfg.vocab).ok());
+  EXPECT_TRUE(nn::vocab_parallel_embedding_forward(ctx, tp, x[0], w[0], b.input_ids, vocab, cfg.vocab).ok());
   for (int l = 0; l < L; ++l) {
     const size_t i = size_t(2 * l);
     EXPECT_TRUE(attn[size_t(l)].forward(ctx, x[i + 1], x[i], seq, ast[size_t(l)]).ok());
     EXPECT_TRUE(mlp[size_t(l)].forward(ctx, x[i + 2], x[i + 1], N, mst[size_t(l)]).ok());
   }
-  auto r = head.forward(ctx, x.back(), b.labels, hst);
+  const TensorView shifted(hb.labels.data(), DType::kI64, {int64_t(hb.labels.size())});  // the head's targets
+  auto r = head.forward(ctx, x.back(), shifted, hst);
   EXPECT_TRUE(r.ok()) << r.status().to_string();
   if (!r.ok()) return out;
   out.loss = r->loss;
@@ -292,7 +293,7 @@ Composed run_composed(const nn::TransformerConfig& cfg, HostBatch& hb, const std
     return Status::Ok();
   };
   Tensor cur = Tensor::empty(alloc, {N, H}, DType::kF32).value(), next = Tensor::empty(alloc, {N, H}, DType::kF32).value();
-  Status s = head.backward(ctx, cur, b.labels, hst, 1.f, ready);
+  Status s = head.backward(ctx, cur, shifted, hst, 1.f, ready);
   EXPECT_TRUE(s.ok()) << s.to_string();
   for (int l = L - 1; l >= 0; --l) {
     s = mlp[size_t(l)].backward(ctx, next, cur, N, mst[size_t(l)], ready);
@@ -302,7 +303,7 @@ Composed run_composed(const nn::TransformerConfig& cfg, HostBatch& hb, const std
     EXPECT_TRUE(s.ok()) << s.to_string();
     std::swap(cur, next);
   }
-  s = nn::vocab_parallel_embedding_backward(ctx, tp, g[0], cur, b.ids, vocab);
+  s = nn::vocab_parallel_embedding_backward(ctx, tp, g[0], cur, b.input_ids, vocab);
   EXPECT_TRUE(s.ok()) << s.to_string();
   if (!frozen[0]) {
     EXPECT_TRUE(ready(0).ok());
@@ -433,11 +434,11 @@ TEST(NnStack, BadInputsAreNamedErrors) {
   EXPECT_NE(r.status().message().find("but 1D rotary takes [20]"), std::string::npos) << r.status().to_string();
   const nn::TransformerConfig q = tiny_qwen3_config();
   auto qwen = nn::DecoderModel::create(ctx, q, {}, kSeed, alloc).value();
-  nn::DecoderBatch two_rows = batch_views(hb);
+  Batch two_rows = batch_views(hb);
   two_rows.positions = TensorView(hb.mrope.data(), DType::kI64, {2, 20});
   r = qwen.forward(ctx, two_rows, st);
   ASSERT_FALSE(r.ok());
-  EXPECT_NE(r.status().message().find("MRoPE takes [3, 20] (rows T, H, W) or [20]"), std::string::npos)
+  EXPECT_NE(r.status().message().find("positions must be contiguous i64 [3, 20] (MRoPE) or [20]"), std::string::npos)
       << r.status().to_string();
 }
 

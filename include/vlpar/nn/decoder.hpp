@@ -29,6 +29,7 @@
 #include <vector>
 
 #include "vlpar/core/allocator.hpp"
+#include "vlpar/core/batch.hpp"
 #include "vlpar/core/context.hpp"
 #include "vlpar/core/tensor.hpp"
 #include "vlpar/kernels/cross_entropy.hpp"
@@ -46,16 +47,10 @@
 
 namespace vlpar::nn {
 
-/// The packed batch (DESIGN §4) as the text decoder reads it; every tp rank holds all of it.
-struct DecoderBatch {
-  TensorView ids;         // i32/i64 [N_tok] token ids
-  TensorView labels;      // i32/i64 [N_tok] aligned with rows (shift_labels_for_causal_lm), or ignore_index
-  TensorView positions;   // i32/i64 [N_tok] rotary position within each sample, or [3, N_tok] (MRoPE rows T, H, W)
-  TensorView cu_seqlens;  // i32 [B + 1]
-};
-
-/// Everything backward needs, for one micro-batch.
+/// Everything backward needs, for one micro-batch. The batch must outlive it.
 struct DecoderStash {
+  Tensor cu_seqlens;                        // i32 [B + 1] (the attention kernels' type), from the batch's host copy
+  Tensor labels;                            // i64 [N_tok] the batch's labels shifted within each sample
   Tensor embed;                             // [N_loc, H] the embedding output (the first layer's input)
   LayerStack<DecoderLayer>::Stash layers;   // the layers' inputs and stashes (nn/layer.hpp)
   LmHeadStash head;                         // final norm, LM head and loss
@@ -72,11 +67,13 @@ class DecoderModel {
   /// @brief The parameter layout of rank `rank` of a tp group of size `tp` (pure; what create() allocates).
   static std::vector<ParamShard> param_layout(const TransformerConfig& cfg, int tp, int rank, bool sequence_parallel);
 
-  /// @brief The mean loss over the batch's valid labels (the same value on every tp rank).
-  Result<CrossEntropyResult> forward(const Context& ctx, const DecoderBatch& batch, DecoderStash& stash) const;
+  /// @brief The mean loss over the batch's valid labels (the same value on every tp rank). `batch` is the packed
+  /// batch (vlpar/core/batch.hpp; every tp rank holds all of it): HF labels, unshifted (shifted here within each
+  /// sample), positions [N_tok] or, under MRoPE, [3, N_tok]; its vision fields are ignored.
+  Result<CrossEntropyResult> forward(const Context& ctx, const Batch& batch, DecoderStash& stash) const;
   /// @brief Accumulates every parameter gradient of grad_loss · loss. ready (optional) is called with each
   /// param index once its gradient is final, in reverse param order.
-  Status backward(const Context& ctx, const DecoderBatch& batch, DecoderStash& stash, float grad_loss = 1.f,
+  Status backward(const Context& ctx, const Batch& batch, DecoderStash& stash, float grad_loss = 1.f,
                   const GradReadyFn& ready = {}) const;
   Status zero_grads();
   /// Registry indices in the order backward() reports them ready (the reverse of the parameter order).
@@ -98,7 +95,7 @@ class DecoderModel {
   size_t num_params() const { return reg_.size(); }
 
  private:
-  PackedSeq seq(const DecoderBatch& b) const { return PackedSeq{b.cu_seqlens, b.positions}; }
+  static PackedSeq seq(const Batch& b, const DecoderStash& st) { return PackedSeq{st.cu_seqlens, b.positions}; }
   AttentionBlock attention(int layer) const;
   MlpBlock mlp(int layer) const;
   LmHead head() const;
