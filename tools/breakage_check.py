@@ -90,6 +90,13 @@ cases = [
  ("comm: gather_from_sequence backward reduces with max", "src/comm/conjugate.cpp", "return c.reduce_scatter(grad_in, grad_out, ReduceOp::kSum);\n}\n\nStatus ReduceScatterToSequence", "return c.reduce_scatter(grad_in, grad_out, ReduceOp::kMax);\n}\n\nStatus ReduceScatterToSequence", "test_conjugate:np2"),
  ("comm: all_to_all backward does not swap counts", "src/comm/conjugate.cpp", "return c.all_to_all(grad_in, counts.send_rows, grad_out, counts.recv_rows);", "return c.all_to_all(grad_in, counts.recv_rows, grad_out, counts.send_rows);", "test_conjugate:np2"),
  ("comm: single-process all_to_all does not copy", "src/comm/single_communicator.cpp", "  VLPAR_RETURN_IF_ERROR(copy_flat(out, in));\n  return done();\n}\n\nResult<WorkHandle> SingleCommunicator::isend", "  return done();\n}\n\nResult<WorkHandle> SingleCommunicator::isend", "test_single_communicator"),
+ ("decoder layer recompute adds to the router statistics again", "src/nn/decoder_layer.cpp", "return feed_forward(ctx, scratch, seq, st, nullptr);", "return feed_forward(ctx, scratch, seq, st, moe_loss_.stats);", "test_layer_stack"),
+ ("MoE stash bytes forget the dispatch plan's row maps", "src/nn/decoder_layer.cpp", "bytes += 8 * (E + 1) + 4 * 2 * R;", "bytes += 8 * (E + 1);", "test_layer_stack"),
+ ("selective recompute keeps the MoE stash", "src/nn/decoder_layer.cpp", "  st.moe = MoeStash{};\n  if (mode", "  if (mode", "test_layer_stack"),
+ ("batch: host cu_seqlens copy never compared", "src/core/batch.cpp", "index_at(cu_seqlens, i) == c,", "true,", "test_batch"),
+ ("sample_of_pack skips one image too few", "src/data/packing.cpp", "const int64_t row = sum_patches({grids.data(), size_t(first)});", "const int64_t row = sum_patches({grids.data(), size_t(first > 0 ? first - 1 : 0)});", "test_batch"),
+ ("qwen3vl: first deepstack level never added", "examples/qwen3vl/model.cpp", "if (k < stash.deepstack.size()) add_rows(", "if (k > 0 && k < stash.deepstack.size()) add_rows(", "test_parity"),
+ ("decoder model takes the labels unshifted", "src/nn/decoder.cpp", "VLPAR_RETURN_IF_ERROR(shift_labels_for_causal_lm(st.labels, batch.labels, st.cu_seqlens, cfg_.ignore_index));", "VLPAR_RETURN_IF_ERROR(copy_(st.labels, batch.labels));", "test_nn_stack"),
 ]
 only = sys.argv[1:] 
 # The ctest environment of tests/CMakeLists.txt (VLPAR_MPI_TEST_ENV): root in containers, more ranks than cores.
