@@ -97,6 +97,8 @@ cases = [
  ("sample_of_pack skips one image too few", "src/data/packing.cpp", "const int64_t row = sum_patches({grids.data(), size_t(first)});", "const int64_t row = sum_patches({grids.data(), size_t(first > 0 ? first - 1 : 0)});", "test_batch"),
  ("qwen3vl: first deepstack level never added", "examples/qwen3vl/model.cpp", "if (k < stash.deepstack.size()) add_rows(", "if (k > 0 && k < stash.deepstack.size()) add_rows(", "test_parity"),
  ("decoder model takes the labels unshifted", "src/nn/decoder.cpp", "VLPAR_RETURN_IF_ERROR(shift_labels_for_causal_lm(st.labels, batch.labels, st.cu_seqlens, cfg_.ignore_index));", "VLPAR_RETURN_IF_ERROR(copy_(st.labels, batch.labels));", "test_nn_stack"),
+ ("cli: out-of-range integers accepted", "src/core/cli.cpp", "if (text.empty() || ec != std::errc() || q != text.data() + text.size()) return false;", "if (text.empty() || q != text.data() + text.size()) return false;", "test_cli"),
+ ("cli: a bare flag sets false", "src/core/cli.cpp", "text = \"true\";  // a bare flag", "text = \"false\";  // a bare flag", "test_cli"),
 ]
 only = sys.argv[1:] 
 # The ctest environment of tests/CMakeLists.txt (VLPAR_MPI_TEST_ENV): root in containers, more ranks than cores.

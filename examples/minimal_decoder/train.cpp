@@ -14,7 +14,6 @@
 // falls, and a run resumed from its checkpoint ends on the same loss bit for bit as an uninterrupted one).
 #include <fmt/format.h>
 
-#include <charconv>
 #include <cmath>
 #include <cstdlib>
 #include <fstream>
@@ -25,6 +24,7 @@
 
 #include "vlpar/comm/mpi_communicator.hpp"
 #include "vlpar/comm/single_communicator.hpp"
+#include "vlpar/core/cli.hpp"
 #include "vlpar/io/checkpoint.hpp"
 #include "vlpar/nn/decoder.hpp"
 #include "vlpar/parallel/distributed_optimizer.hpp"
@@ -48,47 +48,29 @@ struct Args {
   int threads = 0;      // 0 = all cores
 };
 
-// An integer option's value, or an error naming the option.
-Result<int> int_option(const std::string& key, const std::string& v) {
-  int x = 0;
-  const auto [end, ec] = std::from_chars(v.data(), v.data() + v.size(), x);
-  VLPAR_CHECK(ec == std::errc() && end == v.data() + v.size(), "{} needs an integer, got '{}'", key, v);
-  return x;
+// The options (vlpar/core/cli.hpp), bound to `a`.
+cli::Parser parser(Args& a) {
+  cli::Parser p("minimal-decoder", "train a small byte-level decoder under TP x DP (x ZeRO-1) with checkpoints");
+  p.add("data", &a.data, "any file: its bytes are the training text", cli::kRequired);
+  p.add("out", &a.out, "run directory (checkpoints in <out>/ckpt)");
+  p.add("tp", &a.tp, "tensor-parallel size (world = tp x dp)");
+  p.add("zero1", &a.zero1, "shard the optimizer state over dp");
+  p.add("steps", &a.steps, "length of the LR schedule");
+  p.add("stop-after", &a.stop_after, "stop (and checkpoint) after this step (0 = run all)");
+  p.add("batch", &a.batch, "samples per dp rank per step");
+  p.add("seq", &a.seq, "bytes per sample");
+  p.add("save-every", &a.save_every, "steps between checkpoints");
+  p.add("lr", &a.lr, "peak learning rate");
+  p.add("threads", &a.threads, "CPU threads (0 = all cores)");
+  return p;
 }
 
-Result<Args> parse_args(int argc, char** argv) {
-  Args a;
-  for (int i = 1; i < argc; ++i) {
-    const std::string k = argv[i];
-    if (k == "--zero1") {
-      a.zero1 = true;
-      continue;
-    }
-    VLPAR_CHECK(i + 1 < argc, "{} needs a value", k);
-    const std::string v = argv[++i];
-    if (k == "--data") {
-      a.data = v;
-    } else if (k == "--out") {
-      a.out = v;
-    } else if (k == "--lr") {
-      char* end = nullptr;
-      a.lr = std::strtod(v.c_str(), &end);
-      VLPAR_CHECK(end != v.c_str() && *end == '\0', "--lr needs a number, got '{}'", v);
-    } else {
-      int* target = k == "--tp" ? &a.tp : k == "--steps" ? &a.steps : k == "--stop-after" ? &a.stop_after
-                  : k == "--batch" ? &a.batch : k == "--seq" ? &a.seq : k == "--save-every" ? &a.save_every
-                  : k == "--threads" ? &a.threads : nullptr;
-      VLPAR_CHECK(target != nullptr, "unknown option {}", k);
-      VLPAR_ASSIGN_OR_RETURN(*target, int_option(k, v));
-    }
-  }
-  VLPAR_CHECK(!a.data.empty(), "usage: minimal-decoder --data FILE [--tp N] [--zero1] [--steps N] [--stop-after N] "
-                               "[--batch N] [--seq N] [--save-every N] [--lr X] [--threads N] [--out DIR]");
+Status check_args(const Args& a) {
   VLPAR_CHECK(a.tp >= 1 && a.steps >= 1 && a.batch >= 1 && a.seq >= 2 && a.save_every >= 1 && a.lr > 0 &&
                   a.stop_after >= 0 && a.threads >= 0,
               "--tp, --steps, --batch, --save-every must be >= 1, --seq >= 2, --lr > 0, --stop-after and --threads "
               ">= 0");
-  return a;
+  return Status::Ok();
 }
 
 // A small Qwen3-style decoder over bytes: 2 layers, width 128, GQA 4:2, q/k RMSNorm, 1D rotary (~0.5 M params).
@@ -272,11 +254,15 @@ Status train(const Args& a, comm::Communicator& world) {
 }  // namespace
 
 int main(int argc, char** argv) {
-  Result<Args> args = parse_args(argc, argv);
-  if (!args.ok()) {
-    fmt::print(stderr, "minimal-decoder: {}\n", args.status().message());
-    return 2;
+  Args args;
+  cli::Parser p = parser(args);
+  Status parsed = p.parse(argc, argv);
+  if (parsed.ok() && p.help_requested()) {
+    fmt::print("{}", p.usage());
+    return 0;
   }
+  if (parsed.ok()) parsed = check_args(args);
+  if (!parsed.ok()) return cli::exit_code("minimal-decoder", parsed);
   // Under mpirun (Open MPI sets OMPI_COMM_WORLD_SIZE, MPICH and srun PMI_SIZE) the ranks form the world; otherwise
   // one process, no MPI.
   const char* ws = std::getenv("OMPI_COMM_WORLD_SIZE");
@@ -296,7 +282,7 @@ int main(int argc, char** argv) {
   } else {
     world = std::make_unique<comm::SingleCommunicator>();
   }
-  const Status s = train(args.value(), *world);
+  const Status s = train(args, *world);
   if (!s.ok()) {
     fmt::print(stderr, "minimal-decoder: {}\n", s.message());
     if (session) comm::MpiSession::abort_job(s);

@@ -15,6 +15,7 @@
 #include "batch_io.hpp"
 #include "flops.hpp"
 #include "hf_weights.hpp"
+#include "vlpar/core/cli.hpp"
 
 namespace {
 
@@ -24,31 +25,20 @@ struct Args {
   bool json = false;
 };
 
-vlpar::Result<Args> parse(int argc, char** argv) {
-  Args a;
-  for (int i = 1; i < argc; ++i) {
-    const std::string arg = argv[i];
-    const bool has_value = i + 1 < argc;
-    if (arg == "--json") {
-      a.json = true;
-      continue;
-    }
-    VLPAR_CHECK(has_value, "{} needs a value", arg);
-    const std::string v = argv[++i];
-    if (arg == "--model") a.model = v;
-    else if (arg == "--input") a.input = v;
-    else if (arg == "--steps") a.steps = std::atoi(v.c_str());
-    else if (arg == "--warmup") a.warmup = std::atoi(v.c_str());
-    else if (arg == "--threads") a.threads = std::atoi(v.c_str());
-    else return VLPAR_STATUS(vlpar::StatusCode::kInvalidArgument, "unknown argument '{}'", arg);
-  }
-  VLPAR_CHECK(!a.model.empty() && !a.input.empty() && a.steps > 0 && a.warmup >= 0,
-              "usage: qwen3vl-bench --model DIR --input BATCH.safetensors [--steps N>0] [--warmup N] [--threads N] "
-              "[--json]");
-  return a;
+vlpar::cli::Parser parser(Args& a) {
+  vlpar::cli::Parser p("qwen3vl-bench", "training-step throughput of a Qwen3-VL model over one packed batch");
+  p.add("model", &a.model, "HF model directory", vlpar::cli::kRequired);
+  p.add("input", &a.input, "packed batch file (BATCH.safetensors)", vlpar::cli::kRequired);
+  p.add("steps", &a.steps, "measured steps (> 0)");
+  p.add("warmup", &a.warmup, "unmeasured steps first (>= 0)");
+  p.add("threads", &a.threads, "CPU threads (0 = every hardware thread)");
+  p.add("json", &a.json, "print the summary as JSON");
+  return p;
 }
 
 vlpar::Status run(const Args& args) {
+  VLPAR_CHECK(args.steps > 0 && args.warmup >= 0 && args.threads >= 0,
+              "--steps must be > 0, --warmup and --threads >= 0; got {}, {}, {}", args.steps, args.warmup, args.threads);
   vlpar::Allocator alloc;
   vlpar::Context ctx = vlpar::Context::cpu_default();
   if (args.threads > 0) ctx.num_threads = args.threads;
@@ -105,11 +95,7 @@ vlpar::Status run(const Args& args) {
 }  // namespace
 
 int main(int argc, char** argv) {
-  vlpar::Result<Args> args = parse(argc, argv);
-  vlpar::Status s = args.ok() ? run(args.value()) : args.status();
-  if (!s.ok()) {
-    fmt::print(stderr, "qwen3vl-bench: {}\n", s.message());
-    return 1;
-  }
-  return 0;
+  Args args;
+  vlpar::cli::Parser p = parser(args);
+  return vlpar::cli::run_main(p, argc, argv, [&] { return run(args); });
 }

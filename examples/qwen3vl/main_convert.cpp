@@ -9,24 +9,28 @@
 #include <string>
 
 #include "hf_weights.hpp"
+#include "vlpar/core/cli.hpp"
 
 namespace {
 
-vlpar::Status run(int argc, char** argv) {
+struct Args {
   std::string model, out, dtype = "f32";
   uint64_t shard_mb = 5000;
-  for (int i = 1; i < argc; ++i) {
-    const std::string arg = argv[i];
-    VLPAR_CHECK(i + 1 < argc, "{} needs a value", arg);
-    const std::string v = argv[++i];
-    if (arg == "--model") model = v;
-    else if (arg == "--out") out = v;
-    else if (arg == "--dtype") dtype = v;
-    else if (arg == "--max-shard-mb") shard_mb = std::strtoull(v.c_str(), nullptr, 10);
-    else return VLPAR_STATUS(vlpar::StatusCode::kInvalidArgument, "unknown argument '{}'", arg);
-  }
-  VLPAR_CHECK(!model.empty() && !out.empty() && shard_mb > 0,
-              "usage: qwen3vl-convert --model HF_DIR --out DIR [--dtype f32|bf16|f16] [--max-shard-mb N]");
+};
+
+vlpar::cli::Parser parser(Args& a) {
+  vlpar::cli::Parser p("qwen3vl-convert", "load a Qwen3-VL HF directory and write it back as an HF directory");
+  p.add("model", &a.model, "HF model directory to read", vlpar::cli::kRequired);
+  p.add("out", &a.out, "HF directory to write", vlpar::cli::kRequired);
+  p.add("dtype", &a.dtype, "storage dtype written: f32, bf16 or f16");
+  p.add("max-shard-mb", &a.shard_mb, "shard size above which the weights are split (> 0)");
+  return p;
+}
+
+vlpar::Status run(const Args& a) {
+  const std::string &model = a.model, &out = a.out, &dtype = a.dtype;
+  const uint64_t shard_mb = a.shard_mb;
+  VLPAR_CHECK(shard_mb > 0, "--max-shard-mb must be > 0");
   const vlpar::DType dt = dtype == "bf16" ? vlpar::DType::kBF16 : dtype == "f16" ? vlpar::DType::kF16 : vlpar::DType::kF32;
   VLPAR_CHECK(dtype == "f32" || dtype == "bf16" || dtype == "f16", "--dtype must be f32, bf16 or f16, got '{}'", dtype);
   vlpar::Allocator alloc;
@@ -53,10 +57,7 @@ vlpar::Status run(int argc, char** argv) {
 }  // namespace
 
 int main(int argc, char** argv) {
-  vlpar::Status s = run(argc, argv);
-  if (!s.ok()) {
-    fmt::print(stderr, "qwen3vl-convert: {}\n", s.message());
-    return 1;
-  }
-  return 0;
+  Args args;
+  vlpar::cli::Parser p = parser(args);
+  return vlpar::cli::run_main(p, argc, argv, [&] { return run(args); });
 }

@@ -12,6 +12,7 @@
 
 #include "batch_io.hpp"
 #include "hf_weights.hpp"
+#include "vlpar/core/cli.hpp"
 #include "vlpar/io/safetensors.hpp"
 
 namespace {
@@ -22,39 +23,19 @@ struct Args {
   int threads = 0;  // 0 = every hardware thread
 };
 
-constexpr std::string_view kUsage =
-    "usage: qwen3vl-forward --model DIR --input BATCH.safetensors --output OUT.safetensors [--grads] [--threads N]";
-
-vlpar::Result<Args> parse(int argc, char** argv) {
-  Args a;
-  for (int i = 1; i < argc; ++i) {
-    const std::string_view arg = argv[i];
-    auto value = [&]() -> vlpar::Result<std::string> {
-      VLPAR_CHECK(i + 1 < argc, "{} needs a value\n{}", arg, kUsage);
-      return std::string(argv[++i]);
-    };
-    if (arg == "--model") {
-      VLPAR_ASSIGN_OR_RETURN(a.model, value());
-    } else if (arg == "--input") {
-      VLPAR_ASSIGN_OR_RETURN(a.input, value());
-    } else if (arg == "--output") {
-      VLPAR_ASSIGN_OR_RETURN(a.output, value());
-    } else if (arg == "--grads") {
-      a.grads = true;
-    } else if (arg == "--threads") {
-      VLPAR_ASSIGN_OR_RETURN(std::string v, value());
-      a.threads = std::atoi(v.c_str());
-      VLPAR_CHECK(a.threads > 0, "--threads must be a positive integer, got '{}'", v);
-    } else {
-      return VLPAR_STATUS(vlpar::StatusCode::kInvalidArgument, "unknown argument '{}'\n{}", arg, kUsage);
-    }
-  }
-  VLPAR_CHECK(!a.model.empty() && !a.input.empty() && !a.output.empty(), "--model, --input and --output are required\n{}",
-              kUsage);
-  return a;
+// The options, bound to `a`.
+vlpar::cli::Parser parser(Args& a) {
+  vlpar::cli::Parser p("qwen3vl-forward", "one forward (and backward) of a Qwen3-VL HF model over a packed batch file");
+  p.add("model", &a.model, "HF model directory", vlpar::cli::kRequired);
+  p.add("input", &a.input, "packed batch file (BATCH.safetensors)", vlpar::cli::kRequired);
+  p.add("output", &a.output, "safetensors file to write", vlpar::cli::kRequired);
+  p.add("grads", &a.grads, "also run the backward and write every parameter gradient");
+  p.add("threads", &a.threads, "CPU threads (0 = every hardware thread)");
+  return p;
 }
 
 vlpar::Status run(const Args& args) {
+  VLPAR_CHECK(args.threads >= 0, "--threads must be >= 0 (0 = every hardware thread), got {}", args.threads);
   vlpar::Allocator alloc;
   vlpar::Context ctx = vlpar::Context::cpu_default();
   if (args.threads > 0) ctx.num_threads = args.threads;
@@ -92,11 +73,7 @@ vlpar::Status run(const Args& args) {
 }  // namespace
 
 int main(int argc, char** argv) {
-  vlpar::Result<Args> args = parse(argc, argv);
-  vlpar::Status s = args.ok() ? run(args.value()) : args.status();
-  if (!s.ok()) {
-    fmt::print(stderr, "qwen3vl-forward: {}\n", s.message());
-    return 1;
-  }
-  return 0;
+  Args args;
+  vlpar::cli::Parser p = parser(args);
+  return vlpar::cli::run_main(p, argc, argv, [&] { return run(args); });
 }

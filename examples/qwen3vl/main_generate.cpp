@@ -36,6 +36,7 @@
 #include "data_source.hpp"
 #include "generate.hpp"
 #include "hf_weights.hpp"
+#include "vlpar/core/cli.hpp"
 #include "vqa_eval.hpp"
 #include "vlpar/data/tokenizer.hpp"
 
@@ -50,75 +51,60 @@ struct Args {
   int threads = 0;                          // 0 = every hardware thread
 };
 
-constexpr std::string_view kUsage =
-    "usage: qwen3vl-generate (--model HF_DIR | --checkpoint DIR) --input BATCH.safetensors [--sample I] "
-    "[--prompt-tokens K] [--max-new-tokens N] [--max-length L] [--eos ID,ID,...|none] [--tokenizer TOKENIZER.json] "
-    "[--threads T]\n"
-    "       qwen3vl-generate (--model HF_DIR | --checkpoint DIR) --eval [--dataset ROOT] [--split S] [--limit N] "
-    "[--tokenizer TOKENIZER.json] [--min-pixels P] [--max-pixels P] [--threads T]";
+struct Options {
+  Args args;
+  std::string eos;        // "none" or "ID,ID,..."
+  bool seen_eos = false;  // --eos given
+};
 
-vlpar::Result<int64_t> parse_int(std::string_view flag, const std::string& v, int64_t min) {
-  char* end = nullptr;
-  const long long x = std::strtoll(v.c_str(), &end, 10);
-  VLPAR_CHECK(!v.empty() && end == v.c_str() + v.size() && x >= min, "{} must be an integer >= {}, got '{}'", flag,
-              min, v);
-  return int64_t(x);
+vlpar::cli::Parser parser(Options& o) {
+  Args& a = o.args;
+  vlpar::cli::Parser p("qwen3vl-generate",
+                       "greedy decoding with a KV cache for one sample of a batch file (--input), or held-out VQA "
+                       "accuracy (--eval); the model from --model HF_DIR or --checkpoint DIR");
+  p.add("model", &a.model, "HF model directory");
+  p.add("checkpoint", &a.checkpoint, "qwen3vl-train checkpoint (root or step-<N>)");
+  p.add("input", &a.input, "packed batch file (one sample of it is the prompt)");
+  p.add("sample", &a.sample, "which sample of the batch (>= 0)");
+  p.add("prompt-tokens", &a.prompt_tokens, "truncate the prompt to its first K tokens (0 = all)");
+  p.add("max-new-tokens", &a.max_new_tokens, "tokens to generate (>= 1)");
+  p.add("max-length", &a.max_length, "KV cache length, prompt + new tokens (0 = prompt + max-new-tokens)");
+  p.add("eos", &o.eos, "eos ids ID,ID,... or none (default: generation_config.json / the tokenizer's <|im_end|>)");
+  p.add("tokenizer", &a.tokenizer, "tokenizer.json, to print the text");
+  p.add("eval", &a.eval, "score held-out questions instead of one prompt");
+  p.add("dataset", &a.dataset, "--eval: dataset root");
+  p.add("split", &a.split, "--eval: split");
+  p.add("limit", &a.limit, "--eval: at most this many questions (0 = all)");
+  p.add("min-pixels", &a.min_pixels, "--eval: image processor minimum (0 = default)");
+  p.add("max-pixels", &a.max_pixels, "--eval: image processor maximum (0 = default)");
+  p.add("threads", &a.threads, "CPU threads (0 = every hardware thread)");
+  return p;
 }
 
-vlpar::Result<Args> parse(int argc, char** argv) {
-  Args a;
-  for (int i = 1; i < argc; ++i) {
-    const std::string_view arg = argv[i];
-    auto value = [&]() -> vlpar::Result<std::string> {
-      VLPAR_CHECK(i + 1 < argc, "{} needs a value\n{}", arg, kUsage);
-      return std::string(argv[++i]);
-    };
-    if (arg == "--model") {
-      VLPAR_ASSIGN_OR_RETURN(a.model, value());
-    } else if (arg == "--checkpoint") {
-      VLPAR_ASSIGN_OR_RETURN(a.checkpoint, value());
-    } else if (arg == "--eval") {
-      a.eval = true;
-    } else if (arg == "--dataset") {
-      VLPAR_ASSIGN_OR_RETURN(a.dataset, value());
-    } else if (arg == "--split") {
-      VLPAR_ASSIGN_OR_RETURN(a.split, value());
-    } else if (arg == "--input") {
-      VLPAR_ASSIGN_OR_RETURN(a.input, value());
-    } else if (arg == "--tokenizer") {
-      VLPAR_ASSIGN_OR_RETURN(a.tokenizer, value());
-    } else if (arg == "--sample" || arg == "--prompt-tokens" || arg == "--max-new-tokens" || arg == "--max-length" ||
-               arg == "--threads" || arg == "--limit" || arg == "--min-pixels" || arg == "--max-pixels") {
-      VLPAR_ASSIGN_OR_RETURN(std::string v, value());
-      const int64_t min = arg == "--max-new-tokens" || arg == "--threads" || arg.ends_with("-pixels") ? 1 : 0;
-      VLPAR_ASSIGN_OR_RETURN(int64_t x, parse_int(arg, v, min));
-      if (arg == "--sample") a.sample = x;
-      if (arg == "--prompt-tokens") a.prompt_tokens = x;
-      if (arg == "--max-new-tokens") a.max_new_tokens = x;
-      if (arg == "--max-length") a.max_length = x;
-      if (arg == "--threads") a.threads = int(x);
-      if (arg == "--limit") a.limit = x;
-      if (arg == "--min-pixels") a.min_pixels = x;
-      if (arg == "--max-pixels") a.max_pixels = x;
-    } else if (arg == "--eos") {
-      VLPAR_ASSIGN_OR_RETURN(std::string v, value());
-      a.eos.emplace();
-      if (v != "none") {
-        size_t begin = 0;
-        while (begin <= v.size()) {
-          const size_t end = std::min(v.find(',', begin), v.size());
-          VLPAR_ASSIGN_OR_RETURN(int64_t id, parse_int("--eos", v.substr(begin, end - begin), 0));
-          a.eos->push_back(id);
-          begin = end + 1;
-        }
+// The checks across options, and --eos parsed.
+vlpar::Status finish(Options& o) {
+  Args& a = o.args;
+  VLPAR_CHECK(a.model.empty() != a.checkpoint.empty(), "give exactly one of --model and --checkpoint");
+  VLPAR_CHECK(a.eval != !a.input.empty(), "give exactly one of --input and --eval");
+  VLPAR_CHECK(a.sample >= 0 && a.prompt_tokens >= 0 && a.max_length >= 0 && a.limit >= 0 && a.threads >= 0,
+              "--sample, --prompt-tokens, --max-length, --limit and --threads must be >= 0");
+  VLPAR_CHECK(a.max_new_tokens >= 1, "--max-new-tokens must be >= 1, got {}", a.max_new_tokens);
+  VLPAR_CHECK(a.min_pixels >= 0 && a.max_pixels >= 0, "--min-pixels and --max-pixels must be >= 0");
+  if (o.seen_eos) {
+    a.eos.emplace();
+    if (o.eos != "none") {
+      size_t begin = 0;
+      while (begin <= o.eos.size()) {
+        const size_t end = std::min(o.eos.find(',', begin), o.eos.size());
+        int64_t id = -1;
+        VLPAR_CHECK(vlpar::cli::assign(&id, std::string_view(o.eos).substr(begin, end - begin)) && id >= 0,
+                    "--eos must be ID,ID,... (integers >= 0) or none, got '{}'", o.eos);
+        a.eos->push_back(id);
+        begin = end + 1;
       }
-    } else {
-      return VLPAR_STATUS(vlpar::StatusCode::kInvalidArgument, "unknown argument '{}'\n{}", arg, kUsage);
     }
   }
-  VLPAR_CHECK(a.model.empty() != a.checkpoint.empty(), "give exactly one of --model and --checkpoint\n{}", kUsage);
-  VLPAR_CHECK(a.eval != !a.input.empty(), "give exactly one of --input and --eval\n{}", kUsage);
-  return a;
+  return vlpar::Status::Ok();
 }
 
 // eos_token_id of DIR/generation_config.json (int or list); empty when the file or the key is absent.
@@ -237,11 +223,11 @@ vlpar::Status run(const Args& args) {
 }  // namespace
 
 int main(int argc, char** argv) {
-  vlpar::Result<Args> args = parse(argc, argv);
-  vlpar::Status s = args.ok() ? run(args.value()) : args.status();
-  if (!s.ok()) {
-    fmt::print(stderr, "qwen3vl-generate: {}\n", s.message());
-    return 1;
-  }
-  return 0;
+  Options o;
+  vlpar::cli::Parser p = parser(o);
+  return vlpar::cli::run_main(p, argc, argv, [&]() -> vlpar::Status {
+    o.seen_eos = p.seen("eos");
+    VLPAR_RETURN_IF_ERROR(finish(o));
+    return run(o.args);
+  });
 }

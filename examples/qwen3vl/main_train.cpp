@@ -14,6 +14,7 @@
 #include "data_source.hpp"
 #include "trainer.hpp"
 #include "vlpar/comm/mpi_communicator.hpp"
+#include "vlpar/core/cli.hpp"
 #include "vlpar/obs/plot.hpp"
 
 namespace {
@@ -31,33 +32,38 @@ std::vector<std::string> split_list(const std::string& s) {
   return out;
 }
 
-vlpar::Status plot(int argc, char** argv) {
+int plot(int argc, char** argv) {  // argv[0] = "plot"
   std::string metrics, out;
-  for (int i = 2; i + 1 < argc; i += 2) {
-    const std::string a = argv[i];
-    if (a == "--metrics") metrics = argv[i + 1];
-    else if (a == "--out") out = argv[i + 1];
-    else return VLPAR_STATUS(vlpar::StatusCode::kInvalidArgument, "plot: unknown argument '{}'", a);
-  }
-  VLPAR_CHECK(!metrics.empty() && !out.empty(), "usage: qwen3vl-train plot --metrics metrics.jsonl --out plot.png");
-  vlpar::obs::PlotOptions o;
+  vlpar::cli::Parser p("qwen3vl-train plot", "draw the loss, lr and throughput curves of a run");
+  p.add("metrics", &metrics, "metrics.jsonl of the run", vlpar::cli::kRequired);
+  p.add("out", &out, "PNG to write", vlpar::cli::kRequired);
+  return vlpar::cli::run_main(p, argc, argv, [&]() -> vlpar::Status {
+    vlpar::obs::PlotOptions o;
   o.title = metrics;
-  VLPAR_RETURN_IF_ERROR(vlpar::obs::plot_metrics_png(metrics, out, o));
-  fmt::print("{} -> {}\n", metrics, out);
-  return vlpar::Status::Ok();
+    VLPAR_RETURN_IF_ERROR(vlpar::obs::plot_metrics_png(metrics, out, o));
+    fmt::print("{} -> {}\n", metrics, out);
+    return vlpar::Status::Ok();
+  });
 }
 
-vlpar::Status train(int argc, char** argv, vlpar::comm::Communicator* world) {
+// The trainer's own options; every other `--section.key=value` is a config override (train_config.hpp).
+struct TrainArgs {
   std::string config, batches;
   std::vector<std::string> overrides;
-  for (int i = 1; i < argc; ++i) {
-    const std::string a = argv[i];
-    if (a == "--config" && i + 1 < argc) config = argv[++i];
-    else if (a.starts_with("--config=")) config = a.substr(9);
-    else if (a == "--batches" && i + 1 < argc) batches = argv[++i];
-    else if (a.starts_with("--batches=")) batches = a.substr(10);
-    else overrides.push_back(a);
-  }
+};
+
+vlpar::cli::Parser train_parser(TrainArgs& a) {
+  vlpar::cli::Parser p("qwen3vl-train", "train Qwen3-VL (under mpirun: tp x dp); `qwen3vl-train plot --help` for plots");
+  p.add("config", &a.config, "TOML config (default: the defaults); then --section.key=value overrides");
+  p.add("batches", &a.batches, "pre-packed batch files, comma-separated (default: the dataset of the config)");
+  p.collect_rest(&a.overrides, true);
+  return p;
+}
+
+vlpar::Status train(const TrainArgs& args, vlpar::comm::Communicator* world) {
+  const std::string& config = args.config;
+  const std::string& batches = args.batches;
+  const std::vector<std::string>& overrides = args.overrides;
   VLPAR_ASSIGN_OR_RETURN(qwen3vl::TrainConfig cfg, qwen3vl::load_train_config(config, overrides));
   const int rank = world ? world->rank() : 0, size = world ? world->size() : 1;
   const int dp_rank = rank / cfg.parallel.tp, dp_size = size / cfg.parallel.tp;
@@ -84,11 +90,7 @@ vlpar::Status train(int argc, char** argv, vlpar::comm::Communicator* world) {
 }  // namespace
 
 int main(int argc, char** argv) {
-  if (argc > 1 && std::string(argv[1]) == "plot") {
-    vlpar::Status s = plot(argc, argv);
-    if (!s.ok()) fmt::print(stderr, "qwen3vl-train plot: {}\n", s.message());
-    return s.ok() ? 0 : 1;
-  }
+  if (argc > 1 && std::string(argv[1]) == "plot") return plot(argc - 1, argv + 1);
   // Under mpirun (Open MPI sets OMPI_COMM_WORLD_SIZE) the ranks form the world; otherwise one process, no MPI.
   const char* ws = std::getenv("OMPI_COMM_WORLD_SIZE");
   std::optional<vlpar::comm::MpiSession> session;
@@ -104,7 +106,14 @@ int main(int argc, char** argv) {
     if (!w.ok()) vlpar::comm::MpiSession::abort_job(w.status());
     world = std::move(w).value();
   }
-  vlpar::Status s = train(argc, argv, world.get());
+  TrainArgs args;
+  vlpar::cli::Parser p = train_parser(args);
+  vlpar::Status s = p.parse(argc, argv);
+  if (s.ok() && p.help_requested()) {
+    if (!world || world->rank() == 0) fmt::print("{}", p.usage());
+    return 0;
+  }
+  if (s.ok()) s = train(args, world.get());
   if (!s.ok()) {
     fmt::print(stderr, "qwen3vl-train: {}\n", s.message());
     if (world) vlpar::comm::MpiSession::abort_job(s);

@@ -10,11 +10,13 @@
 #include <toml++/toml.h>
 #include <variant>
 
+#include "vlpar/core/cli.hpp"
+
 namespace qwen3vl {
 
 namespace {
 
-using FieldPtr = std::variant<int*, int64_t*, uint64_t*, double*, bool*, std::string*>;
+using FieldPtr = vlpar::cli::Value;  // the CLI helper's value types: overrides parse exactly as every program's options
 
 struct Field {
   std::string section, key;
@@ -79,18 +81,7 @@ std::vector<Field> fields(TrainConfig& c) {
   };
 }
 
-const char* type_name(const FieldPtr& p) {
-  return std::visit(
-      [](auto* v) -> const char* {
-        using T = std::remove_pointer_t<decltype(v)>;
-        if constexpr (std::is_same_v<T, std::string>) return "a string";
-        else if constexpr (std::is_same_v<T, bool>) return "a boolean";
-        else if constexpr (std::is_same_v<T, double>) return "a number";
-        else if constexpr (std::is_same_v<T, uint64_t>) return "an integer in [0, 2^63)";
-        else return "an integer";
-      },
-      p);
-}
+const char* type_name(const FieldPtr& p) { return vlpar::cli::type_name(p); }
 
 // Assigns a TOML node to a field; false when the node's type does not fit.
 bool assign(const Field& f, const toml::node& n) {
@@ -103,9 +94,9 @@ bool assign(const Field& f, const toml::node& n) {
         } else if constexpr (std::is_same_v<T, bool>) {
           if (!n.is_boolean()) return false;
           *v = *n.value<bool>();
-        } else if constexpr (std::is_same_v<T, double>) {
+        } else if constexpr (std::is_floating_point_v<T>) {
           if (!n.is_number()) return false;
-          *v = *n.value<double>();
+          *v = T(*n.value<double>());
         } else {
           if (!n.is_integer()) return false;
           const int64_t x = *n.value<int64_t>();
@@ -121,37 +112,8 @@ bool assign(const Field& f, const toml::node& n) {
       f.ptr);
 }
 
-// Assigns command-line text to a field.
-bool assign_text(const Field& f, const std::string& text) {
-  return std::visit(
-      [&](auto* v) -> bool {
-        using T = std::remove_pointer_t<decltype(v)>;
-        if constexpr (std::is_same_v<T, std::string>) {
-          *v = text;
-          return true;
-        } else if constexpr (std::is_same_v<T, bool>) {
-          if (text != "true" && text != "false") return false;
-          *v = text == "true";
-          return true;
-        } else if constexpr (std::is_same_v<T, double>) {
-          char* end = nullptr;
-          const double x = std::strtod(text.c_str(), &end);
-          if (text.empty() || *end != '\0') return false;
-          *v = x;
-          return true;
-        } else {
-          T x{};
-          auto [p, ec] = std::from_chars(text.data(), text.data() + text.size(), x);
-          if (ec != std::errc() || p != text.data() + text.size()) return false;
-          if constexpr (std::is_same_v<T, uint64_t>) {
-            if (x > uint64_t(INT64_MAX)) return false;  // TOML integers are signed 64-bit
-          }
-          *v = x;
-          return true;
-        }
-      },
-      f.ptr);
-}
+// Assigns command-line text to a field (vlpar/core/cli.hpp).
+bool assign_text(const Field& f, const std::string& text) { return vlpar::cli::assign(f.ptr, text); }
 
 std::string value_text(const FieldPtr& p) {
   return std::visit(
@@ -163,7 +125,7 @@ std::string value_text(const FieldPtr& p) {
           return os.str();
         } else if constexpr (std::is_same_v<T, bool>) {
           return *v ? "true" : "false";
-        } else if constexpr (std::is_same_v<T, double>) {
+        } else if constexpr (std::is_floating_point_v<T>) {
           std::string s = fmt::format("{}", *v);
           if (s.find_first_of(".eEn") == std::string::npos) s += ".0";  // keep it a TOML float
           return s;
