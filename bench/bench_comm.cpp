@@ -38,6 +38,7 @@
 #include <string_view>
 #include <vector>
 
+#include "vlpar/core/cli.hpp"
 #include "vlpar/comm/mpi_communicator.hpp"
 #include "vlpar/core/tensor.hpp"
 
@@ -88,16 +89,20 @@ struct Options {
   std::string json;
 };
 
-size_t parse_size(const char* s) {
+// "16", "64M", "1G", "0.5K" -> bytes; false unless the whole text is a size.
+bool parse_size(const std::string& s, size_t* out) {
   char* end = nullptr;
-  double v = std::strtod(s, &end);
+  double v = std::strtod(s.c_str(), &end);
+  if (s.empty() || end == s.c_str()) return false;
   switch (*end) {
-    case 'K': case 'k': v *= 1024; break;
-    case 'M': case 'm': v *= 1024 * 1024; break;
-    case 'G': case 'g': v *= 1024.0 * 1024 * 1024; break;
+    case 'K': case 'k': v *= 1024; ++end; break;
+    case 'M': case 'm': v *= 1024 * 1024; ++end; break;
+    case 'G': case 'g': v *= 1024.0 * 1024 * 1024; ++end; break;
     default: break;
   }
-  return size_t(v);
+  if (*end != '\0' || !(v >= 1)) return false;
+  *out = size_t(v);
+  return true;
 }
 
 bool parse_dtype(std::string_view s, DType* t) {
@@ -109,43 +114,46 @@ bool parse_dtype(std::string_view s, DType* t) {
   return false;
 }
 
-Options parse(int argc, char** argv, int rank) {
+// The options (vlpar/core/cli.hpp, nccl-tests' one-letter spellings); an error names the option.
+vlpar::Result<Options> parse(int argc, char** argv) {
   Options o;
-  auto usage = [&](const char* why) {
-    if (rank == 0) std::fprintf(stderr, "bench_comm: %s (see the header of bench/bench_comm.cpp for options)\n", why);
-    MPI_Abort(MPI_COMM_WORLD, 2);
-  };
-  for (int i = 1; i < argc; ++i) {
-    const std::string_view a = argv[i];
-    if (i + 1 >= argc) usage("option without a value");
-    const char* v = argv[++i];
-    if (a == "-b") o.min_bytes = parse_size(v);
-    else if (a == "-e") o.max_bytes = parse_size(v);
-    else if (a == "-f") o.factor = std::atof(v);
-    else if (a == "-n") o.iters = std::atoi(v);
-    else if (a == "-w") o.warmup = std::atoi(v);
-    else if (a == "-c") o.check = std::atoi(v) != 0;
-    else if (a == "-j") o.json = v;
-    else if (a == "-d") {
-      if (!parse_dtype(v, &o.dtype)) usage("unknown dtype");
-    } else if (a == "-o") {
-      o.ops.clear();
-      std::string list = v;
-      size_t start = 0;
-      while (start <= list.size()) {
-        const size_t comma = std::min(list.find(',', start), list.size());
-        const std::string name = list.substr(start, comma - start);
-        bool found = false;
-        for (Op op : kAllOps)
-          if (name == op_name(op)) o.ops.push_back(op), found = true;
-        if (!found) usage("unknown op in -o");
-        start = comma + 1;
-      }
-    } else {
-      usage("unknown option");
+  std::string b = "16", e = "64M", d = "f32", ops;
+  int check = 1;
+  vlpar::cli::Parser p("bench_comm", "collective bandwidth of the MPI Communicator (nccl-tests table)");
+  p.add("b", &b, "smallest size (bytes; K/M/G suffixes)");
+  p.add("e", &e, "largest size");
+  p.add("f", &o.factor, "size factor between rows (> 1)");
+  p.add("n", &o.iters, "timed iterations per size (>= 1)");
+  p.add("w", &o.warmup, "warmup iterations");
+  p.add("d", &d, "dtype: f32, bf16, f16, f64, i32 or i64");
+  p.add("o", &ops, "ops, comma-separated (default all): all_reduce,all_gather,reduce_scatter,broadcast,all_to_all");
+  p.add("c", &check, "1: check every result, 0: skip the check");
+  p.add("j", &o.json, "write every row as JSON to this file");
+  VLPAR_RETURN_IF_ERROR(p.parse(argc, argv));
+  if (p.help_requested()) {
+    std::fputs(p.usage().c_str(), stdout);
+    std::exit(0);
+  }
+  VLPAR_CHECK(parse_size(b, &o.min_bytes), "-b must be a size like 16, 4K or 64M, got '{}'", b);
+  VLPAR_CHECK(parse_size(e, &o.max_bytes), "-e must be a size like 16, 4K or 64M, got '{}'", e);
+  VLPAR_CHECK(parse_dtype(d, &o.dtype), "-d: unknown dtype '{}'", d);
+  VLPAR_CHECK(check == 0 || check == 1, "-c must be 0 or 1, got {}", check);
+  o.check = check == 1;
+  if (!ops.empty()) {
+    o.ops.clear();
+    size_t start = 0;
+    while (start <= ops.size()) {
+      const size_t comma = std::min(ops.find(',', start), ops.size());
+      const std::string name = ops.substr(start, comma - start);
+      bool found = false;
+      for (Op op : kAllOps)
+        if (name == op_name(op)) o.ops.push_back(op), found = true;
+      VLPAR_CHECK(found, "-o: unknown op '{}'", name);
+      start = comma + 1;
     }
   }
-  if (o.factor <= 1 || o.iters < 1 || o.min_bytes < 1 || o.max_bytes < o.min_bytes) usage("bad sweep settings");
+  VLPAR_CHECK(o.factor > 1 && o.iters >= 1 && o.warmup >= 0 && o.max_bytes >= o.min_bytes,
+              "bad sweep: need -f > 1, -n >= 1, -w >= 0 and -e >= -b");
   return o;
 }
 
@@ -301,7 +309,12 @@ int main(int argc, char** argv) {
   }
   int world_rank = 0;
   MPI_Comm_rank(MPI_COMM_WORLD, &world_rank);
-  const Options o = parse(argc, argv, world_rank);
+  const vlpar::Result<Options> parsed = parse(argc, argv);
+  if (!parsed.ok()) {
+    if (world_rank == 0) std::fprintf(stderr, "bench_comm: %s\n", parsed.status().message().c_str());
+    MPI_Abort(MPI_COMM_WORLD, 2);
+  }
+  const Options& o = parsed.value();
   auto comm_r = session.value().world(vlpar::comm::CommOptions{"bench", std::chrono::seconds(120)});
   if (!comm_r.ok()) vlpar::comm::MpiSession::abort_job(comm_r.status());
   Communicator& c = *comm_r.value();

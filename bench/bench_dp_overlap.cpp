@@ -11,7 +11,7 @@
 //   compute    : forward + backward alone (no communication), the floor
 // Numbers are the median over the measured steps of the slowest rank; the modes run interleaved step by step.
 // The last line is the all-reduce of every bucket with no compute (what overlap could hide at most).
-// Run: mpirun -np 2 ./build/cpu/bench/bench_dp_overlap [steps] [bucket_MiB]
+// Run: mpirun -np 2 ./build/cpu/bench/bench_dp_overlap [--steps N] [--bucket-mib M]
 #include <fmt/format.h>
 #include <mpi.h>
 
@@ -21,6 +21,7 @@
 #include <string>
 #include <vector>
 
+#include "vlpar/core/cli.hpp"
 #include "vlpar/comm/mpi_communicator.hpp"
 #include "vlpar/core/philox.hpp"
 #include "vlpar/nn/decoder.hpp"
@@ -59,8 +60,19 @@ int main(int argc, char** argv) {
     fmt::print(stderr, "{}\n", session.status().to_string());
     return 1;
   }
-  const int steps = argc > 1 ? std::atoi(argv[1]) : 5;
-  const size_t bucket_mib = argc > 2 ? size_t(std::atoi(argv[2])) : 4;
+  int steps = 5;
+  int64_t bucket_mib = 4;
+  cli::Parser p("bench_dp_overlap", "exposed data-parallel communication of a decoder step, with and without polling");
+  p.add("steps", &steps, "timed steps (>= 1)");
+  p.add("bucket-mib", &bucket_mib, "gradient bucket size in MiB (>= 1)");
+  Status parsed = p.parse(argc, argv);
+  if (parsed.ok() && p.help_requested()) {
+    fmt::print("{}", p.usage());
+    return 0;
+  }
+  if (parsed.ok() && (steps < 1 || bucket_mib < 1))
+    parsed = Status(StatusCode::kInvalidArgument, "--steps and --bucket-mib must be >= 1");
+  if (!parsed.ok()) comm::MpiSession::abort_job(parsed);
   auto world_r = session->world(comm::CommOptions{"dp", std::chrono::minutes(2)});
   if (!world_r.ok()) comm::MpiSession::abort_job(world_r.status());
   comm::Communicator& dp = *world_r.value();
@@ -102,7 +114,7 @@ int main(int argc, char** argv) {
   std::reverse(grads.begin(), grads.end());
   int64_t numel = 0;
   for (const TensorView& g : grads) numel += g.numel();
-  auto buckets_r = parallel::GradBuckets::create(dp, grads, {.bucket_bytes = bucket_mib << 20}, alloc);
+  auto buckets_r = parallel::GradBuckets::create(dp, grads, {.bucket_bytes = size_t(bucket_mib) << 20}, alloc);
   if (!buckets_r.ok()) comm::MpiSession::abort_job(buckets_r.status());
   parallel::GradBuckets& buckets = buckets_r.value();
   const size_t last = model.num_params() - 1;

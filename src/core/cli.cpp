@@ -101,14 +101,16 @@ Status Parser::parse(int argc, const char* const* argv) {
       help_ = true;
       return Status::Ok();
     }
-    if (!arg.starts_with("--") || arg.size() == 2) {
+    const bool short_form = arg.size() == 2 && arg[0] == '-' && arg[1] != '-';  // -x value
+    if (!short_form && (!arg.starts_with("--") || arg.size() == 2)) {
       if (rest_ != nullptr) {
         rest_->emplace_back(arg);
         continue;
       }
       return error(fmt::format("unexpected argument '{}'", arg));
     }
-    const std::string_view body = arg.substr(2);
+    const std::string_view body = arg.substr(short_form ? 1 : 2);
+    const std::string_view dashes = short_form ? "-" : "--";
     const size_t eq = body.find('=');
     const std::string_view name = body.substr(0, eq);
     Option* o = find(name);
@@ -117,7 +119,7 @@ Status Parser::parse(int argc, const char* const* argv) {
         rest_->emplace_back(arg);
         continue;
       }
-      return error(fmt::format("unknown option --{}", name));
+      return error(fmt::format("unknown option {}{}", dashes, name));
     }
     std::string_view text;
     if (eq != std::string_view::npos) {
@@ -127,13 +129,14 @@ Status Parser::parse(int argc, const char* const* argv) {
     } else if (i + 1 < argc) {
       text = argv[++i];
     } else {
-      return error(fmt::format("--{} needs a value ({})", name, type_name(o->value)));
+      return error(fmt::format("{}{} needs a value ({})", dashes, name, type_name(o->value)));
     }
-    if (!assign(o->value, text)) return error(fmt::format("--{} must be {}, got '{}'", name, type_name(o->value), text));
+    if (!assign(o->value, text))
+      return error(fmt::format("{}{} must be {}, got '{}'", dashes, name, type_name(o->value), text));
     o->seen = true;
   }
   for (const Option& o : options_)
-    if (o.required && !o.seen) return error(fmt::format("--{} is required", o.name));
+    if (o.required && !o.seen) return error(fmt::format("{}{} is required", o.name.size() == 1 ? "-" : "--", o.name));
   return Status::Ok();
 }
 
@@ -142,7 +145,8 @@ std::string Parser::usage() const {
   if (!summary_.empty()) out += summary_ + "\n";
   for (const Option& o : options_) {
     const bool flag = std::holds_alternative<bool*>(o.value);
-    const std::string left = fmt::format("  --{}{}", o.name, flag ? "" : std::string(" ") + metavar(o.value));
+    const std::string left = fmt::format("  {}{}{}", o.name.size() == 1 ? "-" : "--", o.name,
+                                         flag ? "" : std::string(" ") + metavar(o.value));
     std::string right = o.help;
     if (o.required) right += " (required)";
     else if (!o.default_text.empty() && !(flag && o.default_text == "false"))

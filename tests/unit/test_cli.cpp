@@ -117,5 +117,22 @@ TEST(Cli, HelpRestAndRoundTrips) {
   EXPECT_EQ(u64, (uint64_t(1) << 62) + 1);
 }
 
+TEST(Cli, OneLetterOptionsTakeOneDash) {
+  int n = 20;
+  std::string bytes = "64M";
+  cli::Parser p("bench");
+  p.add("n", &n, "iterations");
+  p.add("e", &bytes, "max bytes");
+  std::vector<const char*> args = {"bench", "-n", "7", "-e", "1G"};
+  ASSERT_TRUE(p.parse(int(args.size()), args.data()).ok());
+  EXPECT_EQ(n, 7);
+  EXPECT_EQ(bytes, "1G");
+  EXPECT_NE(p.usage().find("  -n N"), std::string::npos) << p.usage();
+  std::vector<const char*> bad = {"bench", "-q", "1"};
+  const Status s = p.parse(int(bad.size()), bad.data());
+  ASSERT_FALSE(s.ok());
+  EXPECT_NE(s.message().find("unknown option -q"), std::string::npos) << s.message();
+}
+
 }  // namespace
 }  // namespace vlpar::test

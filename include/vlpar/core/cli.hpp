@@ -9,6 +9,7 @@
 //   VLPAR_RETURN_IF_ERROR(p.parse(argc, argv));                               // --help: p.help_requested()
 //
 // Accepted spellings: `--name value`, `--name=value`; a bool option also as `--name` (true) or `--name=false`.
+// A one-letter option is spelled `-x value` (nccl-tests style, bench_comm).
 // Errors (returned, never exit; main() prints them with exit_code()) name the option and say what was expected,
 // followed by the usage: an unknown
 // option, a missing value, a value of the wrong type or out of range, a required option absent.
