@@ -99,6 +99,9 @@ cases = [
  ("decoder model takes the labels unshifted", "src/nn/decoder.cpp", "VLPAR_RETURN_IF_ERROR(shift_labels_for_causal_lm(st.labels, batch.labels, st.cu_seqlens, cfg_.ignore_index));", "VLPAR_RETURN_IF_ERROR(copy_(st.labels, batch.labels));", "test_nn_stack"),
  ("cli: out-of-range integers accepted", "src/core/cli.cpp", "if (text.empty() || ec != std::errc() || q != text.data() + text.size()) return false;", "if (text.empty() || q != text.data() + text.size()) return false;", "test_cli"),
  ("cli: a bare flag sets false", "src/core/cli.cpp", "text = \"true\";  // a bare flag", "text = \"false\";  // a bare flag", "test_cli"),
+ ("train config: token_budget bound to the patch budget", "examples/qwen3vl/train_config.cpp", "{\"data\", \"token_budget\", &c.data.loader.packing.max_tokens},", "{\"data\", \"token_budget\", &c.data.loader.packing.max_patches},", "test_train_config"),
+ ("train config: bucket size not derived", "examples/qwen3vl/train_config.cpp", "  optimizer.bucket_bytes = bucket_bytes_of(parallel.bucket_mb);", "", "test_train_config"),
+ ("lr schedule: cosine floor dropped", "include/vlpar/parallel/lr_schedule.hpp", "return lr * (r + (1.0 - r) * 0.5 *", "return lr * ((1.0 - r) * 0.5 *", "test_lr_schedule"),
 ]
 only = sys.argv[1:] 
 # The ctest environment of tests/CMakeLists.txt (VLPAR_MPI_TEST_ENV): root in containers, more ranks than cores.

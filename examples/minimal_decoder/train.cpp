@@ -28,6 +28,7 @@
 #include "vlpar/io/checkpoint.hpp"
 #include "vlpar/nn/decoder.hpp"
 #include "vlpar/parallel/distributed_optimizer.hpp"
+#include "vlpar/parallel/lr_schedule.hpp"
 #include "vlpar/parallel/process_groups.hpp"
 
 namespace {
@@ -129,11 +130,10 @@ Result<Batch> make_batch(const std::string& text, int64_t step, int dp_rank, con
   return b;
 }
 
-double lr_at(const Args& a, int64_t step) {  // linear warmup over 10 steps, cosine to 10 %
-  const int64_t warm = std::min<int64_t>(10, a.steps);
-  if (step < warm) return a.lr * double(step + 1) / double(warm);
-  const double t = double(step - warm) / double(std::max<int64_t>(1, a.steps - warm));
-  return a.lr * (0.1 + 0.45 * (1.0 + std::cos(M_PI * t)));
+// Linear warmup over 10 steps, cosine to 10 % (the library's schedule).
+parallel::LrSchedule lr_schedule(const Args& a) {
+  return parallel::LrSchedule{.warmup_steps = std::min(10, a.steps), .total_steps = a.steps, .decay = "cosine",
+                              .min_lr_ratio = 0.1};
 }
 
 // Every tensor a checkpoint holds: parameters and the AdamW state, each under its parameter's shard description.
@@ -237,14 +237,14 @@ Status train(const Args& a, comm::Communicator& world) {
     VLPAR_ASSIGN_OR_RETURN(CrossEntropyResult r, model.forward(ctx, batch.view(), stash));
     VLPAR_RETURN_IF_ERROR(model.backward(ctx, batch.view(), stash, 1.f,
                                          [&](size_t i) { return opt.grad_ready(slots[i]); }));
-    VLPAR_ASSIGN_OR_RETURN(parallel::StepReport rep, opt.step(ctx, lr_at(a, step)));
+    VLPAR_ASSIGN_OR_RETURN(parallel::StepReport rep, opt.step(ctx, lr_schedule(a).at(a.lr, step)));
     VLPAR_CHECK(rep.applied, "step {}: the gradient norm is {}", step + 1, rep.grad_norm);
     loss = r.loss;  // this dp rank's mean; the mean over dp below
     VLPAR_RETURN_IF_ERROR(groups.dp().all_reduce(TensorView(&loss, DType::kF64, {1}), comm::ReduceOp::kSum));
     loss /= dp;
     if (lead && ((step + 1) % 10 == 0 || step == 0))
       fmt::print("step {:5d}/{}  loss {:.4f}  grad norm {:.3f}  lr {:.2e}\n", step + 1, a.steps, loss, rep.grad_norm,
-                 lr_at(a, step));
+                 lr_schedule(a).at(a.lr, step));
     if ((step + 1) % a.save_every == 0 || step + 1 == stop) VLPAR_RETURN_IF_ERROR(save(step + 1));
   }
   if (lead) fmt::print("final loss {:.9g} after step {}\n", loss, step);

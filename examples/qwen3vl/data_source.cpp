@@ -66,18 +66,12 @@ class DatasetBatchSource final : public BatchSource {
     int64_t samples = 0;
     for (const data::StreamShard& s : ds.shards) samples += s.num_samples();
     const size_t num_shards = ds.shards.size();
-    data::SampleStreamConfig sc;
-    sc.seed = d.seed;
-    sc.shuffle_buffer = d.shuffle_buffer;
+    data::SampleStreamConfig sc = d.stream;
     sc.dp_rank = dp_rank;
     sc.dp_size = dp_size;
     sc.num_epochs = 0;  // endless: training.steps decides when to stop
     VLPAR_ASSIGN_OR_RETURN(data::SampleStream stream, data::SampleStream::create(std::move(ds.shards), ds.excludes, sc));
-    data::LoaderConfig lc;
-    lc.num_workers = d.workers;
-    lc.prefetch = d.prefetch;
-    lc.packing.max_tokens = d.token_budget;
-    lc.packing.max_patches = d.patch_budget;
+    const data::LoaderConfig& lc = d.loader;
     VLPAR_ASSIGN_OR_RETURN(std::unique_ptr<data::Loader> loader,
                            data::Loader::create(std::make_unique<data::StreamSampleSource>(std::move(stream)),
                                                 std::move(builder), lc));
@@ -85,8 +79,8 @@ class DatasetBatchSource final : public BatchSource {
     src->loader_ = std::move(loader);
     src->balance_ = d.balance_vision;
     src->describe_ = fmt::format("{} ({}, {} samples in {} shards; dp rank {} of {}; {} workers, budgets {} tokens / "
-                                 "{} patches)", d.train, ds.kind, samples, num_shards, dp_rank, dp_size, d.workers,
-                                 d.token_budget, d.patch_budget);
+                                 "{} patches)", d.train, ds.kind, samples, num_shards, dp_rank, dp_size, d.loader.num_workers,
+                                 lc.packing.max_tokens, lc.packing.max_patches);
     return std::unique_ptr<BatchSource>(std::move(src));
   }
 

@@ -40,26 +40,26 @@ std::vector<Field> fields(TrainConfig& c) {
       {"data", "eval_split", &c.data.eval_split},
       {"data", "tokenizer", &c.data.tokenizer},
       {"data", "mode", &c.data.mode},
-      {"data", "workers", &c.data.workers},
-      {"data", "prefetch", &c.data.prefetch},
-      {"data", "token_budget", &c.data.token_budget},
-      {"data", "patch_budget", &c.data.patch_budget},
+      {"data", "workers", &c.data.loader.num_workers},
+      {"data", "prefetch", &c.data.loader.prefetch},
+      {"data", "token_budget", &c.data.loader.packing.max_tokens},
+      {"data", "patch_budget", &c.data.loader.packing.max_patches},
       {"data", "min_pixels", &c.data.min_pixels},
       {"data", "max_pixels", &c.data.max_pixels},
-      {"data", "seed", &c.data.seed},
-      {"data", "shuffle_buffer", &c.data.shuffle_buffer},
+      {"data", "seed", &c.data.stream.seed},
+      {"data", "shuffle_buffer", &c.data.stream.shuffle_buffer},
       {"data", "balance_vision", &c.data.balance_vision},
-      {"optimizer", "lr", &c.optimizer.lr},
-      {"optimizer", "min_lr_ratio", &c.optimizer.min_lr_ratio},
-      {"optimizer", "weight_decay", &c.optimizer.weight_decay},
-      {"optimizer", "beta1", &c.optimizer.beta1},
-      {"optimizer", "beta2", &c.optimizer.beta2},
-      {"optimizer", "eps", &c.optimizer.eps},
+      {"optimizer", "lr", &c.optimizer.adamw.lr},
+      {"optimizer", "min_lr_ratio", &c.schedule.min_lr_ratio},
+      {"optimizer", "weight_decay", &c.optimizer.adamw.weight_decay},
+      {"optimizer", "beta1", &c.optimizer.adamw.beta1},
+      {"optimizer", "beta2", &c.optimizer.adamw.beta2},
+      {"optimizer", "eps", &c.optimizer.adamw.eps},
       {"schedule", "warmup_steps", &c.schedule.warmup_steps},
       {"schedule", "decay", &c.schedule.decay},
       {"training", "steps", &c.training.steps},
       {"training", "grad_accum", &c.training.grad_accum},
-      {"training", "max_grad_norm", &c.training.max_grad_norm},
+      {"training", "max_grad_norm", &c.optimizer.max_grad_norm},
       {"training", "recompute", &c.training.recompute},
       {"training", "dtype", &c.training.dtype},
       {"training", "max_nonfinite_in_a_row", &c.training.max_nonfinite_in_a_row},
@@ -76,7 +76,7 @@ std::vector<Field> fields(TrainConfig& c) {
       {"metrics", "trace", &c.metrics.trace},
       {"metrics", "peak_gflops", &c.metrics.peak_gflops},
       {"parallel", "tp", &c.parallel.tp},
-      {"parallel", "zero1", &c.parallel.zero1},
+      {"parallel", "zero1", &c.optimizer.zero1},
       {"parallel", "bucket_mb", &c.parallel.bucket_mb},
   };
 }
@@ -147,8 +147,8 @@ bool one_of(const std::string& v, std::initializer_list<const char*> options) {
 Status TrainConfig::validate() const {
   VLPAR_CHECK(training.steps > 0, "training.steps must be positive, got {}", training.steps);
   VLPAR_CHECK(training.grad_accum > 0, "training.grad_accum must be positive, got {}", training.grad_accum);
-  VLPAR_CHECK(training.max_grad_norm >= 0, "training.max_grad_norm must be >= 0 (0 = off), got {}",
-              training.max_grad_norm);
+  VLPAR_CHECK(optimizer.max_grad_norm >= 0, "training.max_grad_norm must be >= 0 (0 = off), got {}",
+              optimizer.max_grad_norm);
   VLPAR_CHECK(one_of(training.recompute, {"none", "selective", "full"}),
               "training.recompute must be none, selective or full, got '{}'", training.recompute);
   VLPAR_CHECK(training.dtype == "f32",
@@ -158,22 +158,24 @@ Status TrainConfig::validate() const {
   VLPAR_CHECK(training.max_nonfinite_in_a_row >= 1, "training.max_nonfinite_in_a_row must be >= 1, got {}",
               training.max_nonfinite_in_a_row);
   VLPAR_CHECK(training.threads >= 0, "training.threads must be >= 0 (0 = all), got {}", training.threads);
-  VLPAR_CHECK(optimizer.lr > 0, "optimizer.lr must be positive, got {}", optimizer.lr);
-  VLPAR_CHECK(optimizer.min_lr_ratio >= 0 && optimizer.min_lr_ratio <= 1,
-              "optimizer.min_lr_ratio must be in [0, 1], got {}", optimizer.min_lr_ratio);
-  VLPAR_CHECK(optimizer.beta1 >= 0 && optimizer.beta1 < 1 && optimizer.beta2 >= 0 && optimizer.beta2 < 1,
-              "optimizer.beta1 and beta2 must be in [0, 1), got {} and {}", optimizer.beta1, optimizer.beta2);
-  VLPAR_CHECK(optimizer.eps > 0 && optimizer.weight_decay >= 0, "optimizer.eps must be > 0 and weight_decay >= 0");
+  const vlpar::AdamWConfig& adamw = optimizer.adamw;
+  VLPAR_CHECK(adamw.lr > 0, "optimizer.lr must be positive, got {}", adamw.lr);
+  VLPAR_CHECK(schedule.min_lr_ratio >= 0 && schedule.min_lr_ratio <= 1,
+              "optimizer.min_lr_ratio must be in [0, 1], got {}", schedule.min_lr_ratio);
+  VLPAR_CHECK(adamw.beta1 >= 0 && adamw.beta1 < 1 && adamw.beta2 >= 0 && adamw.beta2 < 1,
+              "optimizer.beta1 and beta2 must be in [0, 1), got {} and {}", adamw.beta1, adamw.beta2);
+  VLPAR_CHECK(adamw.eps > 0 && adamw.weight_decay >= 0, "optimizer.eps must be > 0 and weight_decay >= 0");
   VLPAR_CHECK(schedule.warmup_steps >= 0 && schedule.warmup_steps <= training.steps,
               "schedule.warmup_steps {} must be in [0, training.steps = {}]", schedule.warmup_steps, training.steps);
   VLPAR_CHECK(one_of(schedule.decay, {"cosine", "linear", "constant"}),
               "schedule.decay must be cosine, linear or constant, got '{}'", schedule.decay);
   VLPAR_CHECK(one_of(data.mode, {"sft", "caption"}), "data.mode must be sft or caption, got '{}'", data.mode);
-  VLPAR_CHECK(data.workers >= 1 && data.prefetch >= 1, "data.workers and data.prefetch must be >= 1");
-  VLPAR_CHECK(data.token_budget > 0 && data.patch_budget >= 0, "data.token_budget must be > 0 and patch_budget >= 0");
+  VLPAR_CHECK(data.loader.num_workers >= 1 && data.loader.prefetch >= 1, "data.workers and data.prefetch must be >= 1");
+  VLPAR_CHECK(data.loader.packing.max_tokens > 0 && data.loader.packing.max_patches >= 0,
+              "data.token_budget must be > 0 and patch_budget >= 0");
   VLPAR_CHECK(data.min_pixels > 0 && data.min_pixels <= data.max_pixels,
               "data.min_pixels {} must be positive and <= data.max_pixels {}", data.min_pixels, data.max_pixels);
-  VLPAR_CHECK(data.shuffle_buffer >= 1, "data.shuffle_buffer must be >= 1, got {}", data.shuffle_buffer);
+  VLPAR_CHECK(data.stream.shuffle_buffer >= 1, "data.shuffle_buffer must be >= 1, got {}", data.stream.shuffle_buffer);
   VLPAR_CHECK(int(!model.hf_dir.empty()) + int(!model.config_json.empty()) <= 1,
               "give at most one of model.hf_dir and model.config_json");
   VLPAR_CHECK(checkpoint.interval >= 0 && checkpoint.keep_last >= 1,
@@ -183,8 +185,20 @@ Status TrainConfig::validate() const {
   VLPAR_CHECK(parallel.tp >= 1, "parallel.tp must be >= 1, got {}", parallel.tp);
   VLPAR_CHECK(parallel.bucket_mb > 0 && parallel.bucket_mb <= 4096, "parallel.bucket_mb must be in (0, 4096], got {}",
               parallel.bucket_mb);
-  return Status::Ok();
+  // The keys mapped onto library configs pass the library's own checks too (with the derived fields).
+  TrainConfig derived = *this;
+  derived.derive();
+  VLPAR_RETURN_IF_ERROR(derived.optimizer.validate());
+  VLPAR_RETURN_IF_ERROR(derived.schedule.validate());
+  return derived.data.loader.validate();
 }
+
+void TrainConfig::derive() {
+  schedule.total_steps = training.steps;
+  optimizer.bucket_bytes = bucket_bytes_of(parallel.bucket_mb);
+}
+
+size_t bucket_bytes_of(double mb) { return size_t(std::max(mb, 0.0) * double(1 << 20)); }
 
 std::string TrainConfig::to_toml() const {
   TrainConfig copy = *this;
@@ -234,6 +248,7 @@ Result<TrainConfig> parse_train_config(std::string_view toml_text, std::string_v
     VLPAR_CHECK(it != table.end(), "override '{}': unknown key {}", o, name);
     VLPAR_CHECK(assign_text(*it, value), "override '{}': {} must be {}", o, name, type_name(it->ptr));
   }
+  c.derive();
   VLPAR_RETURN_IF_ERROR(c.validate());
   return c;
 }

@@ -1,6 +1,9 @@
 #pragma once
 // The trainer's configuration: one typed struct per component, mapped one to one from a TOML file (toml++) and
 // from `--section.key=value` command-line overrides (precedence: command line > TOML > defaults, as torchtitan).
+// Where the library has a config for a component, the section holds it (the optimizer's
+// parallel::OptimizerConfig, the lr schedule, the loader's and the sample stream's configs, the parallel layout),
+// and the TOML keys are bound to its fields; the table in train_config.cpp lists every key and where it goes.
 // Unknown sections or keys are errors naming the file and line ("train.toml:12: unknown key training.stpes");
 // values of the wrong type too. validate() checks cross-field constraints in one sentence each. to_toml() prints
 // the resolved config (the trainer prints it at start and saves it with every checkpoint).
@@ -12,6 +15,11 @@
 #include <vector>
 
 #include "vlpar/core/status.hpp"
+#include "vlpar/data/loader.hpp"
+#include "vlpar/data/sample_stream.hpp"
+#include "vlpar/parallel/distributed_optimizer.hpp"
+#include "vlpar/parallel/lr_schedule.hpp"
+#include "vlpar/parallel/parallel_config.hpp"
 
 namespace qwen3vl {
 
@@ -28,6 +36,24 @@ struct ModelSection {
   bool freeze_language_model = false; // embeddings, decoder, final norm, LM head
 };
 
+/// The loader's defaults for CPU training: 2 workers, 4 batches ahead, packs of 2048 tokens / 16384 patches.
+inline vlpar::data::LoaderConfig default_loader_config() {
+  vlpar::data::LoaderConfig c;
+  c.num_workers = 2;
+  c.prefetch = 4;
+  c.packing.max_tokens = 2048;
+  c.packing.max_patches = 16384;
+  return c;
+}
+
+/// Shard order and shuffling: seed 1, a 64-sample shuffle buffer.
+inline vlpar::data::SampleStreamConfig default_stream_config() {
+  vlpar::data::SampleStreamConfig c;
+  c.seed = 1;
+  c.shuffle_buffer = 64;
+  return c;
+}
+
 struct DataSection {
   std::string train;                  // dataset root (WebDataset shards or an Energon-prepared dataset)
   std::string eval;                   // held-out split for --eval (may equal train with another split)
@@ -35,33 +61,31 @@ struct DataSection {
   std::string eval_split = "val";     // Energon split part of `eval`
   std::string tokenizer;              // tokenizer.json
   std::string mode = "sft";           // sft (assistant replies supervised) | caption (all text supervised)
-  int workers = 2;                    // loader worker threads (output identical for any count)
-  int prefetch = 4;                   // micro-batches queued ahead
-  int64_t token_budget = 2048;        // tokens per packed micro-batch
-  int64_t patch_budget = 16384;       // vision patches per packed micro-batch
+  // data.workers, data.prefetch, data.token_budget, data.patch_budget: the loader's num_workers, prefetch,
+  // packing.max_tokens, packing.max_patches (output identical for any worker count)
+  vlpar::data::LoaderConfig loader = default_loader_config();
+  // data.seed, data.shuffle_buffer: shard order and shuffle buffer (dp_rank/dp_size are set by the trainer)
+  vlpar::data::SampleStreamConfig stream = default_stream_config();
   int64_t min_pixels = 3136;          // image processor limits (spec §2.1; small for CPU training)
   int64_t max_pixels = 50176;
-  uint64_t seed = 1;                  // shard order and shuffle buffer
-  int shuffle_buffer = 64;
   bool balance_vision = true;         // dp > 1: re-deal each step's packs over the dp ranks by vision cost
 };
 
-struct OptimizerSection {
-  double lr = 1e-3;            // peak learning rate
-  double min_lr_ratio = 0.1;   // cosine floor as a fraction of lr
-  double weight_decay = 0.01;  // decoupled (AdamW); not applied to norms and biases
-  double beta1 = 0.9, beta2 = 0.95, eps = 1e-8;
-};
-
-struct ScheduleSection {
-  int warmup_steps = 10;         // linear warmup from lr/warmup_steps to lr
-  std::string decay = "cosine";  // cosine | linear | constant, from warmup end to training.steps
-};
+/// The optimizer's defaults of the example: AdamW lr 1e-3, betas (0.9, 0.95), eps 1e-8, weight decay 0.01 (not on
+/// norms and biases), clipping at global norm 1.0, 25 MiB buckets.
+inline vlpar::parallel::OptimizerConfig default_optimizer_config() {
+  vlpar::parallel::OptimizerConfig c;
+  c.adamw = vlpar::AdamWConfig{.lr = 1e-3f, .beta1 = 0.9f, .beta2 = 0.95f, .eps = 1e-8f, .weight_decay = 0.01f};
+  c.max_grad_norm = 1.0;
+  c.zero1 = false;
+  c.average_grads = false;  // each micro-batch's backward is scaled by its share of the global label count
+  c.bucket_bytes = size_t(25) << 20;
+  return c;
+}
 
 struct TrainingSection {
-  int steps = 100;               // optimizer steps
+  int steps = 100;               // optimizer steps (also the lr schedule's total_steps)
   int grad_accum = 1;            // micro-batches per optimizer step
-  double max_grad_norm = 1.0;    // global-norm clipping; 0 = off
   std::string recompute = "none";  // activation recompute: none | selective | full
   std::string dtype = "f32";     // parameter storage: f32 (bf16 storage is not implemented by the CPU blocks)
   int max_nonfinite_in_a_row = 3;  // a non-finite loss or grad norm skips the step; this many in a row abort
@@ -86,17 +110,20 @@ struct MetricsSection {
   double peak_gflops = 0;        // device peak for MFU; 0 = measure this CPU's GEMM rate at start
 };
 
-struct ParallelSection {
-  int tp = 1;                    // tensor parallel size (world = tp · dp under mpirun)
-  bool zero1 = false;            // shard the fp32 optimizer state over the dp ranks (ZeRO-1)
-  double bucket_mb = 25;         // gradient-reduction bucket size (MiB of fp32), started during the backward
+/// The library's parallel layout (parallel.tp; the other axes stay 1: world = tp · dp under mpirun, the trainer
+/// sets world) and the gradient-bucket size in MiB (parallel.bucket_mb; parsing derives optimizer.bucket_bytes).
+struct ParallelSection : vlpar::parallel::ParallelConfig {
+  double bucket_mb = 25;
 };
 
 struct TrainConfig {
   ModelSection model;
   DataSection data;
-  OptimizerSection optimizer;
-  ScheduleSection schedule;
+  // [optimizer] lr, beta1, beta2, eps, weight_decay -> adamw.*; training.max_grad_norm; parallel.zero1;
+  // bucket_bytes = parallel.bucket_mb MiB (set by parsing)
+  vlpar::parallel::OptimizerConfig optimizer = default_optimizer_config();
+  // [schedule] warmup_steps, decay; optimizer.min_lr_ratio; total_steps = training.steps (set by parsing)
+  vlpar::parallel::LrSchedule schedule{.warmup_steps = 10, .total_steps = 100, .decay = "cosine", .min_lr_ratio = 0.1};
   TrainingSection training;
   CheckpointSection checkpoint;
   MetricsSection metrics;
@@ -104,9 +131,15 @@ struct TrainConfig {
 
   /// @brief Cross-field checks, the first conflict as one sentence naming the key.
   Status validate() const;
+  /// Sets the fields other keys determine: schedule.total_steps = training.steps, optimizer.bucket_bytes from
+  /// parallel.bucket_mb (parsing and the Trainer call it, so editing those keys in code is enough).
+  void derive();
   /// @brief The resolved config as TOML (every key, sections in declaration order).
   std::string to_toml() const;
 };
+
+/// Bytes of a bucket of `mb` MiB.
+size_t bucket_bytes_of(double mb);
 
 /// @brief Parses TOML text, then applies overrides ("--training.steps=100" or "training.steps=100"), then
 /// validates. `source` prefixes every error.

@@ -11,7 +11,6 @@
 #include "checkpoint_model.hpp"
 #include "flops.hpp"
 #include "hf_weights.hpp"
-#include "lr_schedule.hpp"
 #include "vlpar/comm/single_communicator.hpp"
 #include "vlpar/core/log.hpp"
 #include "vlpar/io/checkpoint.hpp"
@@ -108,9 +107,8 @@ Status Trainer::setup_groups() {
   const int world = world_->size(), tp = cfg_.parallel.tp;
   VLPAR_CHECK(world % tp == 0, "parallel.tp = {} does not divide the {} ranks of the job", tp, world);
   VLPAR_ASSIGN_OR_RETURN(Config mc, model_config_of(cfg_.model));
-  vlpar::parallel::ParallelConfig pc;
+  vlpar::parallel::ParallelConfig pc = cfg_.parallel;
   pc.world = world;
-  pc.tp = tp;
   pc.etp = 1;        // MoE experts run replicated on every rank (no expert parallelism in the model yet)
   pc.vision_tp = 1;  // so does the vision tower
   vlpar::parallel::ModelDims dims;
@@ -137,16 +135,8 @@ Status Trainer::build_model() {
   const std::string& r = cfg_.training.recompute;
   model_->set_recompute(r == "full" ? Recompute::kFull : r == "selective" ? Recompute::kSelective : Recompute::kNone);
   // The library's data-parallel optimizer over the registry, parameters in the order the backward finishes them.
-  vlpar::parallel::OptimizerConfig oc;
-  oc.adamw.lr = float(cfg_.optimizer.lr);
-  oc.adamw.beta1 = float(cfg_.optimizer.beta1);
-  oc.adamw.beta2 = float(cfg_.optimizer.beta2);
-  oc.adamw.eps = float(cfg_.optimizer.eps);
-  oc.adamw.weight_decay = float(cfg_.optimizer.weight_decay);
-  oc.max_grad_norm = cfg_.training.max_grad_norm;
-  oc.zero1 = cfg_.parallel.zero1;
+  vlpar::parallel::OptimizerConfig oc = cfg_.optimizer;
   oc.average_grads = false;  // each micro-batch's backward is scaled by its share of the global label count
-  oc.bucket_bytes = size_t(cfg_.parallel.bucket_mb * double(1 << 20));
   const nn::ParamRegistry& reg = model_->registry();
   const std::vector<size_t> order = model_->backward_order();
   VLPAR_ASSIGN_OR_RETURN(std::vector<vlpar::parallel::OptimParam> params,
@@ -164,6 +154,7 @@ Result<std::unique_ptr<Trainer>> Trainer::create(const TrainConfig& cfg, vlpar::
   VLPAR_RETURN_IF_ERROR(cfg.validate());
   auto t = std::unique_ptr<Trainer>(new Trainer());
   t->cfg_ = cfg;
+  t->cfg_.derive();
   t->world_ = world;
   t->ctx_ = Context::cpu_default();
   if (cfg.training.threads > 0) t->ctx_.num_threads = cfg.training.threads;
@@ -384,7 +375,7 @@ Result<TrainSummary> Trainer::run() {
                                                  vlpar::comm::ReduceOp::kSum));
     }
     // 3. Optimizer step (skipped on a non-finite loss or gradient norm).
-    const double lr = lr_at(cfg_, step_);
+    const double lr = cfg_.schedule.at(cfg_.optimizer.adamw.lr, step_);
     vlpar::parallel::StepReport rep;
     if (loss_sum[2] == 0) {
       vlpar::obs::Span span = logs_->trace.span(obs::trace_cat::kOptimizer, "adamw");

@@ -25,9 +25,40 @@ lr = 3e-4
   EXPECT_TRUE(c.value().model.freeze_vision);
   EXPECT_EQ(c.value().training.steps, 70);
   EXPECT_EQ(c.value().training.recompute, "selective");
-  EXPECT_EQ(c.value().data.workers, 3);
-  EXPECT_DOUBLE_EQ(c.value().optimizer.lr, 3e-4);
-  EXPECT_DOUBLE_EQ(c.value().optimizer.beta2, 0.99);
+  EXPECT_EQ(c.value().data.loader.num_workers, 3);
+  EXPECT_FLOAT_EQ(c.value().optimizer.adamw.lr, 3e-4f);
+  EXPECT_FLOAT_EQ(c.value().optimizer.adamw.beta2, 0.99f);
+}
+
+// Keys land in the library's configs, and the derived fields follow the keys they depend on.
+TEST(TrainConfig, KeysFillTheLibraryConfigs) {
+  const std::vector<std::string> o = {"--training.steps=40",       "--schedule.warmup_steps=4",
+                                      "--optimizer.min_lr_ratio=0.2", "--schedule.decay=linear",
+                                      "--training.max_grad_norm=0.5", "--parallel.zero1=true",
+                                      "--parallel.bucket_mb=2",       "--data.token_budget=512",
+                                      "--data.patch_budget=99",       "--data.seed=5",
+                                      "--data.shuffle_buffer=7",      "--parallel.tp=2"};
+  Result<TrainConfig> c = parse_train_config("", "t", o);
+  ASSERT_TRUE(c.ok()) << c.status().message();
+  const TrainConfig& t = c.value();
+  EXPECT_EQ(t.schedule.total_steps, 40);
+  EXPECT_EQ(t.schedule.warmup_steps, 4);
+  EXPECT_EQ(t.schedule.min_lr_ratio, 0.2);
+  EXPECT_EQ(t.schedule.decay, "linear");
+  EXPECT_EQ(t.optimizer.max_grad_norm, 0.5);
+  EXPECT_TRUE(t.optimizer.zero1);
+  EXPECT_EQ(t.optimizer.bucket_bytes, size_t(2) << 20);
+  EXPECT_EQ(t.data.loader.packing.max_tokens, 512);
+  EXPECT_EQ(t.data.loader.packing.max_patches, 99);
+  EXPECT_EQ(t.data.stream.seed, 5u);
+  EXPECT_EQ(t.data.stream.shuffle_buffer, 7);
+  EXPECT_EQ(t.parallel.tp, 2);
+  // The schedule the trainer runs: warmup to the peak, linear to 0.2 · lr at the end.
+  EXPECT_FLOAT_EQ(float(t.schedule.at(t.optimizer.adamw.lr, 3)), t.optimizer.adamw.lr);
+  EXPECT_NEAR(t.schedule.at(1.0, 40), 0.2, 1e-12);
+  // The library's own checks run too (an AdamW beta2 of 1 is rejected by both).
+  Result<TrainConfig> bad = parse_train_config("", "t", std::vector<std::string>{"--optimizer.beta2=1"});
+  ASSERT_FALSE(bad.ok());
 }
 
 TEST(TrainConfig, PrintedConfigParsesBackEqual) {
