@@ -24,6 +24,9 @@ function(vlpar_add_cpu_isa_kernels target)
   endif()
   file(GLOB isa_sources CONFIGURE_DEPENDS ${PROJECT_SOURCE_DIR}/src/kernels/cpu/*.cpp)
   list(FILTER isa_sources EXCLUDE REGEX "/cuda_stubs[.]cpp$")
+  # The public ops of the families that check and dispatch in one place (src/kernels/ops, once per build).
+  file(GLOB op_sources CONFIGURE_DEPENDS ${PROJECT_SOURCE_DIR}/src/kernels/ops/*.cpp)
+  target_sources(${target} PRIVATE ${op_sources})
   target_sources(${target} PRIVATE ${PROJECT_SOURCE_DIR}/src/kernels/cpu/cuda_stubs.cpp
                                    ${PROJECT_SOURCE_DIR}/src/kernels/cpu_dispatch.cpp
                                    ${PROJECT_SOURCE_DIR}/src/kernels/cpu_isa.cpp

@@ -1,9 +1,9 @@
-// CPU pointwise activations: GELU (tanh, erf), SiLU, SwiGLU, forward and backward.
+// CPU pointwise activations: GELU (tanh, erf), SiLU, SwiGLU, forward and backward (the computation; the public
+// ops in src/kernels/ops/activation.cpp check the arguments and call these for CPU views).
 // Each op walks RowsViews (strided rows allowed), fp32 math, one rounding to the output dtype.
 // Test: tests/unit/test_activation.cpp
 #include "vlpar/kernels/activation.hpp"
 
-#include <array>
 #include <Eigen/Dense>
 #include <cmath>
 #include <type_traits>
@@ -11,7 +11,6 @@
 
 #include "vlpar/core/checks.hpp"
 #include "vlpar/core/dispatch.hpp"
-#include "vlpar/kernels/cuda_ops.hpp"
 
 #include "isa_namespace.hpp"
 
@@ -23,23 +22,8 @@ constexpr float kGeluCubic = 0.044715f;
 constexpr float kInvSqrt2 = 0.7071067811865476f;
 constexpr float kInvSqrt2Pi = 0.3989422804014327f;
 
-/// Checks that every view collapses to the same rows × cols with one float dtype and one device.
-Result<std::array<RowsView, 5>> check_pointwise(const char* op, std::initializer_list<std::pair<const char*, const TensorView*>> views) {
-  std::array<RowsView, 5> rows{};
-  size_t i = 0;
-  const TensorView* first = views.begin()->second;
-  for (const auto& [name, v] : views) {
-    VLPAR_ASSIGN_OR_RETURN(rows[i], as_rows(*v, op));
-    VLPAR_RETURN_IF_ERROR(check_storage_dtype(op, name, *v));
-    VLPAR_CHECK(v->dtype == first->dtype, "{}: {} is {} but {} is {}", op, name, dtype_name(v->dtype),
-                views.begin()->first, dtype_name(first->dtype));
-    VLPAR_CHECK(v->data != nullptr || v->numel() == 0, "{}: {} has null data", op, name);
-    if (i > 0) VLPAR_RETURN_IF_ERROR(check_same_rows(op, name, rows[i], views.begin()->first, rows[0]));
-    ++i;
-  }
-  VLPAR_RETURN_IF_ERROR(check_same_device(op, views));
-  return rows;
-}
+// Arguments are checked by the public ops (src/kernels/ops/activation.cpp): CPU views that collapse to rows.
+RowsView rows(const TensorView& v) { return as_rows(v, "activation").value(); }
 
 using ArrF = Eigen::Array<float, Eigen::Dynamic, 1>;
 using CMapF = Eigen::Map<const ArrF>;
@@ -108,35 +92,29 @@ void gelu_bwd_v(MapF dx, const CMapF& x, const CMapF& g, GeluKind k) {
 }  // namespace
 
 Status gelu_forward(const Context& ctx, TensorView y, TensorView x, GeluKind kind) {
-  VLPAR_ASSIGN_OR_RETURN(auto r, check_pointwise("gelu_forward", {{"y", &y}, {"x", &x}}));
-  VLPAR_CHECK_CODE(x.device.is_cpu(), StatusCode::kNotSupported, "gelu_forward: no CUDA kernel yet");
   VLPAR_FLOAT_SWITCH(x.dtype, T, "gelu_forward",
-                     { map_rows<T>(ctx, r[0], r[1], nullptr, [kind](MapF o, CMapF a, CMapF) { gelu_fwd_v(o, a, kind); }); });
+                     { map_rows<T>(ctx, rows(y), rows(x), nullptr, [kind](MapF o, CMapF a, CMapF) { gelu_fwd_v(o, a, kind); }); });
   return Status::Ok();
 }
 
 Status gelu_backward(const Context& ctx, TensorView dx, TensorView dy, TensorView x, GeluKind kind) {
-  VLPAR_ASSIGN_OR_RETURN(auto r, check_pointwise("gelu_backward", {{"dx", &dx}, {"dy", &dy}, {"x", &x}}));
-  VLPAR_CHECK_CODE(x.device.is_cpu(), StatusCode::kNotSupported, "gelu_backward: no CUDA kernel yet");
+  const RowsView g = rows(dy);
   VLPAR_FLOAT_SWITCH(x.dtype, T, "gelu_backward", {
-    map_rows<T>(ctx, r[0], r[2], &r[1], [kind](MapF o, CMapF x, CMapF g) { gelu_bwd_v(o, x, g, kind); });
+    map_rows<T>(ctx, rows(dx), rows(x), &g, [kind](MapF o, CMapF x, CMapF g) { gelu_bwd_v(o, x, g, kind); });
   });
   return Status::Ok();
 }
 
 Status silu_forward(const Context& ctx, TensorView y, TensorView x) {
-  VLPAR_ASSIGN_OR_RETURN(auto r, check_pointwise("silu_forward", {{"y", &y}, {"x", &x}}));
-  VLPAR_CHECK_CODE(x.device.is_cpu(), StatusCode::kNotSupported, "silu_forward: no CUDA kernel yet");
   VLPAR_FLOAT_SWITCH(x.dtype, T, "silu_forward",
-                     { map_rows<T>(ctx, r[0], r[1], nullptr, [](MapF o, CMapF x, CMapF) { o = x * sigmoid_v(x); }); });
+                     { map_rows<T>(ctx, rows(y), rows(x), nullptr, [](MapF o, CMapF x, CMapF) { o = x * sigmoid_v(x); }); });
   return Status::Ok();
 }
 
 Status silu_backward(const Context& ctx, TensorView dx, TensorView dy, TensorView x) {
-  VLPAR_ASSIGN_OR_RETURN(auto r, check_pointwise("silu_backward", {{"dx", &dx}, {"dy", &dy}, {"x", &x}}));
-  VLPAR_CHECK_CODE(x.device.is_cpu(), StatusCode::kNotSupported, "silu_backward: no CUDA kernel yet");
+  const RowsView g = rows(dy);
   VLPAR_FLOAT_SWITCH(x.dtype, T, "silu_backward",
-                     { map_rows<T>(ctx, r[0], r[2], &r[1], [](MapF o, CMapF x, CMapF g) {
+                     { map_rows<T>(ctx, rows(dx), rows(x), &g, [](MapF o, CMapF x, CMapF g) {
                        const ArrF sg = sigmoid_v(x);
                        o = g * sg * (1.f + x * (1.f - sg));
                      }); });
@@ -144,20 +122,16 @@ Status silu_backward(const Context& ctx, TensorView dx, TensorView dy, TensorVie
 }
 
 Status swiglu_forward(const Context& ctx, TensorView y, TensorView gate, TensorView up) {
-  VLPAR_ASSIGN_OR_RETURN(auto r, check_pointwise("swiglu_forward", {{"y", &y}, {"gate", &gate}, {"up", &up}}));
-  if (gate.device.is_cuda()) return cuda_impl::swiglu_forward(ctx, y, gate, up);
+  const RowsView u = rows(up);
   VLPAR_FLOAT_SWITCH(gate.dtype, T, "swiglu_forward",
-                     { map_rows<T>(ctx, r[0], r[1], &r[2], [](MapF o, CMapF g, CMapF u) { o = g * sigmoid_v(g) * u; }); });
+                     { map_rows<T>(ctx, rows(y), rows(gate), &u, [](MapF o, CMapF g, CMapF u) { o = g * sigmoid_v(g) * u; }); });
   return Status::Ok();
 }
 
 Status swiglu_backward(const Context& ctx, TensorView dgate, TensorView dup, TensorView dy, TensorView gate,
                        TensorView up) {
-  VLPAR_ASSIGN_OR_RETURN(auto r, check_pointwise("swiglu_backward", {{"dgate", &dgate}, {"dup", &dup}, {"dy", &dy},
-                                                                     {"gate", &gate}, {"up", &up}}));
-  if (gate.device.is_cuda()) return cuda_impl::swiglu_backward(ctx, dgate, dup, dy, gate, up);
   VLPAR_FLOAT_SWITCH(gate.dtype, T, "swiglu_backward", {
-    const RowsView dg = r[0], du = r[1], g = r[2], gt = r[3], u = r[4];
+    const RowsView dg = rows(dgate), du = rows(dup), g = rows(dy), gt = rows(gate), u = rows(up);
     parallel_for(ctx, g.rows, [&](int64_t begin, int64_t end) {
       alignas(64) float sg[kChunk], sa[kChunk], su[kChunk], odg[kChunk], odu[kChunk];
       for (int64_t row = begin; row < end; ++row) {

@@ -1,4 +1,5 @@
-// CPU RMSNorm and LayerNorm, forward and backward (fp32 math over any float storage).
+// CPU RMSNorm and LayerNorm, forward and backward (fp32 math over any float storage): the computation; the public
+// ops in src/kernels/ops/norm.cpp check the arguments and call these for CPU views.
 // Parameter gradients use per-thread partial sums combined in a fixed order (bitwise reproducible).
 // Test: tests/unit/test_norm.cpp
 #include "vlpar/kernels/norm.hpp"
@@ -8,28 +9,14 @@
 
 #include "vlpar/core/checks.hpp"
 #include "vlpar/core/dispatch.hpp"
-#include "vlpar/kernels/cuda_ops.hpp"
 
 #include "isa_namespace.hpp"
 
 namespace vlpar::VLPAR_CPU_ISA_NAMESPACE {
 namespace {
 
-struct NormArgs {
-  RowsView x, y;
-};
-
-Result<NormArgs> check_norm_io(const char* op, const TensorView& y, const TensorView& x, const TensorView& w) {
-  NormArgs a;
-  VLPAR_ASSIGN_OR_RETURN(a.x, as_rows(x, op));
-  VLPAR_ASSIGN_OR_RETURN(a.y, as_rows(y, op));
-  VLPAR_RETURN_IF_ERROR(check_same_rows(op, "output", a.y, "x", a.x));
-  VLPAR_RETURN_IF_ERROR(check_storage_dtype(op, "x", x));
-  VLPAR_CHECK(y.dtype == x.dtype, "{}: output dtype {} differs from x dtype {}", op, dtype_name(y.dtype),
-              dtype_name(x.dtype));
-  VLPAR_RETURN_IF_ERROR(check_float_vector(op, "weight", w, a.x.cols));
-  return a;
-}
+// Arguments are checked by the public ops (src/kernels/ops/norm.cpp): CPU views that collapse to rows.
+RowsView rows(const TensorView& v) { return as_rows(v, "norm").value(); }
 
 /// Adds the per-part partial column sums [parts, H] into acc [H] in part order.
 void reduce_partials(float* acc, const std::vector<float>& partial, int64_t parts, int64_t H) {
@@ -138,33 +125,18 @@ float* optional_f32(const TensorView& v) { return v.empty() ? nullptr : v.ptr<fl
 }  // namespace
 
 Status rmsnorm_forward(const Context& ctx, TensorView y, TensorView rstd, TensorView x, TensorView w, float eps) {
-  const char* op = "rmsnorm_forward";
-  VLPAR_ASSIGN_OR_RETURN(NormArgs a, check_norm_io(op, y, x, w));
-  if (!rstd.empty()) VLPAR_RETURN_IF_ERROR(check_vector(op, "rstd", rstd, a.x.rows, DType::kF32));
-  VLPAR_CHECK(eps >= 0.f, "{}: eps must be non-negative, got {}", op, eps);
-  VLPAR_RETURN_IF_ERROR(check_same_device(op, {{"y", &y}, {"x", &x}, {"weight", &w}, {"rstd", &rstd}}));
-  if (x.device.is_cuda()) return cuda_impl::rmsnorm_forward(ctx, y, rstd, x, w, eps);
-  VLPAR_FLOAT_SWITCH(x.dtype, T, op, {
-    VLPAR_FLOAT_SWITCH(w.dtype, W, op, { rmsnorm_fwd_cpu<T, W>(ctx, a.y, optional_f32(rstd), a.x, w.ptr<W>(), eps); });
+  VLPAR_FLOAT_SWITCH(x.dtype, T, "rmsnorm_forward", {
+    VLPAR_FLOAT_SWITCH(w.dtype, W, "rmsnorm_forward",
+                       { rmsnorm_fwd_cpu<T, W>(ctx, rows(y), optional_f32(rstd), rows(x), w.ptr<W>(), eps); });
   });
   return Status::Ok();
 }
 
 Status rmsnorm_backward(const Context& ctx, TensorView dx, TensorView dw, TensorView dy, TensorView x, TensorView w,
                         TensorView rstd) {
-  const char* op = "rmsnorm_backward";
-  VLPAR_ASSIGN_OR_RETURN(NormArgs a, check_norm_io(op, dx, x, w));
-  VLPAR_ASSIGN_OR_RETURN(RowsView g, as_rows(dy, op));
-  VLPAR_RETURN_IF_ERROR(check_same_rows(op, "dy", g, "x", a.x));
-  VLPAR_CHECK(dy.dtype == x.dtype, "{}: dy dtype {} differs from x dtype {}", op, dtype_name(dy.dtype),
-              dtype_name(x.dtype));
-  VLPAR_RETURN_IF_ERROR(check_vector(op, "rstd", rstd, a.x.rows, DType::kF32));
-  if (!dw.empty()) VLPAR_RETURN_IF_ERROR(check_vector(op, "dw", dw, a.x.cols, DType::kF32));
-  VLPAR_RETURN_IF_ERROR(check_same_device(op, {{"dx", &dx}, {"dy", &dy}, {"x", &x}, {"weight", &w}, {"rstd", &rstd}, {"dw", &dw}}));
-  if (x.device.is_cuda()) return cuda_impl::rmsnorm_backward(ctx, dx, dw, dy, x, w, rstd);
-  VLPAR_FLOAT_SWITCH(x.dtype, T, op, {
-    VLPAR_FLOAT_SWITCH(w.dtype, W, op, {
-      rmsnorm_bwd_cpu<T, W>(ctx, a.y, optional_f32(dw), g, a.x, w.ptr<W>(), rstd.ptr<float>());
+  VLPAR_FLOAT_SWITCH(x.dtype, T, "rmsnorm_backward", {
+    VLPAR_FLOAT_SWITCH(w.dtype, W, "rmsnorm_backward", {
+      rmsnorm_bwd_cpu<T, W>(ctx, rows(dx), optional_f32(dw), rows(dy), rows(x), w.ptr<W>(), rstd.ptr<float>());
     });
   });
   return Status::Ok();
@@ -172,19 +144,10 @@ Status rmsnorm_backward(const Context& ctx, TensorView dx, TensorView dw, Tensor
 
 Status layernorm_forward(const Context& ctx, TensorView y, TensorView mean, TensorView rstd, TensorView x,
                          TensorView w, TensorView b, float eps) {
-  const char* op = "layernorm_forward";
-  VLPAR_ASSIGN_OR_RETURN(NormArgs a, check_norm_io(op, y, x, w));
-  VLPAR_RETURN_IF_ERROR(check_float_vector(op, "bias", b, a.x.cols));
-  VLPAR_CHECK(b.dtype == w.dtype, "{}: bias dtype {} differs from weight dtype {}", op, dtype_name(b.dtype),
-              dtype_name(w.dtype));
-  VLPAR_RETURN_IF_ERROR(check_vector(op, "mean", mean, a.x.rows, DType::kF32));
-  VLPAR_RETURN_IF_ERROR(check_vector(op, "rstd", rstd, a.x.rows, DType::kF32));
-  VLPAR_CHECK(eps >= 0.f, "{}: eps must be non-negative, got {}", op, eps);
-  VLPAR_RETURN_IF_ERROR(check_same_device(op, {{"y", &y}, {"x", &x}, {"weight", &w}, {"bias", &b}, {"mean", &mean}, {"rstd", &rstd}}));
-  VLPAR_CHECK_CODE(x.device.is_cpu(), StatusCode::kNotSupported, "{}: no CUDA kernel yet ({})", op, x.to_string());
-  VLPAR_FLOAT_SWITCH(x.dtype, T, op, {
-    VLPAR_FLOAT_SWITCH(w.dtype, W, op, {
-      layernorm_fwd_cpu<T, W>(ctx, a.y, mean.ptr<float>(), rstd.ptr<float>(), a.x, w.ptr<W>(), b.ptr<W>(), eps);
+  VLPAR_FLOAT_SWITCH(x.dtype, T, "layernorm_forward", {
+    VLPAR_FLOAT_SWITCH(w.dtype, W, "layernorm_forward", {
+      layernorm_fwd_cpu<T, W>(ctx, rows(y), mean.ptr<float>(), rstd.ptr<float>(), rows(x), w.ptr<W>(), b.ptr<W>(),
+                              eps);
     });
   });
   return Status::Ok();
@@ -192,21 +155,10 @@ Status layernorm_forward(const Context& ctx, TensorView y, TensorView mean, Tens
 
 Status layernorm_backward(const Context& ctx, TensorView dx, TensorView dw, TensorView db, TensorView dy,
                           TensorView x, TensorView w, TensorView mean, TensorView rstd) {
-  const char* op = "layernorm_backward";
-  VLPAR_ASSIGN_OR_RETURN(NormArgs a, check_norm_io(op, dx, x, w));
-  VLPAR_ASSIGN_OR_RETURN(RowsView g, as_rows(dy, op));
-  VLPAR_RETURN_IF_ERROR(check_same_rows(op, "dy", g, "x", a.x));
-  VLPAR_CHECK(dy.dtype == x.dtype, "{}: dy dtype differs from x dtype", op);
-  VLPAR_RETURN_IF_ERROR(check_vector(op, "mean", mean, a.x.rows, DType::kF32));
-  VLPAR_RETURN_IF_ERROR(check_vector(op, "rstd", rstd, a.x.rows, DType::kF32));
-  if (!dw.empty()) VLPAR_RETURN_IF_ERROR(check_vector(op, "dw", dw, a.x.cols, DType::kF32));
-  if (!db.empty()) VLPAR_RETURN_IF_ERROR(check_vector(op, "db", db, a.x.cols, DType::kF32));
-  VLPAR_RETURN_IF_ERROR(check_same_device(op, {{"dx", &dx}, {"dy", &dy}, {"x", &x}, {"weight", &w}, {"mean", &mean}, {"rstd", &rstd}}));
-  VLPAR_CHECK_CODE(x.device.is_cpu(), StatusCode::kNotSupported, "{}: no CUDA kernel yet ({})", op, x.to_string());
-  VLPAR_FLOAT_SWITCH(x.dtype, T, op, {
-    VLPAR_FLOAT_SWITCH(w.dtype, W, op, {
-      layernorm_bwd_cpu<T, W>(ctx, a.y, optional_f32(dw), optional_f32(db), g, a.x, w.ptr<W>(), mean.ptr<float>(),
-                              rstd.ptr<float>());
+  VLPAR_FLOAT_SWITCH(x.dtype, T, "layernorm_backward", {
+    VLPAR_FLOAT_SWITCH(w.dtype, W, "layernorm_backward", {
+      layernorm_bwd_cpu<T, W>(ctx, rows(dx), optional_f32(dw), optional_f32(db), rows(dy), rows(x), w.ptr<W>(),
+                              mean.ptr<float>(), rstd.ptr<float>());
     });
   });
   return Status::Ok();
