@@ -104,6 +104,10 @@ cases = [
  ("lr schedule: cosine floor dropped", "include/vlpar/parallel/lr_schedule.hpp", "return lr * (r + (1.0 - r) * 0.5 *", "return lr * ((1.0 - r) * 0.5 *", "test_lr_schedule"),
  ("ops: swiglu_forward sends CUDA views to the CPU path", "src/kernels/ops/activation.cpp", "  if (gate.device.is_cuda()) return cuda_impl::swiglu_forward(ctx, y, gate, up);\n", "", "test_cuda_kernels"),
  ("ops: rotary checks no longer reject a bad head dim", "src/kernels/ops/rotary.cpp", "VLPAR_CHECK(x.size(2) == d.head_dim,", "VLPAR_CHECK(true ||x.size(2) == d.head_dim,", "test_rotary"),
+ ("vision layer: ready skips the last parameter", "src/nn/vision_layer.cpp", "for (size_t i = kNumParams; i-- > 0;)", "for (size_t i = kNumParams - 1; i-- > 0;)", "test_vision_encoder"),
+ ("vision layer: stash bytes forget the qkv output", "src/nn/vision_layer.cpp", "4 * N * Hv + 3 * N * Hv", "4 * N * Hv", "test_vision_encoder"),
+ ("vision encoder: deepstack reads a segment's input, not its output", "src/nn/vision_encoder.cpp", "if (cfg_.deepstack_indexes[j] != cuts[k].second - 1) continue;", "if (cfg_.deepstack_indexes[j] != cuts[k].first) continue;", "test_vision_encoder"),
+ ("layer stack: backward ignores stop", "include/vlpar/nn/layer.hpp", "for (size_t i = n; i-- > stop;)", "for (size_t i = n; i-- > 0 && i >= stop;)", "test_vision_encoder"),
 ]
 only = sys.argv[1:] 
 # The ctest environment of tests/CMakeLists.txt (VLPAR_MPI_TEST_ENV): root in containers, more ranks than cores.
@@ -131,6 +135,8 @@ for name, path, old, new, test in cases:
             if r.returncode == 124: caught.append(f"{target} hung, killed after 60 s" + (f" (np {np})" if np else ""))
             failed = sorted({l for l in r.stdout.splitlines() if re.match(r'^\[  FAILED  \] [A-Za-z]', l)})
             caught += [l.split('] ')[1].split(' (')[0].split(',')[0] + (f" (np {np})" if np else "") for l in failed]
+            if r.returncode not in (0, 124) and not failed:  # a crash (signal) is a catch too
+                caught.append(f"{target} crashed (exit {r.returncode})" + (f" (np {np})" if np else ""))
         print(f"{name}: {'CAUGHT by ' + ', '.join(sorted(set(caught))) if caught else 'NOT CAUGHT'}", flush=True)
     finally:
         open(p, 'w').write(src)

@@ -298,7 +298,7 @@ nn::VisionEncoder Model::vision() const {
     return w;
   };
   return nn::VisionEncoder(vision_cfg_, views([&](size_t k) { return reg_.value(k); }),
-                           views([&](size_t k) { return reg_.grad(k); }));
+                           views([&](size_t k) { return reg_.grad(k); }), vis_.blocks.empty() ? 0 : vis_.blocks[0]);
 }
 
 // ---- forward -----------------------------------------------------------------------------------------------

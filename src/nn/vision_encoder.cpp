@@ -1,6 +1,7 @@
 // Qwen3-VL vision encoder (TP = 1). See include/vlpar/nn/vision_encoder.hpp.
 #include "vlpar/nn/vision_encoder.hpp"
 
+#include <algorithm>
 #include <string>
 
 #include "nn_util.hpp"
@@ -33,9 +34,12 @@ PosEmbedDesc pos_desc(const VisionConfig& cfg) {
 
 }  // namespace
 
-VisionEncoder::VisionEncoder(const VisionConfig& cfg, VisionEncoderWeights w, VisionEncoderWeights grads)
+VisionEncoder::VisionEncoder(const VisionConfig& cfg, VisionEncoderWeights w, VisionEncoderWeights grads,
+                             size_t first_block_param)
     : cfg_(cfg), w_(std::move(w)), g_(std::move(grads)), merger_(cfg, false, w_.merger, g_.merger) {
-  for (size_t l = 0; l < w_.blocks.size(); ++l) blocks_.emplace_back(cfg_, w_.blocks[l], block_or_empty(g_.blocks, l));
+  for (size_t l = 0; l < w_.blocks.size(); ++l)
+    layers_.emplace_back(cfg_, w_.blocks[l], block_or_empty(g_.blocks, l),
+                         ParamRange{first_block_param + VisionLayer::kNumParams * l, VisionLayer::kNumParams});
   for (size_t j = 0; j < w_.deepstack.size(); ++j)
     deepstack_.emplace_back(cfg_, true, w_.deepstack[j], merger_or_empty(g_.deepstack, j));
 }
@@ -62,8 +66,8 @@ Status VisionEncoder::check_weights() const {
   if (!g_.patch_b.empty()) VLPAR_RETURN_IF_ERROR(check_shape(kName, "patch_embed bias gradient", g_.patch_b, {Hv}));
   if (!g_.pos_embed.empty())
     VLPAR_RETURN_IF_ERROR(check_shape(kName, "pos_embed weight gradient", g_.pos_embed, {G * G, Hv}));
-  for (size_t l = 0; l < blocks_.size(); ++l) {
-    const Status s = blocks_[l].check_weights();
+  for (size_t l = 0; l < w_.blocks.size(); ++l) {
+    const Status s = VisionBlock(cfg_, w_.blocks[l], block_or_empty(g_.blocks, l)).check_weights();
     VLPAR_CHECK(s.ok(), "{}: block {}: {}", kName, l, s.message());
   }
   VLPAR_RETURN_IF_ERROR(merger_.check_weights());
@@ -79,6 +83,50 @@ int VisionEncoder::lowest_trainable_stage() const {
   for (size_t l = 0; l < g_.blocks.size(); ++l)
     if (g_.blocks[l].any()) return int(l) + 1;
   return cfg_.depth + 1;
+}
+
+std::vector<std::pair<int, int>> VisionEncoder::segments() const {
+  std::vector<int> taps(cfg_.deepstack_indexes.begin(), cfg_.deepstack_indexes.end());
+  std::sort(taps.begin(), taps.end());
+  taps.erase(std::unique(taps.begin(), taps.end()), taps.end());
+  std::vector<std::pair<int, int>> cuts;
+  int begin = 0;
+  for (int t : taps) {
+    cuts.emplace_back(begin, t + 1);
+    begin = t + 1;
+  }
+  if (begin < cfg_.depth || cuts.empty()) cuts.emplace_back(begin, cfg_.depth);
+  return cuts;
+}
+
+VisionStack VisionEncoder::blocks(int a, int b) const {
+  return VisionStack(std::vector<VisionLayer>(layers_.begin() + a, layers_.begin() + b));
+}
+
+Result<TensorView> VisionEncoder::hidden(const VisionStash& st, int k) const {
+  VLPAR_CHECK(k >= 0 && k <= cfg_.depth, "{}: hidden state {} outside [0, {}]", kName, k, cfg_.depth);
+  if (k == 0) return st.embeds.view();
+  VLPAR_ASSIGN_OR_RETURN(VisionBlockStash* unused, block_stash(const_cast<VisionStash&>(st), k - 1));
+  (void)unused;
+  const std::vector<std::pair<int, int>> cuts = segments();
+  for (size_t s = 0; s < cuts.size(); ++s)
+    if (k - 1 >= cuts[s].first && k - 1 < cuts[s].second) return st.segments[s].inputs[size_t(k - cuts[s].first)];
+  return VLPAR_STATUS(StatusCode::kInternal, "{}: no segment holds block {}", kName, k - 1);
+}
+
+Result<VisionBlockStash*> VisionEncoder::block_stash(VisionStash& st, int l) const {
+  VLPAR_CHECK(l >= 0 && l < cfg_.depth, "{}: block {} outside [0, {})", kName, l, cfg_.depth);
+  const std::vector<std::pair<int, int>> cuts = segments();
+  VLPAR_CHECK(st.segments.size() == cuts.size(), "{}: the stash does not come from a forward of this encoder", kName);
+  for (size_t s = 0; s < cuts.size(); ++s)
+    if (l >= cuts[s].first && l < cuts[s].second) {
+      VisionStack::Stash& seg = st.segments[s];
+      const auto i = size_t(l - cuts[s].first);
+      VLPAR_CHECK(i < seg.layer.size() && i + 1 < seg.inputs.size(),
+                  "{}: the stash of block {} was consumed by backward", kName, l);
+      return &seg.layer[i];
+    }
+  return VLPAR_STATUS(StatusCode::kInternal, "{}: no segment holds block {}", kName, l);
 }
 
 Status VisionEncoder::forward(const Context& ctx, TensorView pixels, std::span<const VisionGrid> grids,
@@ -101,38 +149,52 @@ Status VisionEncoder::forward(const Context& ctx, TensorView pixels, std::span<c
   st.grids.assign(grids.begin(), grids.end());
   VLPAR_ASSIGN_OR_RETURN(st.seq, make_vision_seq(*ctx.allocator, cfg_, grids));
   st.pixels = pixels;
-  st.hidden.assign(size_t(cfg_.depth) + 1, Tensor{});
-  st.blocks.assign(size_t(cfg_.depth), VisionBlockStash{});
   st.deepstack.assign(deepstack_.size(), PatchMergerStash{});
-  for (Tensor& h : st.hidden) {
-    VLPAR_ASSIGN_OR_RETURN(h, scratch(ctx, {np, Hv}));
-  }
 
   // Patch embedding plus the interpolated position embedding.
-  VLPAR_RETURN_IF_ERROR(linear_forward(ctx, st.hidden[0], pixels, w_.patch_w, w_.patch_b));
+  VLPAR_ASSIGN_OR_RETURN(st.embeds, scratch(ctx, {np, Hv}));
+  VLPAR_RETURN_IF_ERROR(linear_forward(ctx, st.embeds, pixels, w_.patch_w, w_.patch_b));
   VLPAR_ASSIGN_OR_RETURN(Tensor pe, scratch(ctx, {np, Hv}));
   VLPAR_RETURN_IF_ERROR(pos_embed_forward(ctx, pe, w_.pos_embed, grids, pos_desc(cfg_)));
-  VLPAR_RETURN_IF_ERROR(detail::add_(ctx, st.hidden[0], pe));
+  VLPAR_RETURN_IF_ERROR(detail::add_(ctx, st.embeds, pe));
+  pe = Tensor{};
 
+  // The blocks, segment by segment; after each segment the deepstack mergers that read its output.
+  const std::vector<std::pair<int, int>> cuts = segments();
+  st.segments.assign(cuts.size(), VisionStack::Stash{});
   out.deepstack.assign(deepstack_.size(), Tensor{});
-  for (int l = 0; l < cfg_.depth; ++l) {
-    VLPAR_RETURN_IF_ERROR(
-        blocks_[size_t(l)].forward(ctx, st.hidden[size_t(l) + 1], st.hidden[size_t(l)], st.seq, st.blocks[size_t(l)]));
+  TensorView x = st.embeds;
+  for (size_t k = 0; k < cuts.size(); ++k) {
+    VLPAR_ASSIGN_OR_RETURN(x, blocks(cuts[k].first, cuts[k].second).forward(ctx, x, st.seq, st.segments[k]));
     for (size_t j = 0; j < deepstack_.size(); ++j) {
-      if (cfg_.deepstack_indexes[j] != l) continue;
+      if (cfg_.deepstack_indexes[j] != cuts[k].second - 1) continue;
       VLPAR_ASSIGN_OR_RETURN(out.deepstack[j], scratch(ctx, {np / unit, cfg_.out_hidden}));
-      VLPAR_RETURN_IF_ERROR(deepstack_[j].forward(ctx, out.deepstack[j], st.hidden[size_t(l) + 1], st.deepstack[j]));
+      VLPAR_RETURN_IF_ERROR(deepstack_[j].forward(ctx, out.deepstack[j], x, st.deepstack[j]));
     }
   }
   VLPAR_ASSIGN_OR_RETURN(out.merged, scratch(ctx, {np / unit, cfg_.out_hidden}));
-  return merger_.forward(ctx, out.merged, st.hidden.back(), st.merger);
+  return merger_.forward(ctx, out.merged, x, st.merger);
 }
 
-Status VisionEncoder::backward(const Context& ctx, const VisionStash& st, TensorView d_merged,
+Status VisionEncoder::deepstack_into(const Context& ctx, int block, TensorView dh,
+                                     std::span<const TensorView> d_deepstack, const VisionStash& st) const {
+  Tensor ddeep;
+  for (size_t j = 0; j < deepstack_.size(); ++j) {
+    if (cfg_.deepstack_indexes[j] != block || j >= d_deepstack.size() || d_deepstack[j].empty()) continue;
+    if (!ddeep.defined()) {
+      VLPAR_ASSIGN_OR_RETURN(ddeep, scratch(ctx, {dh.size(0), dh.size(1)}));
+    }
+    VLPAR_RETURN_IF_ERROR(deepstack_[j].backward(ctx, ddeep, d_deepstack[j], st.deepstack[j]));
+    VLPAR_RETURN_IF_ERROR(detail::add_(ctx, dh, ddeep));
+  }
+  return Status::Ok();
+}
+
+Status VisionEncoder::backward(const Context& ctx, VisionStash& st, TensorView d_merged,
                                std::span<const TensorView> d_deepstack) const {
+  const std::vector<std::pair<int, int>> cuts = segments();
   const int64_t np = st.seq.num_patches, Hv = cfg_.hidden, unit = int64_t(cfg_.merge) * cfg_.merge;
-  VLPAR_CHECK(st.hidden.size() == size_t(cfg_.depth) + 1 && st.blocks.size() == size_t(cfg_.depth) &&
-                  st.hidden.back().defined() && st.deepstack.size() == deepstack_.size(),
+  VLPAR_CHECK(st.segments.size() == cuts.size() && st.embeds.defined() && st.deepstack.size() == deepstack_.size(),
               "{}: the stash does not come from a forward of this encoder", kName);
   VLPAR_RETURN_IF_ERROR(check_shape(kName, "d_merged", d_merged, {np / unit, cfg_.out_hidden}));
   VLPAR_CHECK(d_deepstack.empty() || d_deepstack.size() == deepstack_.size(),
@@ -144,7 +206,8 @@ Status VisionEncoder::backward(const Context& ctx, const VisionStash& st, Tensor
                                         {np / unit, cfg_.out_hidden}));
   auto d_deep = [&](size_t j) { return j < d_deepstack.size() ? d_deepstack[j] : TensorView{}; };
 
-  // hidden[k] needs a gradient iff some trainable parameter reads it directly or indirectly: iff lowest ≤ k.
+  // hidden[k] (block k's input; hidden[depth] the last output) needs a gradient iff some trainable parameter reads
+  // it directly or indirectly: iff lowest <= k. Block l runs iff its output needs one (l >= lowest - 1).
   const int lowest = lowest_trainable_stage();
   auto needs_grad = [&](int k) { return lowest <= k; };
 
@@ -155,31 +218,24 @@ Status VisionEncoder::backward(const Context& ctx, const VisionStash& st, Tensor
       VLPAR_RETURN_IF_ERROR(deepstack_[j].backward(ctx, TensorView{}, d_deep(j), st.deepstack[j]));
 
   const int depth = cfg_.depth;
-  Tensor dh;  // ∂L/∂hidden[k] for the current k
+  Tensor dh, dprev;  // ∂L/∂(the current segment's output), ∂L/∂(its input)
   if (needs_grad(depth)) {
     VLPAR_ASSIGN_OR_RETURN(dh, scratch(ctx, {np, Hv}));
   }
   VLPAR_RETURN_IF_ERROR(merger_.backward(ctx, dh, d_merged, st.merger));
   if (!needs_grad(depth)) return Status::Ok();
 
-  Tensor ddeep, dprev;
-  for (int l = depth - 1; l >= 0; --l) {
-    // dh is ∂L/∂hidden[l+1] from above; add the deepstack mergers that read hidden[l+1].
-    for (size_t j = 0; j < deepstack_.size(); ++j) {
-      if (cfg_.deepstack_indexes[j] != l || d_deep(j).empty()) continue;
-      if (!ddeep.defined()) {
-        VLPAR_ASSIGN_OR_RETURN(ddeep, scratch(ctx, {np, Hv}));
-      }
-      VLPAR_RETURN_IF_ERROR(deepstack_[j].backward(ctx, ddeep, d_deep(j), st.deepstack[j]));
-      VLPAR_RETURN_IF_ERROR(detail::add_(ctx, dh, ddeep));
-    }
-    const bool below = needs_grad(l);  // does anything at or below hidden[l] train?
-    if (below && !dprev.defined()) {
+  for (size_t k = cuts.size(); k-- > 0;) {
+    const auto [a, b] = cuts[k];
+    VLPAR_RETURN_IF_ERROR(deepstack_into(ctx, b - 1, dh, d_deepstack, st));
+    const int first = std::max(a, lowest - 1);  // the lowest block of the segment that runs
+    const bool want_dx = first == a && needs_grad(a);
+    if (want_dx && !dprev.defined()) {
       VLPAR_ASSIGN_OR_RETURN(dprev, scratch(ctx, {np, Hv}));
     }
-    VLPAR_RETURN_IF_ERROR(blocks_[size_t(l)].backward(ctx, below ? dprev.view() : TensorView{}, dh, st.seq,
-                                                      st.blocks[size_t(l)]));
-    if (!below) return Status::Ok();
+    VLPAR_RETURN_IF_ERROR(blocks(a, b).backward(ctx, want_dx ? dprev.view() : TensorView{}, dh, st.seq,
+                                                st.segments[size_t(k)], {}, size_t(first - a)));
+    if (!want_dx) return Status::Ok();
     std::swap(dh, dprev);
   }
 

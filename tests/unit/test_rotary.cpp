@@ -145,6 +145,10 @@ TEST(RotaryKernel, BadDescriptorsAndPositionsAreNamed) {
   s = rotary_forward(test_ctx(1), y2, x2, p, RotaryDesc{RotaryKind::kMRoPE, 72, 1e4f, {24, -1, 20}});
   EXPECT_EQ(s.code(), StatusCode::kInvalidArgument);
   EXPECT_NE(s.message().find("mrope_section"), std::string::npos) << s.message();
+  // x's head dim must be the descriptor's.
+  s = rotary_forward(test_ctx(1), y2, x2, p, RotaryDesc{RotaryKind::k1D, 64, 1e4f, {0, 0, 0}});
+  EXPECT_EQ(s.code(), StatusCode::kInvalidArgument);
+  EXPECT_NE(s.message().find("x head dim 72 != desc.head_dim 64"), std::string::npos) << s.message();
 }
 
 }  // namespace

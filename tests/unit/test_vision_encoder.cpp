@@ -281,8 +281,12 @@ TEST(VisionEncoder, ForwardAndBackwardMatchFp64Reference) {
     EXPECT_TRUE(close_to_reference("grad " + p.info[i].name, to_f64(g[i]), r64.grads[i], to_double(r32.grads[i]),
                                    p.info[i].shape, TolOp::kDecoderStack, DType::kF32));
 
-  // A second backward accumulates: every gradient is now twice the reference's.
-  s = enc.backward(ctx, st, in.d_merged, dviews);
+  // A second forward + backward accumulates: every gradient is now twice the reference's (backward consumed the
+  // first stash).
+  nn::VisionStash st2;
+  nn::VisionOutput out2;
+  ASSERT_TRUE(enc.forward(ctx, in.pixels, kGrids, st2, out2).ok());
+  s = enc.backward(ctx, st2, in.d_merged, dviews);
   ASSERT_TRUE(s.ok()) << s.to_string();
   for (size_t i = 0; i < p.info.size(); ++i) {
     std::vector<double> ref2 = r64.grads[i], naive2 = to_double(r32.grads[i]);
@@ -384,7 +388,7 @@ TEST(VisionEncoder, FrozenParametersAndEarlyStop) {
     nn::VisionStash st;
     nn::VisionOutput out;
     ASSERT_TRUE(enc.forward(ctx, in.pixels, kGrids, st, out).ok());
-    for (int l = 0; l < c.drop_block_stashes_below; ++l) st.blocks[size_t(l)] = nn::VisionBlockStash{};
+    for (int l = 0; l < c.drop_block_stashes_below; ++l) *enc.block_stash(st, l).value() = nn::VisionBlockStash{};
     const Status s = enc.backward(ctx, st, in.d_merged, dviews);
     ASSERT_TRUE(s.ok()) << c.name << ": " << s.to_string();
     for (size_t i = 0; i < nparams; ++i) {
@@ -476,6 +480,59 @@ TEST(VisionEncoder, Deterministic) {
   }
   EXPECT_TRUE(bitwise_equal("merged", outs[0].merged, outs[1].merged));
   for (size_t i = 0; i < p.info.size(); ++i) EXPECT_TRUE(bitwise_equal(p.info[i].name, grads[0][i], grads[1][i]));
+}
+
+// The blocks as nn::Layers (nn/vision_layer.hpp): a block's stash bytes are what its forward allocates, its FLOPs
+// the formula by hand, the encoder's block ranges are consecutive from the index it was given, ready() reports a
+// block's trainable parameters last to first, and a stack of all blocks run alone equals the encoder's blocks.
+TEST(VisionLayer, StashBytesFlopsRangesReadyAndTheStack) {
+  const nn::VisionConfig cfg = tiny_config();
+  Allocator a;
+  Context ctx = test_ctx(1);
+  ctx.allocator = &a;
+  Params p = make_params(a, cfg, 700);
+  const Inputs in = make_inputs(a, cfg, kGrids, 96);
+  auto trainable = [&](size_t i) { return i != R::vision_block_param0(1) + 3; };  // block 1's qkv bias frozen
+  nn::VisionEncoder enc(cfg, encoder_views(cfg, p.w), encoder_views(cfg, p.g, trainable), 40);
+  const nn::VisionStack stack = enc.blocks(0, cfg.depth);
+  ASSERT_EQ(stack.size(), size_t(cfg.depth));
+  for (int l = 0; l < cfg.depth; ++l)
+    EXPECT_EQ(stack.layer(size_t(l)).params(), (nn::ParamRange{40 + 12 * size_t(l), 12}));
+
+  auto seq = nn::make_vision_seq(a, cfg, kGrids);
+  ASSERT_TRUE(seq.ok());
+  const int64_t N = seq->num_patches, Hv = cfg.hidden;
+  Tensor x = random_tensor(a, {N, Hv}, DType::kF32, 5), y = Tensor::empty(a, {N, Hv}, DType::kF32).value();
+  const nn::VisionLayer& b1 = stack.layer(1);
+  {
+    const int64_t before = a.stats(Device::cpu()).current_bytes;
+    nn::VisionBlockStash st;
+    ASSERT_TRUE(b1.forward(ctx, y, x, seq.value(), st).ok());
+    EXPECT_EQ(a.stats(Device::cpu()).current_bytes - before, b1.stash_bytes(N, nn::Recompute::kNone));
+    EXPECT_EQ(b1.stash_bytes(N, nn::Recompute::kFull), 0);
+    std::vector<size_t> order;
+    Tensor dx = Tensor::empty(a, {N, Hv}, DType::kF32).value();
+    ASSERT_TRUE(b1.backward(ctx, dx, y, seq.value(), st, [&](size_t i) {
+                    order.push_back(i);
+                    return Status::Ok();
+                  }).ok());
+    const std::vector<size_t> want = {63, 62, 61, 60, 59, 58, 57, 56, 54, 53, 52};  // 52 + 3 (qkv bias) frozen
+    EXPECT_EQ(order, want);
+  }
+  // Attention segments: every image and every video frame (t segments of h·w patches each).
+  double pairs = 0;
+  for (const VisionGrid& g : kGrids) pairs += double(g.t) * double(g.h * g.w) * double(g.h * g.w);
+  const double n = double(N), h = double(Hv), iv = double(cfg.intermediate);
+  EXPECT_DOUBLE_EQ(b1.flops(seq.value()), 2 * n * h * 3 * h + 2 * n * h * h + 4 * n * h * iv + 4 * h * pairs);
+
+  // The stack of every block alone (the embeddings as its input) gives the encoder's last hidden state bitwise.
+  nn::VisionStash st;
+  nn::VisionOutput out;
+  ASSERT_TRUE(enc.forward(ctx, in.pixels, kGrids, st, out).ok());
+  nn::VisionStack::Stash sst;
+  auto last = stack.forward(ctx, enc.hidden(st, 0).value(), st.seq, sst);
+  ASSERT_TRUE(last.ok()) << last.status().to_string();
+  EXPECT_TRUE(bitwise_equal("last hidden", last.value(), enc.hidden(st, cfg.depth).value()));
 }
 
 // --- HF golden fixtures ----------------------------------------------------------------------------------------
@@ -624,7 +681,7 @@ TEST_P(HfVision, PosEmbedBitwiseAndEmbeddingsWithinTheDerivedBound) {
     // The embeddings (patch embedding + position embedding) and every block's output.
     for (int k = 0; k <= cfg.depth; ++k) {
       const Tensor hf = read_f32(expected.value(), "vision_hidden_" + kind + "." + std::to_string(k));
-      const double rel = max_abs_diff(to_f64(st.hidden[size_t(k)]), to_f64(hf)) / max_abs(to_f64(hf));
+      const double rel = max_abs_diff(to_f64(enc.hidden(st, k).value()), to_f64(hf)) / max_abs(to_f64(hf));
       EXPECT_LT(rel, 1e-5) << kind << " hidden " << k;  // diagnostic; the derived checks above are the contract
     }
   }

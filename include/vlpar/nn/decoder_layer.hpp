@@ -32,6 +32,7 @@ struct MoeLoss {
 
 class DecoderLayer {
  public:
+  using Seq = PackedSeq;
   struct Stash {
     Tensor mid;  // [N_loc, H] the attention block's output, the feed-forward block's input
     AttentionStash attn;

@@ -5,13 +5,17 @@
 // and a pipeline stage or a recompute policy wraps any [a, b) of any model through this interface.
 //
 // A type L is a Layer when it has (N_loc = this rank's tokens, H = the residual width, both [N_loc, H]):
+//   typename L::Seq                                             the packed batch as the layer reads it (PackedSeq
+//                                                               for decoder layers, VisionSeq for vision blocks)
 //   typename L::Stash                                           what backward needs (default-constructible)
 //   Status forward(ctx, out, in, seq, stash) const              out written; `in` must outlive the stash
-//   Status backward(ctx, dx, dout, seq, stash, ready) const      dx written (not aliasing dout); parameter
-//                                                               gradients accumulated; ready(i) per final one
+//   Status backward(ctx, dx, dout, seq, stash, ready) const      dx written (not aliasing dout; an empty dx is
+//                                                               passed only to a layer that accepts it: no input
+//                                                               gradient wanted); parameter gradients accumulated;
+//                                                               ready(i) per final one
 //   ParamRange params() const                                    its registry indices [first, first + count)
 //   int64_t stash_bytes(int64_t tokens, Recompute mode) const    bytes its stash holds from forward to backward
-//   double flops(const PackedSeq& seq) const                     forward FLOPs on this rank for the batch
+//   double flops(const Seq& seq) const                           forward FLOPs on this rank for the batch
 // A RecomputableLayer also has
 //   void drop(stash, mode) const                                 releases what `mode` recomputes
 //   Status recompute(ctx, in, seq, stash, mode) const            rebuilds it from the layer input, bitwise as
@@ -48,7 +52,7 @@ enum class Recompute { kNone, kSelective, kFull };
 
 template <class L>
 concept Layer = std::default_initializable<typename L::Stash> &&
-                requires(const L& l, const Context& ctx, TensorView t, const PackedSeq& seq, typename L::Stash& st,
+                requires(const L& l, const Context& ctx, TensorView t, const typename L::Seq& seq, typename L::Stash& st,
                          const GradReadyFn& ready, int64_t tokens, Recompute mode) {
                   { l.forward(ctx, t, t, seq, st) } -> std::same_as<Status>;
                   { l.backward(ctx, t, t, seq, st, ready) } -> std::same_as<Status>;
@@ -59,7 +63,7 @@ concept Layer = std::default_initializable<typename L::Stash> &&
 
 template <class L>
 concept RecomputableLayer =
-    Layer<L> && requires(const L& l, const Context& ctx, TensorView t, const PackedSeq& seq, typename L::Stash& st,
+    Layer<L> && requires(const L& l, const Context& ctx, TensorView t, const typename L::Seq& seq, typename L::Stash& st,
                          Recompute mode) {
       l.drop(st, mode);
       { l.recompute(ctx, t, seq, st, mode) } -> std::same_as<Status>;
@@ -69,6 +73,7 @@ concept RecomputableLayer =
 template <Layer L>
 class LayerStack {
  public:
+  using Seq = typename L::Seq;
   struct Stash {
     std::vector<TensorView> inputs;              // [n + 1]: layer i's input; inputs[n] = the last output
     std::vector<Tensor> owned;                   // the outputs, owned here
@@ -94,14 +99,14 @@ class LayerStack {
     for (const L& l : layers_) b += l.stash_bytes(tokens, recompute_);
     return b;
   }
-  double flops(const PackedSeq& seq) const {
+  double flops(const Seq& seq) const {
     double f = 0;
     for (const L& l : layers_) f += l.flops(seq);
     return f;
   }
 
   /// @brief Runs every layer; `in` [N_loc, H] must stay alive until backward. @return the last output.
-  Result<TensorView> forward(const Context& ctx, TensorView in, const PackedSeq& seq, Stash& st) const {
+  Result<TensorView> forward(const Context& ctx, TensorView in, const Seq& seq, Stash& st) const {
     VLPAR_CHECK(ctx.allocator != nullptr, "LayerStack::forward: ctx.allocator must be set");
     VLPAR_CHECK_CODE(recompute_ != Recompute::kSelective || RecomputableLayer<L>, StatusCode::kNotSupported,
                      "LayerStack: selective recompute needs layers with drop()/recompute() (nn/layer.hpp)");
@@ -120,28 +125,40 @@ class LayerStack {
     return st.inputs.back();
   }
 
-  /// @brief dx [N_loc, H] written = ∂/∂in; dout = ∂/∂(last output). Consumes the stash layer by layer.
-  Status backward(const Context& ctx, TensorView dx, TensorView dout, const PackedSeq& seq, Stash& st,
-                  const GradReadyFn& ready) const {
+  /// @brief Backward through layers [stop, n): dx [N_loc, H] written = ∂/∂(input of layer `stop`), or not
+  /// computed when dx is empty (layer `stop` must accept an empty dx); dout = ∂/∂(last output). The layers below
+  /// `stop` are skipped (nothing under them needs a gradient: a frozen bottom). Consumes the stash.
+  Status backward(const Context& ctx, TensorView dx, TensorView dout, const Seq& seq, Stash& st,
+                  const GradReadyFn& ready, size_t stop = 0) const {
     const size_t n = layers_.size();
     VLPAR_CHECK(st.layer.size() == n && st.inputs.size() == n + 1,
                 "LayerStack::backward: the stash holds {} layers, the stack {} (run forward first)", st.layer.size(), n);
-    if (n == 0) return copy_(dx, dout);
-    // The residual gradient alternates between dx and one scratch: layer i writes dx when i is even, so layer 0
-    // ends in dx and no layer reads the buffer it writes.
-    Tensor scratch;
-    if (n > 1) {
-      VLPAR_ASSIGN_OR_RETURN(scratch, Tensor::empty(*ctx.allocator, dout.shape, dout.dtype, dout.device));
+    VLPAR_CHECK(stop <= n, "LayerStack::backward: stop {} beyond the {} layers", stop, n);
+    if (stop == n) {
+      st = Stash{};
+      return dx.empty() ? Status::Ok() : copy_(dx, dout);
     }
+    // The residual gradient alternates between two buffers so that no layer reads the buffer it writes: layer i
+    // writes `a` when (i − stop) is even, so layer `stop` ends in dx (a = dx, or a scratch when dx is empty and
+    // layer `stop` is given the empty dx instead).
+    Tensor scratch_a, scratch_b;
+    if (n - stop > 1) {
+      VLPAR_ASSIGN_OR_RETURN(scratch_b, Tensor::empty(*ctx.allocator, dout.shape, dout.dtype, dout.device));
+      if (dx.empty()) {
+        VLPAR_ASSIGN_OR_RETURN(scratch_a, Tensor::empty(*ctx.allocator, dout.shape, dout.dtype, dout.device));
+      }
+    }
+    const TensorView a = dx.empty() ? scratch_a.view() : dx;
     TensorView cur = dout;
-    for (size_t i = n; i-- > 0;) {
+    for (size_t i = n; i-- > stop;) {
       VLPAR_RETURN_IF_ERROR(recompute_layer_(ctx, i, seq, st));
-      const TensorView next = i % 2 == 0 ? dx : scratch.view();
+      const TensorView next = i == stop ? dx : ((i - stop) % 2 == 0 ? a : scratch_b.view());
       VLPAR_RETURN_IF_ERROR(layers_[i].backward(ctx, next, cur, seq, st.layer[i], ready));
       st.layer[i] = typename L::Stash{};  // consumed: free its activations and its output now
       st.owned[i] = Tensor{};
       cur = next;
     }
+    st = Stash{};  // the layers below `stop` (if any) are not run: their activations go too
     return Status::Ok();
   }
 
@@ -155,7 +172,7 @@ class LayerStack {
   }
   // Rebuilds layer i's stash as drop_() left it: the layer's own hook, or (kFull, plain Layer) its forward again
   // with the output to scratch.
-  Status recompute_layer_(const Context& ctx, size_t i, const PackedSeq& seq, Stash& st) const {
+  Status recompute_layer_(const Context& ctx, size_t i, const Seq& seq, Stash& st) const {
     if (recompute_ == Recompute::kNone) return Status::Ok();
     if constexpr (RecomputableLayer<L>) {
       return layers_[i].recompute(ctx, st.inputs[i], seq, st.layer[i], recompute_);

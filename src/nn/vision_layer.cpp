@@ -1,0 +1,47 @@
+// One vision block as an nn::Layer. See include/vlpar/nn/vision_layer.hpp.
+#include "vlpar/nn/vision_layer.hpp"
+
+namespace vlpar::nn {
+
+VisionLayer::VisionLayer(const VisionConfig& cfg, VisionBlockWeights w, VisionBlockWeights grads, ParamRange params)
+    : cfg_(cfg), block_(cfg, w, grads), params_(params) {
+  const TensorView g[kNumParams] = {grads.norm1_w, grads.norm1_b, grads.qkv_w,   grads.qkv_b,
+                                    grads.proj_w,  grads.proj_b,  grads.norm2_w, grads.norm2_b,
+                                    grads.fc1_w,   grads.fc1_b,   grads.fc2_w,   grads.fc2_b};
+  for (size_t i = 0; i < kNumParams; ++i) has_grad_[i] = !g[i].empty();
+}
+
+bool VisionLayer::trainable() const {
+  for (bool b : has_grad_)
+    if (b) return true;
+  return false;
+}
+
+Status VisionLayer::backward(const Context& ctx, TensorView dx, TensorView dout, const Seq& seq, Stash& st,
+                             const GradReadyFn& ready) const {
+  VLPAR_RETURN_IF_ERROR(block_.backward(ctx, dx, dout, seq, st));
+  if (!ready) return Status::Ok();
+  for (size_t i = kNumParams; i-- > 0;)
+    if (has_grad_[i]) VLPAR_RETURN_IF_ERROR(ready(params_.first + i));
+  return Status::Ok();
+}
+
+int64_t VisionLayer::stash_bytes(int64_t tokens, Recompute mode) const {
+  if (mode == Recompute::kFull) return 0;
+  const int64_t N = tokens, Hv = cfg_.hidden, Iv = cfg_.intermediate, heads = cfg_.heads;
+  // mean1, rstd1, mean2, rstd2 [N]; h1, attn, x1, h2 [N, Hv]; qkv [N, 3Hv]; lse [heads, N]; f1, act [N, Iv]
+  return 4 * (4 * N + 4 * N * Hv + 3 * N * Hv + heads * N + 2 * N * Iv);
+}
+
+double VisionLayer::flops(const Seq& seq) const {
+  const double N = double(seq.num_patches), Hv = double(cfg_.hidden), Iv = double(cfg_.intermediate);
+  double f = 2 * N * Hv * 3 * Hv + 2 * N * Hv * Hv + 2 * 2 * N * Hv * Iv;  // qkv, proj, fc1 + fc2
+  const TensorView cu = seq.cu_seqlens;
+  for (int64_t s = 0; s + 1 < cu.numel(); ++s) {
+    const double len = double(cu.ptr<int32_t>()[s + 1] - cu.ptr<int32_t>()[s]);
+    f += 4 * Hv * len * len;  // QKᵀ and PV over every pair of the segment, all heads
+  }
+  return f;
+}
+
+}  // namespace vlpar::nn
