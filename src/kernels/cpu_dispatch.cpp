@@ -54,7 +54,6 @@
   Result<double> global_grad_norm(const Context& ctx, std::span<const TensorView> grads); \
   Result<double> clip_grad_norm(const Context& ctx, std::span<const TensorView> grads, double max_norm); \
   Status scale_(const Context& ctx, TensorView t, float alpha); \
-  Status check_vision_grids(const char* who, std::span<const VisionGrid> grids, int64_t merge); \
   Status pos_embed_forward(const Context& ctx, TensorView pe, TensorView table, std::span<const VisionGrid> grids, const PosEmbedDesc& desc); \
   Status pos_embed_backward(const Context& ctx, TensorView dtable, TensorView dpe, std::span<const VisionGrid> grids, const PosEmbedDesc& desc); \
   Status rotary_forward(const Context& ctx, TensorView y, TensorView x, TensorView positions, const RotaryDesc& desc); \
@@ -244,7 +243,7 @@ Status shift_labels_for_causal_lm(TensorView out, TensorView labels, TensorView 
   }
 }
 
-Status embedding_forward(const Context& ctx, TensorView out, TensorView table, TensorView ids) {
+Status cpu_impl::embedding_forward(const Context& ctx, TensorView out, TensorView table, TensorView ids) {
   switch (cpu_isa_active()) {
 #if defined(VLPAR_CPU_ISA_AVX512)
     case CpuIsa::kAvx512: return isa_avx512::embedding_forward(ctx, out, table, ids);
@@ -256,7 +255,7 @@ Status embedding_forward(const Context& ctx, TensorView out, TensorView table, T
   }
 }
 
-Status embedding_backward(const Context& ctx, TensorView dtable, TensorView dout, TensorView ids) {
+Status cpu_impl::embedding_backward(const Context& ctx, TensorView dtable, TensorView dout, TensorView ids) {
   switch (cpu_isa_active()) {
 #if defined(VLPAR_CPU_ISA_AVX512)
     case CpuIsa::kAvx512: return isa_avx512::embedding_backward(ctx, dtable, dout, ids);
@@ -484,19 +483,7 @@ Status scale_(const Context& ctx, TensorView t, float alpha) {
   }
 }
 
-Status check_vision_grids(const char* who, std::span<const VisionGrid> grids, int64_t merge) {
-  switch (cpu_isa_active()) {
-#if defined(VLPAR_CPU_ISA_AVX512)
-    case CpuIsa::kAvx512: return isa_avx512::check_vision_grids(who, grids, merge);
-#endif
-#if defined(VLPAR_CPU_ISA_AVX2)
-    case CpuIsa::kAvx2: return isa_avx2::check_vision_grids(who, grids, merge);
-#endif
-    default: return isa_base::check_vision_grids(who, grids, merge);
-  }
-}
-
-Status pos_embed_forward(const Context& ctx, TensorView pe, TensorView table, std::span<const VisionGrid> grids, const PosEmbedDesc& desc) {
+Status cpu_impl::pos_embed_forward(const Context& ctx, TensorView pe, TensorView table, std::span<const VisionGrid> grids, const PosEmbedDesc& desc) {
   switch (cpu_isa_active()) {
 #if defined(VLPAR_CPU_ISA_AVX512)
     case CpuIsa::kAvx512: return isa_avx512::pos_embed_forward(ctx, pe, table, grids, desc);
@@ -508,7 +495,7 @@ Status pos_embed_forward(const Context& ctx, TensorView pe, TensorView table, st
   }
 }
 
-Status pos_embed_backward(const Context& ctx, TensorView dtable, TensorView dpe, std::span<const VisionGrid> grids, const PosEmbedDesc& desc) {
+Status cpu_impl::pos_embed_backward(const Context& ctx, TensorView dtable, TensorView dpe, std::span<const VisionGrid> grids, const PosEmbedDesc& desc) {
   switch (cpu_isa_active()) {
 #if defined(VLPAR_CPU_ISA_AVX512)
     case CpuIsa::kAvx512: return isa_avx512::pos_embed_backward(ctx, dtable, dpe, grids, desc);

@@ -4,7 +4,9 @@
 #pragma once
 
 #include "vlpar/kernels/activation.hpp"
+#include "vlpar/kernels/embedding.hpp"
 #include "vlpar/kernels/norm.hpp"
+#include "vlpar/kernels/pos_embed.hpp"
 #include "vlpar/kernels/rotary.hpp"
 
 namespace vlpar::cpu_impl {
@@ -15,10 +17,14 @@ Status silu_forward(const Context& ctx, TensorView y, TensorView x);
 Status silu_backward(const Context& ctx, TensorView dx, TensorView dy, TensorView x);
 Status swiglu_forward(const Context& ctx, TensorView y, TensorView gate, TensorView up);
 Status swiglu_backward(const Context& ctx, TensorView dgate, TensorView dup, TensorView dy, TensorView gate, TensorView up);
+Status embedding_forward(const Context& ctx, TensorView out, TensorView table, TensorView ids);
+Status embedding_backward(const Context& ctx, TensorView dtable, TensorView dout, TensorView ids);
 Status rmsnorm_forward(const Context& ctx, TensorView y, TensorView rstd, TensorView x, TensorView w, float eps);
 Status rmsnorm_backward(const Context& ctx, TensorView dx, TensorView dw, TensorView dy, TensorView x, TensorView w, TensorView rstd);
 Status layernorm_forward(const Context& ctx, TensorView y, TensorView mean, TensorView rstd, TensorView x, TensorView w, TensorView b, float eps);
 Status layernorm_backward(const Context& ctx, TensorView dx, TensorView dw, TensorView db, TensorView dy, TensorView x, TensorView w, TensorView mean, TensorView rstd);
+Status pos_embed_forward(const Context& ctx, TensorView pe, TensorView table, std::span<const VisionGrid> grids, const PosEmbedDesc& desc);
+Status pos_embed_backward(const Context& ctx, TensorView dtable, TensorView dpe, std::span<const VisionGrid> grids, const PosEmbedDesc& desc);
 Status rotary_forward(const Context& ctx, TensorView y, TensorView x, TensorView positions, const RotaryDesc& desc);
 Status rotary_backward(const Context& ctx, TensorView dx, TensorView dy, TensorView positions, const RotaryDesc& desc);
 
