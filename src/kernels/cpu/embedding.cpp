@@ -1,6 +1,6 @@
 // CPU embedding lookup and gradient (the computation; src/kernels/ops/embedding.cpp checks the arguments). The backward splits the hidden dim across threads; each thread walks
 // all tokens in order, so accumulation order per element is fixed (no atomics, bitwise reproducible).
-// Test: tests/unit/test_embedding.cpp
+// Test: tests/unit/test_losses.cpp
 #include "vlpar/kernels/embedding.hpp"
 
 #include "vlpar/core/dispatch.hpp"

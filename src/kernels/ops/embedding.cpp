@@ -1,6 +1,6 @@
 // The public embedding ops: every argument checked once here (token ids against the vocabulary included), then
 // the device's implementation (CPU: src/kernels/cpu/embedding.cpp; no CUDA kernel yet).
-// Test: tests/unit/test_embedding.cpp.
+// Test: tests/unit/test_losses.cpp (embedding tests), tests/unit/test_nn_stack.cpp.
 #include "vlpar/kernels/embedding.hpp"
 
 #include "../cpu_impl.hpp"
