@@ -435,7 +435,7 @@ Status cpu_impl::layernorm_backward(const Context& ctx, TensorView dx, TensorVie
   }
 }
 
-Status adamw_step(const Context& ctx, TensorView param, TensorView param_copy, TensorView grad, TensorView m, TensorView v, const AdamWConfig& cfg, int64_t step) {
+Status cpu_impl::adamw_step(const Context& ctx, TensorView param, TensorView param_copy, TensorView grad, TensorView m, TensorView v, const AdamWConfig& cfg, int64_t step) {
   switch (cpu_isa_active()) {
 #if defined(VLPAR_CPU_ISA_AVX512)
     case CpuIsa::kAvx512: return isa_avx512::adamw_step(ctx, param, param_copy, grad, m, v, cfg, step);
@@ -447,7 +447,7 @@ Status adamw_step(const Context& ctx, TensorView param, TensorView param_copy, T
   }
 }
 
-Result<double> global_grad_norm(const Context& ctx, std::span<const TensorView> grads) {
+Result<double> cpu_impl::global_grad_norm(const Context& ctx, std::span<const TensorView> grads) {
   switch (cpu_isa_active()) {
 #if defined(VLPAR_CPU_ISA_AVX512)
     case CpuIsa::kAvx512: return isa_avx512::global_grad_norm(ctx, grads);
@@ -459,7 +459,7 @@ Result<double> global_grad_norm(const Context& ctx, std::span<const TensorView> 
   }
 }
 
-Result<double> clip_grad_norm(const Context& ctx, std::span<const TensorView> grads, double max_norm) {
+Result<double> cpu_impl::clip_grad_norm(const Context& ctx, std::span<const TensorView> grads, double max_norm) {
   switch (cpu_isa_active()) {
 #if defined(VLPAR_CPU_ISA_AVX512)
     case CpuIsa::kAvx512: return isa_avx512::clip_grad_norm(ctx, grads, max_norm);
@@ -471,7 +471,7 @@ Result<double> clip_grad_norm(const Context& ctx, std::span<const TensorView> gr
   }
 }
 
-Status scale_(const Context& ctx, TensorView t, float alpha) {
+Status cpu_impl::scale_(const Context& ctx, TensorView t, float alpha) {
   switch (cpu_isa_active()) {
 #if defined(VLPAR_CPU_ISA_AVX512)
     case CpuIsa::kAvx512: return isa_avx512::scale_(ctx, t, alpha);
@@ -531,7 +531,7 @@ Status cpu_impl::rotary_backward(const Context& ctx, TensorView dx, TensorView d
   }
 }
 
-Status router_forward(const Context& ctx, TensorView weights, TensorView indices, TensorView probs, TensorView logits, const RouterDesc& desc) {
+Status cpu_impl::router_forward(const Context& ctx, TensorView weights, TensorView indices, TensorView probs, TensorView logits, const RouterDesc& desc) {
   switch (cpu_isa_active()) {
 #if defined(VLPAR_CPU_ISA_AVX512)
     case CpuIsa::kAvx512: return isa_avx512::router_forward(ctx, weights, indices, probs, logits, desc);
@@ -543,7 +543,7 @@ Status router_forward(const Context& ctx, TensorView weights, TensorView indices
   }
 }
 
-Status router_backward(const Context& ctx, TensorView dlogits, TensorView dweights, TensorView probs, TensorView indices, TensorView weights, const RouterDesc& desc) {
+Status cpu_impl::router_backward(const Context& ctx, TensorView dlogits, TensorView dweights, TensorView probs, TensorView indices, TensorView weights, const RouterDesc& desc) {
   switch (cpu_isa_active()) {
 #if defined(VLPAR_CPU_ISA_AVX512)
     case CpuIsa::kAvx512: return isa_avx512::router_backward(ctx, dlogits, dweights, probs, indices, weights, desc);
@@ -555,7 +555,7 @@ Status router_backward(const Context& ctx, TensorView dlogits, TensorView dweigh
   }
 }
 
-Status router_aux_accumulate(RouterAuxStats& stats, TensorView probs, TensorView indices, const RouterDesc& desc) {
+Status cpu_impl::router_aux_accumulate(RouterAuxStats& stats, TensorView probs, TensorView indices, const RouterDesc& desc) {
   switch (cpu_isa_active()) {
 #if defined(VLPAR_CPU_ISA_AVX512)
     case CpuIsa::kAvx512: return isa_avx512::router_aux_accumulate(stats, probs, indices, desc);
@@ -567,7 +567,7 @@ Status router_aux_accumulate(RouterAuxStats& stats, TensorView probs, TensorView
   }
 }
 
-Result<double> router_aux_loss(const RouterAuxStats& stats) {
+Result<double> cpu_impl::router_aux_loss(const RouterAuxStats& stats) {
   switch (cpu_isa_active()) {
 #if defined(VLPAR_CPU_ISA_AVX512)
     case CpuIsa::kAvx512: return isa_avx512::router_aux_loss(stats);
@@ -579,7 +579,7 @@ Result<double> router_aux_loss(const RouterAuxStats& stats) {
   }
 }
 
-Status router_aux_backward(const Context& ctx, TensorView dlogits, TensorView probs, const RouterAuxStats& stats, float grad_aux) {
+Status cpu_impl::router_aux_backward(const Context& ctx, TensorView dlogits, TensorView probs, const RouterAuxStats& stats, float grad_aux) {
   switch (cpu_isa_active()) {
 #if defined(VLPAR_CPU_ISA_AVX512)
     case CpuIsa::kAvx512: return isa_avx512::router_aux_backward(ctx, dlogits, probs, stats, grad_aux);

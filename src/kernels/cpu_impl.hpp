@@ -6,8 +6,10 @@
 #include "vlpar/kernels/activation.hpp"
 #include "vlpar/kernels/embedding.hpp"
 #include "vlpar/kernels/norm.hpp"
+#include "vlpar/kernels/optimizer.hpp"
 #include "vlpar/kernels/pos_embed.hpp"
 #include "vlpar/kernels/rotary.hpp"
+#include "vlpar/kernels/router.hpp"
 
 namespace vlpar::cpu_impl {
 
@@ -23,9 +25,18 @@ Status rmsnorm_forward(const Context& ctx, TensorView y, TensorView rstd, Tensor
 Status rmsnorm_backward(const Context& ctx, TensorView dx, TensorView dw, TensorView dy, TensorView x, TensorView w, TensorView rstd);
 Status layernorm_forward(const Context& ctx, TensorView y, TensorView mean, TensorView rstd, TensorView x, TensorView w, TensorView b, float eps);
 Status layernorm_backward(const Context& ctx, TensorView dx, TensorView dw, TensorView db, TensorView dy, TensorView x, TensorView w, TensorView mean, TensorView rstd);
+Status adamw_step(const Context& ctx, TensorView param, TensorView param_copy, TensorView grad, TensorView m, TensorView v, const AdamWConfig& cfg, int64_t step);
+Result<double> global_grad_norm(const Context& ctx, std::span<const TensorView> grads);
+Result<double> clip_grad_norm(const Context& ctx, std::span<const TensorView> grads, double max_norm);
+Status scale_(const Context& ctx, TensorView t, float alpha);
 Status pos_embed_forward(const Context& ctx, TensorView pe, TensorView table, std::span<const VisionGrid> grids, const PosEmbedDesc& desc);
 Status pos_embed_backward(const Context& ctx, TensorView dtable, TensorView dpe, std::span<const VisionGrid> grids, const PosEmbedDesc& desc);
 Status rotary_forward(const Context& ctx, TensorView y, TensorView x, TensorView positions, const RotaryDesc& desc);
 Status rotary_backward(const Context& ctx, TensorView dx, TensorView dy, TensorView positions, const RotaryDesc& desc);
+Status router_forward(const Context& ctx, TensorView weights, TensorView indices, TensorView probs, TensorView logits, const RouterDesc& desc);
+Status router_backward(const Context& ctx, TensorView dlogits, TensorView dweights, TensorView probs, TensorView indices, TensorView weights, const RouterDesc& desc);
+Status router_aux_accumulate(RouterAuxStats& stats, TensorView probs, TensorView indices, const RouterDesc& desc);
+Result<double> router_aux_loss(const RouterAuxStats& stats);
+Status router_aux_backward(const Context& ctx, TensorView dlogits, TensorView probs, const RouterAuxStats& stats, float grad_aux);
 
 }  // namespace vlpar::cpu_impl

@@ -377,6 +377,8 @@ TEST(VisionEncoder, FrozenParametersAndEarlyStop) {
   const std::vector<Case> cases = {
       {"mergers only", [&](size_t i) { return i >= merger0; }, cfg.depth},
       {"block 1 only", [&](size_t i) { return i >= b1 && i < b2; }, 1},
+      // Block 2 only: the backward stops inside the segment [1, 3) (block 1 is not run).
+      {"block 2 only", [&](size_t i) { return i >= b2 && i < b2 + 12; }, 2},
       {"block 1 qkv weight and the final merger", [&](size_t i) { return i == b1 + 2 || (i >= merger0 && i < merger0 + 6); }, 1},
       {"pos_embed only", [&](size_t i) { return i == 2; }, 0},
       {"patch embedding and deepstack 1", [&](size_t i) { return i < 2 || i >= merger0 + 12; }, 0},

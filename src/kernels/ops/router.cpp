@@ -1,0 +1,88 @@
+// The public MoE router ops: every argument checked once here (expert indices included, before any statistic is
+// touched), then the device's implementation (CPU: src/kernels/cpu/router.cpp; no CUDA kernel yet).
+// Test: tests/unit/test_losses.cpp (router tests).
+#include "vlpar/kernels/router.hpp"
+
+#include "../cpu_impl.hpp"
+#include "vlpar/core/checks.hpp"
+
+namespace vlpar {
+namespace {
+
+Status check_desc(const RouterDesc& d) {
+  VLPAR_CHECK(d.num_experts > 0, "router: num_experts must be positive, got {}", d.num_experts);
+  VLPAR_CHECK(d.top_k > 0 && d.top_k <= d.num_experts, "router: top_k {} must be in [1, num_experts = {}]", d.top_k,
+              d.num_experts);
+  return Status::Ok();
+}
+
+Status check_matrix(const char* op, const char* name, const TensorView& v, int64_t rows, int64_t cols, DType dt) {
+  VLPAR_CHECK(v.ndim() == 2 && v.size(0) == rows && v.size(1) == cols && v.is_contiguous(),
+              "{}: {} must be contiguous [{}, {}], got {}", op, name, rows, cols, v.to_string());
+  VLPAR_CHECK(v.dtype == dt, "{}: {} must be {}, got {}", op, name, dtype_name(dt), v.to_string());
+  VLPAR_CHECK(v.device.is_cpu(), "{}: {} must be on the CPU, got {}", op, name, v.to_string());
+  return Status::Ok();
+}
+
+}  // namespace
+
+Status router_forward(const Context& ctx, TensorView weights, TensorView indices, TensorView probs, TensorView logits,
+                      const RouterDesc& desc) {
+  const char* op = "router_forward";
+  VLPAR_RETURN_IF_ERROR(check_desc(desc));
+  VLPAR_CHECK(logits.ndim() == 2 && logits.size(1) == desc.num_experts && logits.stride(1) == 1,
+              "{}: logits must be [T, {}], got {}", op, desc.num_experts, logits.to_string());
+  VLPAR_RETURN_IF_ERROR(check_cpu_float(logits, op));
+  const int64_t T = logits.size(0), E = desc.num_experts, K = desc.top_k;
+  VLPAR_RETURN_IF_ERROR(check_matrix(op, "weights", weights, T, K, DType::kF32));
+  VLPAR_RETURN_IF_ERROR(check_matrix(op, "indices", indices, T, K, DType::kI32));
+  VLPAR_RETURN_IF_ERROR(check_matrix(op, "probs", probs, T, E, DType::kF32));
+  return cpu_impl::router_forward(ctx, weights, indices, probs, logits, desc);
+}
+
+Status router_backward(const Context& ctx, TensorView dlogits, TensorView dweights, TensorView probs,
+                       TensorView indices, TensorView weights, const RouterDesc& desc) {
+  const char* op = "router_backward";
+  VLPAR_RETURN_IF_ERROR(check_desc(desc));
+  const int64_t T = probs.ndim() == 2 ? probs.size(0) : -1, E = desc.num_experts, K = desc.top_k;
+  VLPAR_RETURN_IF_ERROR(check_matrix(op, "probs", probs, T, E, DType::kF32));
+  VLPAR_RETURN_IF_ERROR(check_matrix(op, "dlogits", dlogits, T, E, DType::kF32));
+  VLPAR_RETURN_IF_ERROR(check_matrix(op, "dweights", dweights, T, K, DType::kF32));
+  VLPAR_RETURN_IF_ERROR(check_matrix(op, "indices", indices, T, K, DType::kI32));
+  VLPAR_RETURN_IF_ERROR(check_matrix(op, "weights", weights, T, K, DType::kF32));
+  return cpu_impl::router_backward(ctx, dlogits, dweights, probs, indices, weights, desc);
+}
+
+Status router_aux_accumulate(RouterAuxStats& stats, TensorView probs, TensorView indices, const RouterDesc& desc) {
+  const char* op = "router_aux_accumulate";
+  VLPAR_RETURN_IF_ERROR(check_desc(desc));
+  const int64_t T = probs.ndim() == 2 ? probs.size(0) : -1, E = desc.num_experts, K = desc.top_k;
+  VLPAR_RETURN_IF_ERROR(check_matrix(op, "probs", probs, T, E, DType::kF32));
+  VLPAR_RETURN_IF_ERROR(check_matrix(op, "indices", indices, T, K, DType::kI32));
+  VLPAR_CHECK(stats.counts.empty() || (int64_t(stats.counts.size()) == E && stats.top_k == K),
+              "{}: stats were started with E={}, K={} but this layer has E={}, K={}", op, stats.counts.size(),
+              stats.top_k, E, K);
+  for (int64_t t = 0; t < T; ++t)
+    for (int64_t k = 0; k < K; ++k) {
+      const int32_t e = indices.ptr<int32_t>()[t * K + k];
+      VLPAR_CHECK(e >= 0 && e < E, "{}: expert index {} at row {} slot {} is outside [0, {})", op, e, t, k, E);
+    }
+  return cpu_impl::router_aux_accumulate(stats, probs, indices, desc);
+}
+
+Result<double> router_aux_loss(const RouterAuxStats& stats) {
+  VLPAR_CHECK(stats.rows > 0, "router_aux_loss: no rows accumulated");
+  return cpu_impl::router_aux_loss(stats);
+}
+
+Status router_aux_backward(const Context& ctx, TensorView dlogits, TensorView probs, const RouterAuxStats& stats,
+                           float grad_aux) {
+  const char* op = "router_aux_backward";
+  VLPAR_CHECK(stats.rows > 0, "{}: no rows accumulated", op);
+  const int64_t E = int64_t(stats.counts.size()), T = probs.ndim() == 2 ? probs.size(0) : -1;
+  VLPAR_RETURN_IF_ERROR(check_matrix(op, "probs", probs, T, E, DType::kF32));
+  VLPAR_RETURN_IF_ERROR(check_matrix(op, "dlogits", dlogits, T, E, DType::kF32));
+  return cpu_impl::router_aux_backward(ctx, dlogits, probs, stats, grad_aux);
+}
+
+}  // namespace vlpar
