@@ -267,7 +267,7 @@ Status cpu_impl::embedding_backward(const Context& ctx, TensorView dtable, Tenso
   }
 }
 
-Status gemm(const Context& ctx, TensorView c, TensorView a, TensorView b, GemmDesc desc) {
+Status cpu_impl::gemm(const Context& ctx, TensorView c, TensorView a, TensorView b, GemmDesc desc) {
   switch (cpu_isa_active()) {
 #if defined(VLPAR_CPU_ISA_AVX512)
     case CpuIsa::kAvx512: return isa_avx512::gemm(ctx, c, a, b, desc);
@@ -279,7 +279,7 @@ Status gemm(const Context& ctx, TensorView c, TensorView a, TensorView b, GemmDe
   }
 }
 
-Status linear_forward(const Context& ctx, TensorView y, TensorView x, TensorView w, TensorView bias) {
+Status cpu_impl::linear_forward(const Context& ctx, TensorView y, TensorView x, TensorView w, TensorView bias) {
   switch (cpu_isa_active()) {
 #if defined(VLPAR_CPU_ISA_AVX512)
     case CpuIsa::kAvx512: return isa_avx512::linear_forward(ctx, y, x, w, bias);
@@ -291,7 +291,7 @@ Status linear_forward(const Context& ctx, TensorView y, TensorView x, TensorView
   }
 }
 
-Status linear_backward(const Context& ctx, TensorView dx, TensorView dw, TensorView dbias, TensorView dy, TensorView x, TensorView w) {
+Status cpu_impl::linear_backward(const Context& ctx, TensorView dx, TensorView dw, TensorView dbias, TensorView dy, TensorView x, TensorView w) {
   switch (cpu_isa_active()) {
 #if defined(VLPAR_CPU_ISA_AVX512)
     case CpuIsa::kAvx512: return isa_avx512::linear_backward(ctx, dx, dw, dbias, dy, x, w);

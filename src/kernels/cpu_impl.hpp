@@ -5,6 +5,7 @@
 
 #include "vlpar/kernels/activation.hpp"
 #include "vlpar/kernels/embedding.hpp"
+#include "vlpar/kernels/gemm.hpp"
 #include "vlpar/kernels/norm.hpp"
 #include "vlpar/kernels/optimizer.hpp"
 #include "vlpar/kernels/pos_embed.hpp"
@@ -21,6 +22,9 @@ Status swiglu_forward(const Context& ctx, TensorView y, TensorView gate, TensorV
 Status swiglu_backward(const Context& ctx, TensorView dgate, TensorView dup, TensorView dy, TensorView gate, TensorView up);
 Status embedding_forward(const Context& ctx, TensorView out, TensorView table, TensorView ids);
 Status embedding_backward(const Context& ctx, TensorView dtable, TensorView dout, TensorView ids);
+Status gemm(const Context& ctx, TensorView c, TensorView a, TensorView b, GemmDesc desc);
+Status linear_forward(const Context& ctx, TensorView y, TensorView x, TensorView w, TensorView bias);
+Status linear_backward(const Context& ctx, TensorView dx, TensorView dw, TensorView dbias, TensorView dy, TensorView x, TensorView w);
 Status rmsnorm_forward(const Context& ctx, TensorView y, TensorView rstd, TensorView x, TensorView w, float eps);
 Status rmsnorm_backward(const Context& ctx, TensorView dx, TensorView dw, TensorView dy, TensorView x, TensorView w, TensorView rstd);
 Status layernorm_forward(const Context& ctx, TensorView y, TensorView mean, TensorView rstd, TensorView x, TensorView w, TensorView b, float eps);

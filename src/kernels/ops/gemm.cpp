@@ -1,0 +1,90 @@
+// The public GEMM and linear ops: every argument checked once here, then the device's implementation (CPU:
+// src/kernels/cpu/gemm.cpp; no CUDA kernel yet). Test: tests/unit/test_gemm.cpp.
+#include "vlpar/kernels/gemm.hpp"
+
+#include <algorithm>
+
+#include "../cpu_impl.hpp"
+#include "vlpar/core/checks.hpp"
+
+namespace vlpar {
+namespace {
+
+struct Dims {
+  int64_t batch = 1, rows = 0, cols = 0;
+};
+
+Result<Dims> check_matrix(const char* what, const TensorView& v) {
+  VLPAR_CHECK(v.ndim() == 2 || v.ndim() == 3, "gemm: {} must be 2D or 3D, got {}", what, v.to_string());
+  VLPAR_RETURN_IF_ERROR(check_storage_dtype("gemm", what, v));
+  VLPAR_CHECK(v.device.is_cpu(), "gemm: {} must be on the CPU (no CUDA GEMM yet), got {}", what, v.to_string());
+  VLPAR_CHECK(v.stride(-1) == 1 || v.size(-1) <= 1, "gemm: {} must have a contiguous last dim, got strides of {}",
+              what, v.to_string());
+  const Dims d{v.ndim() == 3 ? v.size(0) : 1, v.size(-2), v.size(-1)};
+  VLPAR_CHECK(d.rows <= 1 || v.stride(-2) >= d.cols, "gemm: {} rows overlap (row stride {} < {} cols)", what,
+              v.stride(-2), d.cols);
+  return d;
+}
+
+// C = α·op(A)·op(B) + β·C: shapes, batches, dtypes, layout, device.
+Status check_gemm(const TensorView& c, const TensorView& a, const TensorView& b, const GemmDesc& desc) {
+  VLPAR_ASSIGN_OR_RETURN(const Dims mc, check_matrix("C", c));
+  VLPAR_ASSIGN_OR_RETURN(const Dims ma, check_matrix("A", a));
+  VLPAR_ASSIGN_OR_RETURN(const Dims mb, check_matrix("B", b));
+  const int64_t M = mc.rows, N = mc.cols, K = desc.trans_a ? ma.rows : ma.cols;
+  VLPAR_CHECK((desc.trans_a ? ma.cols : ma.rows) == M, "gemm: op(A) {} has {} rows but C {} has {}", a.to_string(),
+              desc.trans_a ? ma.cols : ma.rows, c.to_string(), M);
+  VLPAR_CHECK((desc.trans_b ? mb.rows : mb.cols) == N, "gemm: op(B) {} has {} cols but C {} has {}", b.to_string(),
+              desc.trans_b ? mb.rows : mb.cols, c.to_string(), N);
+  VLPAR_CHECK((desc.trans_b ? mb.cols : mb.rows) == K, "gemm: inner dims differ: op(A) {} has K={} but op(B) {} "
+              "has K={}", a.to_string(), K, b.to_string(), desc.trans_b ? mb.cols : mb.rows);
+  VLPAR_CHECK((ma.batch == mc.batch || ma.batch == 1) && (mb.batch == mc.batch || mb.batch == 1),
+              "gemm: batch sizes of A ({}), B ({}) and C ({}) must match or be 1", ma.batch, mb.batch, mc.batch);
+  return Status::Ok();
+}
+
+Status check_linear(const char* op, const TensorView& y, const TensorView& x, const TensorView& w) {
+  VLPAR_CHECK(x.ndim() == 2 && w.ndim() == 2 && y.ndim() == 2, "{}: x {}, weight {} and y {} must be 2D", op,
+              x.to_string(), w.to_string(), y.to_string());
+  VLPAR_CHECK(x.size(1) == w.size(1), "{}: x {} has {} features but weight {} expects {}", op, x.to_string(),
+              x.size(1), w.to_string(), w.size(1));
+  VLPAR_CHECK(y.size(0) == x.size(0) && y.size(1) == w.size(0), "{}: output {} must be [{}, {}]", op, y.to_string(),
+              x.size(0), w.size(0));
+  return Status::Ok();
+}
+
+}  // namespace
+
+Status gemm(const Context& ctx, TensorView c, TensorView a, TensorView b, GemmDesc desc) {
+  VLPAR_RETURN_IF_ERROR(check_gemm(c, a, b, desc));
+  return cpu_impl::gemm(ctx, c, a, b, desc);
+}
+
+Status linear_forward(const Context& ctx, TensorView y, TensorView x, TensorView w, TensorView bias) {
+  VLPAR_RETURN_IF_ERROR(check_linear("linear_forward", y, x, w));
+  VLPAR_RETURN_IF_ERROR(check_gemm(y, x, w, GemmDesc{false, true, 1.f, 0.f}));
+  if (!bias.empty()) VLPAR_RETURN_IF_ERROR(check_float_vector("linear_forward", "bias", bias, w.size(0)));
+  return cpu_impl::linear_forward(ctx, y, x, w, bias);
+}
+
+Status linear_backward(const Context& ctx, TensorView dx, TensorView dw, TensorView dbias, TensorView dy,
+                       TensorView x, TensorView w) {
+  VLPAR_RETURN_IF_ERROR(check_linear("linear_backward", dy, x, w));
+  if (!dx.empty()) {
+    VLPAR_CHECK(dx.ndim() == 2 && dx.size(0) == x.size(0) && dx.size(1) == x.size(1),
+                "linear_backward: dx {} must match x {}", dx.to_string(), x.to_string());
+    VLPAR_RETURN_IF_ERROR(check_gemm(dx, dy, w, GemmDesc{false, false, 1.f, 0.f}));
+  }
+  if (!dw.empty()) {
+    VLPAR_CHECK(dw.ndim() == 2 && dw.size(0) == w.size(0) && dw.size(1) == w.size(1),
+                "linear_backward: dw {} must match weight {}", dw.to_string(), w.to_string());
+    VLPAR_RETURN_IF_ERROR(check_gemm(dw, dy, x, GemmDesc{true, false, 1.f, 1.f}));
+  }
+  if (!dbias.empty()) {
+    VLPAR_RETURN_IF_ERROR(check_vector("linear_backward", "dbias", dbias, w.size(0), DType::kF32));
+    VLPAR_RETURN_IF_ERROR(check_cpu_float(dy, "linear_backward"));
+  }
+  return cpu_impl::linear_backward(ctx, dx, dw, dbias, dy, x, w);
+}
+
+}  // namespace vlpar
