@@ -25,7 +25,7 @@ cases = [
  ("router bwd skips the renormalisation term", "src/kernels/cpu/router.cpp", "dp[size_t(idx[k])] = (dw[k] - dot) / S;", "dp[size_t(idx[k])] = dw[k] / S;", "test_losses"),
  ("aux backward uses counts/R^2 without E", "src/kernels/cpu/router.cpp", "float(double(grad_aux) * double(E) * (stats.counts", "float(double(grad_aux) * (stats.counts", "test_losses"),
  ("adamw without bias correction", "src/kernels/cpu/optimizer.cpp", "const float step_size = float(double(cfg.lr) / bc1)", "const float step_size = float(double(cfg.lr) / (bc1 > 2 ? bc1 : 1.0))", "test_optimizer"),
- ("grad norm forgets second tensor", "src/kernels/cpu/optimizer.cpp", "for (size_t i = 0; i < grads.size(); ++i) {", "for (size_t i = 0; i + 1 < grads.size(); ++i) {", "test_optimizer"),
+ ("grad norm forgets the last tensor", "src/kernels/cpu/optimizer.cpp", "  for (const TensorView& g : grads) {\n    if (g.empty()) continue;", "  for (const TensorView& g : grads.first(grads.size() - 1)) {\n    if (g.empty()) continue;", "test_optimizer"),
  ("bf16 rounding truncates", "include/vlpar/core/dtype.hpp", "return bf16{uint16_t((u + 0x7fffu + lsb) >> 16)};", "return bf16{uint16_t((u + 0x7fffu + lsb * 0u) >> 16)};", "test_core"),
  ("philox one round short", "include/vlpar/core/philox.hpp", "for (int round = 0; round < 10; ++round)", "for (int round = 0; round < 9; ++round)", "test_core"),
  ("init_shard ignores shard offsets", "src/core/init.cpp", "global += (local + offsets[d]) * full_strides", "global += (local) * full_strides", "test_core"),
