@@ -195,7 +195,7 @@ Status kv_cache_attention_forward(const Context& ctx, TensorView out, TensorView
   }
 }
 
-Result<CrossEntropyResult> cross_entropy_forward(const Context& ctx, TensorView lse, TensorView logits, TensorView labels, const CrossEntropyDesc& desc) {
+Result<CrossEntropyResult> cpu_impl::cross_entropy_forward(const Context& ctx, TensorView lse, TensorView logits, TensorView labels, const CrossEntropyDesc& desc) {
   switch (cpu_isa_active()) {
 #if defined(VLPAR_CPU_ISA_AVX512)
     case CpuIsa::kAvx512: return isa_avx512::cross_entropy_forward(ctx, lse, logits, labels, desc);
@@ -207,7 +207,7 @@ Result<CrossEntropyResult> cross_entropy_forward(const Context& ctx, TensorView 
   }
 }
 
-Status cross_entropy_backward(const Context& ctx, TensorView dlogits, TensorView logits, TensorView labels, TensorView lse, const CrossEntropyDesc& desc, int64_t num_valid, float grad_loss) {
+Status cpu_impl::cross_entropy_backward(const Context& ctx, TensorView dlogits, TensorView logits, TensorView labels, TensorView lse, const CrossEntropyDesc& desc, int64_t num_valid, float grad_loss) {
   switch (cpu_isa_active()) {
 #if defined(VLPAR_CPU_ISA_AVX512)
     case CpuIsa::kAvx512: return isa_avx512::cross_entropy_backward(ctx, dlogits, logits, labels, lse, desc, num_valid, grad_loss);
@@ -219,7 +219,7 @@ Status cross_entropy_backward(const Context& ctx, TensorView dlogits, TensorView
   }
 }
 
-Result<CrossEntropyResult> linear_cross_entropy(const Context& ctx, TensorView dhidden, TensorView dweight, TensorView hidden, TensorView weight, TensorView labels, const CrossEntropyDesc& desc, float grad_loss) {
+Result<CrossEntropyResult> cpu_impl::linear_cross_entropy(const Context& ctx, TensorView dhidden, TensorView dweight, TensorView hidden, TensorView weight, TensorView labels, const CrossEntropyDesc& desc, float grad_loss) {
   switch (cpu_isa_active()) {
 #if defined(VLPAR_CPU_ISA_AVX512)
     case CpuIsa::kAvx512: return isa_avx512::linear_cross_entropy(ctx, dhidden, dweight, hidden, weight, labels, desc, grad_loss);
@@ -231,7 +231,7 @@ Result<CrossEntropyResult> linear_cross_entropy(const Context& ctx, TensorView d
   }
 }
 
-Status shift_labels_for_causal_lm(TensorView out, TensorView labels, TensorView cu_seqlens, int64_t ignore_index) {
+Status cpu_impl::shift_labels_for_causal_lm(TensorView out, TensorView labels, TensorView cu_seqlens, int64_t ignore_index) {
   switch (cpu_isa_active()) {
 #if defined(VLPAR_CPU_ISA_AVX512)
     case CpuIsa::kAvx512: return isa_avx512::shift_labels_for_causal_lm(out, labels, cu_seqlens, ignore_index);

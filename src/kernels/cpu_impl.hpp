@@ -4,6 +4,7 @@
 #pragma once
 
 #include "vlpar/kernels/activation.hpp"
+#include "vlpar/kernels/cross_entropy.hpp"
 #include "vlpar/kernels/embedding.hpp"
 #include "vlpar/kernels/gemm.hpp"
 #include "vlpar/kernels/norm.hpp"
@@ -20,6 +21,10 @@ Status silu_forward(const Context& ctx, TensorView y, TensorView x);
 Status silu_backward(const Context& ctx, TensorView dx, TensorView dy, TensorView x);
 Status swiglu_forward(const Context& ctx, TensorView y, TensorView gate, TensorView up);
 Status swiglu_backward(const Context& ctx, TensorView dgate, TensorView dup, TensorView dy, TensorView gate, TensorView up);
+Result<CrossEntropyResult> cross_entropy_forward(const Context& ctx, TensorView lse, TensorView logits, TensorView labels, const CrossEntropyDesc& desc);
+Status cross_entropy_backward(const Context& ctx, TensorView dlogits, TensorView logits, TensorView labels, TensorView lse, const CrossEntropyDesc& desc, int64_t num_valid, float grad_loss);
+Result<CrossEntropyResult> linear_cross_entropy(const Context& ctx, TensorView dhidden, TensorView dweight, TensorView hidden, TensorView weight, TensorView labels, const CrossEntropyDesc& desc, float grad_loss);
+Status shift_labels_for_causal_lm(TensorView out, TensorView labels, TensorView cu_seqlens, int64_t ignore_index);
 Status embedding_forward(const Context& ctx, TensorView out, TensorView table, TensorView ids);
 Status embedding_backward(const Context& ctx, TensorView dtable, TensorView dout, TensorView ids);
 Status gemm(const Context& ctx, TensorView c, TensorView a, TensorView b, GemmDesc desc);

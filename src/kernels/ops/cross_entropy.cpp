@@ -1,0 +1,98 @@
+// The public cross-entropy ops (plain, fused with the LM-head GEMM, label shifting): every argument checked once
+// here (labels against the vocabulary included), then the device's implementation (CPU:
+// src/kernels/cpu/cross_entropy.cpp; no CUDA kernel yet). Test: tests/unit/test_losses.cpp.
+#include "vlpar/kernels/cross_entropy.hpp"
+
+#include "../cpu_impl.hpp"
+#include "vlpar/core/checks.hpp"
+
+namespace vlpar {
+namespace {
+
+int64_t label_at(const TensorView& labels, int64_t n) {
+  return labels.dtype == DType::kI32 ? int64_t(labels.ptr<int32_t>()[n]) : labels.ptr<int64_t>()[n];
+}
+
+/// Labels i32/i64 [n] on the CPU, each in [0, vocab) or ignore_index.
+Status check_labels(const char* op, const TensorView& labels, int64_t n, int64_t vocab, int64_t ignore) {
+  VLPAR_CHECK(labels.dtype == DType::kI32 || labels.dtype == DType::kI64, "{}: labels must be i32 or i64, got {}",
+              op, labels.to_string());
+  VLPAR_RETURN_IF_ERROR(check_vector(op, "labels", labels, n, labels.dtype));
+  VLPAR_CHECK(labels.device.is_cpu(), "{}: labels must be on the CPU", op);
+  for (int64_t i = 0; i < n; ++i) {
+    const int64_t y = label_at(labels, i);
+    VLPAR_CHECK(y == ignore || (y >= 0 && y < vocab),
+                "{}: label {} at row {} is outside [0, {}) and is not ignore_index {}", op, y, i, vocab, ignore);
+  }
+  return Status::Ok();
+}
+
+}  // namespace
+
+Result<CrossEntropyResult> cross_entropy_forward(const Context& ctx, TensorView lse, TensorView logits,
+                                                 TensorView labels, const CrossEntropyDesc& desc) {
+  const char* op = "cross_entropy_forward";
+  VLPAR_CHECK(logits.ndim() == 2 && logits.stride(1) == 1, "{}: logits must be [N, V] with contiguous V, got {}",
+              op, logits.to_string());
+  VLPAR_RETURN_IF_ERROR(check_cpu_float(logits, op));
+  const int64_t N = logits.size(0), V = logits.size(1);
+  VLPAR_RETURN_IF_ERROR(check_labels(op, labels, N, V, desc.ignore_index));
+  if (!lse.empty()) VLPAR_RETURN_IF_ERROR(check_vector(op, "lse", lse, N, DType::kF32));
+  return cpu_impl::cross_entropy_forward(ctx, lse, logits, labels, desc);
+}
+
+Status cross_entropy_backward(const Context& ctx, TensorView dlogits, TensorView logits, TensorView labels,
+                              TensorView lse, const CrossEntropyDesc& desc, int64_t num_valid, float grad_loss) {
+  const char* op = "cross_entropy_backward";
+  VLPAR_CHECK(logits.ndim() == 2 && logits.stride(1) == 1, "{}: logits must be [N, V], got {}", op,
+              logits.to_string());
+  VLPAR_CHECK(dlogits.ndim() == 2 && dlogits.shape == logits.shape && dlogits.stride(1) == 1 &&
+                  dlogits.dtype == logits.dtype,
+              "{}: dlogits {} must match logits {}", op, dlogits.to_string(), logits.to_string());
+  VLPAR_RETURN_IF_ERROR(check_cpu_float(logits, op));
+  const int64_t N = logits.size(0), V = logits.size(1);
+  VLPAR_RETURN_IF_ERROR(check_labels(op, labels, N, V, desc.ignore_index));
+  VLPAR_RETURN_IF_ERROR(check_vector(op, "lse", lse, N, DType::kF32));
+  return cpu_impl::cross_entropy_backward(ctx, dlogits, logits, labels, lse, desc, num_valid, grad_loss);
+}
+
+Result<CrossEntropyResult> linear_cross_entropy(const Context& ctx, TensorView dhidden, TensorView dweight,
+                                                TensorView hidden, TensorView weight, TensorView labels,
+                                                const CrossEntropyDesc& desc, float grad_loss) {
+  const char* op = "linear_cross_entropy";
+  VLPAR_CHECK(hidden.ndim() == 2 && weight.ndim() == 2 && hidden.size(1) == weight.size(1),
+              "{}: hidden [N, Hd] {} and weight [V, Hd] {} disagree", op, hidden.to_string(), weight.to_string());
+  VLPAR_CHECK(hidden.stride(1) == 1 && weight.stride(1) == 1, "{}: hidden and weight need a contiguous last dim", op);
+  VLPAR_RETURN_IF_ERROR(check_cpu_float(hidden, op));
+  VLPAR_RETURN_IF_ERROR(check_cpu_float(weight, op));
+  VLPAR_RETURN_IF_ERROR(check_labels(op, labels, hidden.size(0), weight.size(0), desc.ignore_index));
+  if (!dhidden.empty())
+    VLPAR_CHECK(dhidden.shape == hidden.shape && dhidden.dtype == DType::kF32 && dhidden.is_contiguous(),
+                "{}: dhidden {} must be contiguous f32 shaped like hidden {}", op, dhidden.to_string(),
+                hidden.to_string());
+  if (!dweight.empty())
+    VLPAR_CHECK(dweight.shape == weight.shape && dweight.dtype == DType::kF32 && dweight.is_contiguous(),
+                "{}: dweight {} must be contiguous f32 shaped like weight {}", op, dweight.to_string(),
+                weight.to_string());
+  VLPAR_CHECK(desc.chunk_tokens >= 0, "{}: chunk_tokens must be >= 0", op);
+  return cpu_impl::linear_cross_entropy(ctx, dhidden, dweight, hidden, weight, labels, desc, grad_loss);
+}
+
+Status shift_labels_for_causal_lm(TensorView out, TensorView labels, TensorView cu_seqlens, int64_t ignore_index) {
+  const char* op = "shift_labels_for_causal_lm";
+  const int64_t n = labels.numel();
+  VLPAR_CHECK(labels.dtype == DType::kI32 || labels.dtype == DType::kI64, "{}: labels must be i32 or i64", op);
+  VLPAR_RETURN_IF_ERROR(check_vector(op, "labels", labels, n, labels.dtype));
+  VLPAR_RETURN_IF_ERROR(check_vector(op, "out", out, n, labels.dtype));
+  VLPAR_CHECK(cu_seqlens.ndim() == 1 && cu_seqlens.size(0) >= 2, "{}: cu_seqlens must be [B+1] with B >= 1", op);
+  VLPAR_RETURN_IF_ERROR(check_vector(op, "cu_seqlens", cu_seqlens, cu_seqlens.size(0), DType::kI32));
+  const int32_t* cu = cu_seqlens.ptr<int32_t>();
+  const int64_t B = cu_seqlens.size(0) - 1;
+  VLPAR_CHECK(cu[0] == 0 && cu[B] == n, "{}: cu_seqlens must start at 0 and end at {} tokens, got {} .. {}", op, n,
+              cu[0], cu[B]);
+  for (int64_t b = 0; b < B; ++b)
+    VLPAR_CHECK(cu[b + 1] >= cu[b], "{}: cu_seqlens decreases at entry {} ({} -> {})", op, b + 1, cu[b], cu[b + 1]);
+  return cpu_impl::shift_labels_for_causal_lm(out, labels, cu_seqlens, ignore_index);
+}
+
+}  // namespace vlpar
