@@ -136,6 +136,14 @@ TEST(CrossEntropy, ShiftLabelsStaysInsideEachSegment) {
   ASSERT_TRUE(shift_labels_for_causal_lm(out, labels, cu, -100).ok());
   const int64_t want[7] = {11, 12, -100, 14, 15, 16, -100};
   for (int i = 0; i < 7; ++i) EXPECT_EQ(out.ptr<int64_t>()[i], want[i]) << "position " << i;
+  // Boundaries that go backwards are an error that names the entry, and nothing is written.
+  Tensor bad = Tensor::empty(a, {4}, DType::kI32).value();
+  const int32_t bad_cu[4] = {0, 5, 3, 7};
+  std::copy(bad_cu, bad_cu + 4, bad.ptr<int32_t>());
+  const Status sb = shift_labels_for_causal_lm(out, labels, bad, -100);
+  ASSERT_FALSE(sb.ok());
+  EXPECT_NE(sb.message().find("cu_seqlens decreases at entry 2 (5 -> 3)"), std::string::npos) << sb.message();
+  for (int i = 0; i < 7; ++i) EXPECT_EQ(out.ptr<int64_t>()[i], want[i]) << "position " << i << " was written";
   Tensor y = Tensor::empty(a, {2}, DType::kI64).value();
   y.ptr<int64_t>()[0] = 5;
   y.ptr<int64_t>()[1] = 9;
