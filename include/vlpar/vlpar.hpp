@@ -8,6 +8,7 @@
 #include "vlpar/core/rows.hpp"        // provides: RowsView, as_rows (leading dims collapsed into rows)
 #include "vlpar/core/context.hpp"     // provides: Context, parallel_for (deterministic static partitions)
 #include "vlpar/core/batch.hpp"       // provides: Batch (the packed-batch contract), VisionGrid
+#include "vlpar/core/cli.hpp"         // provides: cli::Parser (typed command-line options), run_main
 #include "vlpar/core/dispatch.hpp"    // provides: VLPAR_FLOAT_SWITCH, VLPAR_BOOL_SWITCH
 #include "vlpar/core/log.hpp"         // provides: log_info/log_warn with a rank@host prefix
 #include "vlpar/core/philox.hpp"      // provides: Philox-4x32-10, philox_uniform/normal per element
@@ -29,18 +30,23 @@
 #include "vlpar/parallel/parallel_config.hpp"  // provides: ParallelConfig (tp, cp, ep, etp, pp, dp, order, vision_tp), ModelDims, validate()
 #include "vlpar/parallel/mesh.hpp"             // provides: Mesh (rank <-> coordinates, groups per Axis, MoE folding, vision TP), RankGrid
 #include "vlpar/parallel/process_groups.hpp"   // provides: ProcessGroups (one Communicator per Axis, split from the world)
+#include "vlpar/parallel/lr_schedule.hpp"      // provides: LrSchedule (warmup, cosine / linear / constant decay)
 #include "vlpar/nn/config.hpp"             // provides: TransformerConfig (validate, validate_tp)
 #include "vlpar/nn/shard.hpp"              // provides: even_shard, kv_head_shard, vocab_local_index, ParamShard, init_param_shard
 #include "vlpar/nn/tensor_parallel.hpp"    // provides: TensorParallel, region_enter/exit forward/backward (TP/SP boundaries)
 #include "vlpar/nn/attention_block.hpp"    // provides: AttentionBlock (TP by heads, GQA kv replication), AttentionWeights/Stash
 #include "vlpar/nn/mlp_block.hpp"          // provides: MlpBlock (fused gate/up column-parallel, down row-parallel)
 #include "vlpar/nn/vocab_parallel.hpp"     // provides: vocab-parallel embedding, LM head and cross-entropy
+#include "vlpar/nn/layer.hpp"              // provides: Layer / RecomputableLayer concepts, LayerStack, Recompute
+#include "vlpar/nn/decoder_layer.hpp"      // provides: DecoderLayer (attention + MLP or MoE), MoeLoss
+#include "vlpar/nn/kv_cache.hpp"           // provides: KvCache (incremental decoding)
 #include "vlpar/nn/decoder.hpp"            // provides: DecoderModel (params/grads, forward/backward, param_layout)
 #include "vlpar/nn/lm_head.hpp"            // provides: LmHead (final RMSNorm + vocab-parallel head + CE, tied or untied)
 #include "vlpar/nn/moe_block.hpp"          // provides: MoeBlock, MoeConfig, MoeWeights (router, experts, Switch aux loss)
 #include "vlpar/nn/vision_config.hpp"      // provides: VisionConfig, vision cu_seqlens / patch coordinates of grids
 #include "vlpar/nn/vision_block.hpp"       // provides: VisionBlock (LayerNorm, fused qkv, 2D rotary, bidirectional attention)
 #include "vlpar/nn/patch_merger.hpp"       // provides: PatchMerger (final and deepstack mergers)
+#include "vlpar/nn/vision_layer.hpp"       // provides: VisionLayer (a vision block as an nn::Layer)
 #include "vlpar/nn/vision_encoder.hpp"     // provides: VisionEncoder (patch embed, pos-embed interpolation, blocks, mergers)
 #include "vlpar/nn/param_registry.hpp"     // provides: ParamRegistry (one list of parameters: name, shard, group, frozen)
 #include "vlpar/kernels/moe.hpp"           // provides: MoeDispatch, grouped_gemm, moe_permute/unpermute
