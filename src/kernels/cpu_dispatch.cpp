@@ -303,7 +303,7 @@ Status cpu_impl::linear_backward(const Context& ctx, TensorView dx, TensorView d
   }
 }
 
-Status moe_dispatch_plan(MoeDispatch& plan, TensorView indices, int num_experts) {
+Status cpu_impl::moe_dispatch_plan(MoeDispatch& plan, TensorView indices, int num_experts) {
   switch (cpu_isa_active()) {
 #if defined(VLPAR_CPU_ISA_AVX512)
     case CpuIsa::kAvx512: return isa_avx512::moe_dispatch_plan(plan, indices, num_experts);
@@ -315,7 +315,7 @@ Status moe_dispatch_plan(MoeDispatch& plan, TensorView indices, int num_experts)
   }
 }
 
-Status moe_permute(const Context& ctx, TensorView out, TensorView in, TensorView weights, const MoeDispatch& plan) {
+Status cpu_impl::moe_permute(const Context& ctx, TensorView out, TensorView in, TensorView weights, const MoeDispatch& plan) {
   switch (cpu_isa_active()) {
 #if defined(VLPAR_CPU_ISA_AVX512)
     case CpuIsa::kAvx512: return isa_avx512::moe_permute(ctx, out, in, weights, plan);
@@ -327,7 +327,7 @@ Status moe_permute(const Context& ctx, TensorView out, TensorView in, TensorView
   }
 }
 
-Status moe_unpermute(const Context& ctx, TensorView out, TensorView rows, TensorView weights, const MoeDispatch& plan) {
+Status cpu_impl::moe_unpermute(const Context& ctx, TensorView out, TensorView rows, TensorView weights, const MoeDispatch& plan) {
   switch (cpu_isa_active()) {
 #if defined(VLPAR_CPU_ISA_AVX512)
     case CpuIsa::kAvx512: return isa_avx512::moe_unpermute(ctx, out, rows, weights, plan);
@@ -339,7 +339,7 @@ Status moe_unpermute(const Context& ctx, TensorView out, TensorView rows, Tensor
   }
 }
 
-Status moe_row_dot(const Context& ctx, TensorView dweights, TensorView a, TensorView b, const MoeDispatch& plan) {
+Status cpu_impl::moe_row_dot(const Context& ctx, TensorView dweights, TensorView a, TensorView b, const MoeDispatch& plan) {
   switch (cpu_isa_active()) {
 #if defined(VLPAR_CPU_ISA_AVX512)
     case CpuIsa::kAvx512: return isa_avx512::moe_row_dot(ctx, dweights, a, b, plan);
@@ -351,7 +351,7 @@ Status moe_row_dot(const Context& ctx, TensorView dweights, TensorView a, Tensor
   }
 }
 
-Status moe_scale_rows(const Context& ctx, TensorView rows, TensorView weights, const MoeDispatch& plan) {
+Status cpu_impl::moe_scale_rows(const Context& ctx, TensorView rows, TensorView weights, const MoeDispatch& plan) {
   switch (cpu_isa_active()) {
 #if defined(VLPAR_CPU_ISA_AVX512)
     case CpuIsa::kAvx512: return isa_avx512::moe_scale_rows(ctx, rows, weights, plan);
@@ -363,7 +363,7 @@ Status moe_scale_rows(const Context& ctx, TensorView rows, TensorView weights, c
   }
 }
 
-Status grouped_gemm(const Context& ctx, TensorView c, TensorView a, TensorView b, std::span<const int64_t> offsets, GemmDesc desc) {
+Status cpu_impl::grouped_gemm(const Context& ctx, TensorView c, TensorView a, TensorView b, std::span<const int64_t> offsets, GemmDesc desc) {
   switch (cpu_isa_active()) {
 #if defined(VLPAR_CPU_ISA_AVX512)
     case CpuIsa::kAvx512: return isa_avx512::grouped_gemm(ctx, c, a, b, offsets, desc);
@@ -375,7 +375,7 @@ Status grouped_gemm(const Context& ctx, TensorView c, TensorView a, TensorView b
   }
 }
 
-Status grouped_weight_grad(const Context& ctx, TensorView dw, TensorView a, TensorView dc, std::span<const int64_t> offsets) {
+Status cpu_impl::grouped_weight_grad(const Context& ctx, TensorView dw, TensorView a, TensorView dc, std::span<const int64_t> offsets) {
   switch (cpu_isa_active()) {
 #if defined(VLPAR_CPU_ISA_AVX512)
     case CpuIsa::kAvx512: return isa_avx512::grouped_weight_grad(ctx, dw, a, dc, offsets);

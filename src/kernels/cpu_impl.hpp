@@ -7,6 +7,7 @@
 #include "vlpar/kernels/cross_entropy.hpp"
 #include "vlpar/kernels/embedding.hpp"
 #include "vlpar/kernels/gemm.hpp"
+#include "vlpar/kernels/moe.hpp"
 #include "vlpar/kernels/norm.hpp"
 #include "vlpar/kernels/optimizer.hpp"
 #include "vlpar/kernels/pos_embed.hpp"
@@ -30,6 +31,13 @@ Status embedding_backward(const Context& ctx, TensorView dtable, TensorView dout
 Status gemm(const Context& ctx, TensorView c, TensorView a, TensorView b, GemmDesc desc);
 Status linear_forward(const Context& ctx, TensorView y, TensorView x, TensorView w, TensorView bias);
 Status linear_backward(const Context& ctx, TensorView dx, TensorView dw, TensorView dbias, TensorView dy, TensorView x, TensorView w);
+Status moe_dispatch_plan(MoeDispatch& plan, TensorView indices, int num_experts);
+Status moe_permute(const Context& ctx, TensorView out, TensorView in, TensorView weights, const MoeDispatch& plan);
+Status moe_unpermute(const Context& ctx, TensorView out, TensorView rows, TensorView weights, const MoeDispatch& plan);
+Status moe_row_dot(const Context& ctx, TensorView dweights, TensorView a, TensorView b, const MoeDispatch& plan);
+Status moe_scale_rows(const Context& ctx, TensorView rows, TensorView weights, const MoeDispatch& plan);
+Status grouped_gemm(const Context& ctx, TensorView c, TensorView a, TensorView b, std::span<const int64_t> offsets, GemmDesc desc);
+Status grouped_weight_grad(const Context& ctx, TensorView dw, TensorView a, TensorView dc, std::span<const int64_t> offsets);
 Status rmsnorm_forward(const Context& ctx, TensorView y, TensorView rstd, TensorView x, TensorView w, float eps);
 Status rmsnorm_backward(const Context& ctx, TensorView dx, TensorView dw, TensorView dy, TensorView x, TensorView w, TensorView rstd);
 Status layernorm_forward(const Context& ctx, TensorView y, TensorView mean, TensorView rstd, TensorView x, TensorView w, TensorView b, float eps);
