@@ -104,13 +104,8 @@ Result<data::PackedBatch> load_batch(const std::string& path, const data::MropeD
       !s.ok())
     return Status(s.code(), fmt::format("{}: {}", path, s.message()));
   for (int64_t i = 0; i < B; ++i) p.sample_keys.push_back(fmt::format("{}#{}", path, i));
-  p.real_tokens = p.token_budget = n;
-  p.num_images = int64_t(p.image_grids.size());
-  p.num_videos = int64_t(p.video_grids.size());
-  for (const auto* grids : {&p.image_grids, &p.video_grids})
-    for (const vlpar::VisionGrid& g : *grids) p.vision_patches += g.patches();
-  p.num_label_tokens = int64_t(std::count_if(p.labels.begin(), p.labels.end(),
-                                             [](int64_t l) { return l != data::kIgnoreLabel; }));
+  p.token_budget = n;
+  p.recount();
   if (Status s = p.view().validate(); !s.ok()) return Status(s.code(), fmt::format("{}: {}", path, s.message()));
   return p;
 }

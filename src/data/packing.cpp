@@ -178,13 +178,18 @@ Result<PackedBatch> sample_of_pack(const PackedBatch& pack, int64_t sample, int6
   out.videos_per_sample = {int64_t(out.video_grids.size())};
   out.sample_keys = {sample < int64_t(pack.sample_keys.size()) ? pack.sample_keys[size_t(sample)]
                                                                : fmt::format("sample {}", sample)};
-  out.real_tokens = out.token_budget = n;
-  out.num_images = int64_t(out.image_grids.size());
-  out.num_videos = int64_t(out.video_grids.size());
-  out.vision_patches = sum_patches(out.image_grids) + sum_patches(out.video_grids);
-  out.num_label_tokens = int64_t(std::count_if(out.labels.begin(), out.labels.end(),
-                                               [](int64_t l) { return l != kIgnoreLabel; }));
+  out.token_budget = n;
+  out.recount();
   return out;
+}
+
+void PackedBatch::recount() {
+  real_tokens = static_cast<int64_t>(input_ids.size());
+  num_images = static_cast<int64_t>(image_grids.size());
+  num_videos = static_cast<int64_t>(video_grids.size());
+  vision_patches = sum_patches(image_grids) + sum_patches(video_grids);
+  num_label_tokens = static_cast<int64_t>(
+      std::count_if(labels.begin(), labels.end(), [](int64_t l) { return l != kIgnoreLabel; }));
 }
 
 uint64_t PackedBatch::fingerprint() const {
@@ -268,12 +273,8 @@ Result<PackedBatch> make_packed_batch(std::span<const TokenizedSample* const> sa
     b.images_per_sample.push_back(s->num_images());
     b.videos_per_sample.push_back(s->num_videos());
     b.sample_keys.push_back(s->key);
-    b.num_label_tokens += s->num_label_tokens();
   }
-  b.real_tokens = n;
-  b.num_images = static_cast<int64_t>(b.image_grids.size());
-  b.num_videos = static_cast<int64_t>(b.video_grids.size());
-  b.vision_patches = sum_patches(b.image_grids) + sum_patches(b.video_grids);
+  b.recount();
   b.positions.resize(static_cast<size_t>(3 * n));
   b.rope_deltas.resize(samples.size());
   const Status st = compute_mrope_positions(b.positions, b.rope_deltas, b.input_ids, b.cu_seqlens, b.image_grids,

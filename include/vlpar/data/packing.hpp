@@ -85,6 +85,9 @@ struct PackedBatch {
   /// The pack as the model reads it (vlpar/core/batch.hpp): views of these vectors, no copies; valid while the
   /// pack lives unchanged. Empty pixel vectors give empty views.
   Batch view() const;
+  /// Sets real_tokens, num_images, num_videos, vision_patches and num_label_tokens from the vectors above (the
+  /// counts every maker of a pack fills in the same way).
+  void recount();
   /// real_tokens / token_budget.
   double efficiency() const;
   /// FNV-1a 64 over every field's bytes: equal batches give equal fingerprints (for determinism checks and logs).
