@@ -103,30 +103,28 @@ VisionStack VisionEncoder::blocks(int a, int b) const {
   return VisionStack(std::vector<VisionLayer>(layers_.begin() + a, layers_.begin() + b));
 }
 
-Result<TensorView> VisionEncoder::hidden(const VisionStash& st, int k) const {
-  VLPAR_CHECK(k >= 0 && k <= cfg_.depth, "{}: hidden state {} outside [0, {}]", kName, k, cfg_.depth);
-  if (k == 0) return st.embeds.view();
-  VLPAR_ASSIGN_OR_RETURN(VisionBlockStash* unused, block_stash(const_cast<VisionStash&>(st), k - 1));
-  (void)unused;
-  const std::vector<std::pair<int, int>> cuts = segments();
-  for (size_t s = 0; s < cuts.size(); ++s)
-    if (k - 1 >= cuts[s].first && k - 1 < cuts[s].second) return st.segments[s].inputs[size_t(k - cuts[s].first)];
-  return VLPAR_STATUS(StatusCode::kInternal, "{}: no segment holds block {}", kName, k - 1);
-}
-
-Result<VisionBlockStash*> VisionEncoder::block_stash(VisionStash& st, int l) const {
+Result<std::pair<size_t, size_t>> VisionEncoder::locate(const VisionStash& st, int l) const {
   VLPAR_CHECK(l >= 0 && l < cfg_.depth, "{}: block {} outside [0, {})", kName, l, cfg_.depth);
   const std::vector<std::pair<int, int>> cuts = segments();
   VLPAR_CHECK(st.segments.size() == cuts.size(), "{}: the stash does not come from a forward of this encoder", kName);
-  for (size_t s = 0; s < cuts.size(); ++s)
-    if (l >= cuts[s].first && l < cuts[s].second) {
-      VisionStack::Stash& seg = st.segments[s];
-      const auto i = size_t(l - cuts[s].first);
-      VLPAR_CHECK(i < seg.layer.size() && i + 1 < seg.inputs.size(),
-                  "{}: the stash of block {} was consumed by backward", kName, l);
-      return &seg.layer[i];
-    }
-  return VLPAR_STATUS(StatusCode::kInternal, "{}: no segment holds block {}", kName, l);
+  size_t s = 0;
+  while (l >= cuts[s].second) ++s;  // cuts cover [0, depth) in order
+  const auto i = size_t(l - cuts[s].first);
+  VLPAR_CHECK(i < st.segments[s].layer.size() && i + 1 < st.segments[s].inputs.size(),
+              "{}: the stash of block {} was consumed by backward", kName, l);
+  return std::pair{s, i};
+}
+
+Result<TensorView> VisionEncoder::hidden(const VisionStash& st, int k) const {
+  VLPAR_CHECK(k >= 0 && k <= cfg_.depth, "{}: hidden state {} outside [0, {}]", kName, k, cfg_.depth);
+  if (k == 0) return st.embeds.view();
+  VLPAR_ASSIGN_OR_RETURN(const auto at, locate(st, k - 1));
+  return st.segments[at.first].inputs[at.second + 1];  // block k − 1's output
+}
+
+Result<VisionBlockStash*> VisionEncoder::block_stash(VisionStash& st, int l) const {
+  VLPAR_ASSIGN_OR_RETURN(const auto at, locate(st, l));
+  return &st.segments[at.first].layer[at.second];
 }
 
 Status VisionEncoder::forward(const Context& ctx, TensorView pixels, std::span<const VisionGrid> grids,

@@ -99,6 +99,8 @@ class VisionEncoder {
   int lowest_trainable_stage() const;
   /// [first, last) blocks of each segment: cut after every block a deepstack merger reads.
   std::vector<std::pair<int, int>> segments() const;
+  /// Block l's (segment, index in the segment) in a forward's stash; errors when outside or consumed.
+  Result<std::pair<size_t, size_t>> locate(const VisionStash& st, int l) const;
   /// Adds the input gradients of the deepstack mergers reading the output of block `block` into dh.
   Status deepstack_into(const Context& ctx, int block, TensorView dh, std::span<const TensorView> d_deepstack,
                         const VisionStash& st) const;
