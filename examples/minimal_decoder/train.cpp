@@ -230,21 +230,23 @@ Status train(const Args& a, comm::Communicator& world) {
                a.zero1 ? " (ZeRO-1)" : "", model.registry().counts().full_params);
   double loss = 0;
   const int64_t stop = a.stop_after > 0 ? std::min(a.stop_after, a.steps) : a.steps;
+  const parallel::LrSchedule schedule = lr_schedule(a);
   for (; step < stop; ++step) {
     VLPAR_ASSIGN_OR_RETURN(Batch batch, make_batch(text, step, dp_rank, a, alloc));
+    const vlpar::Batch view = batch.view();
+    const double lr = schedule.at(a.lr, step);
     VLPAR_RETURN_IF_ERROR(model.zero_grads());
     nn::DecoderStash stash;
-    VLPAR_ASSIGN_OR_RETURN(CrossEntropyResult r, model.forward(ctx, batch.view(), stash));
-    VLPAR_RETURN_IF_ERROR(model.backward(ctx, batch.view(), stash, 1.f,
-                                         [&](size_t i) { return opt.grad_ready(slots[i]); }));
-    VLPAR_ASSIGN_OR_RETURN(parallel::StepReport rep, opt.step(ctx, lr_schedule(a).at(a.lr, step)));
+    VLPAR_ASSIGN_OR_RETURN(CrossEntropyResult r, model.forward(ctx, view, stash));
+    VLPAR_RETURN_IF_ERROR(model.backward(ctx, view, stash, 1.f, [&](size_t i) { return opt.grad_ready(slots[i]); }));
+    VLPAR_ASSIGN_OR_RETURN(parallel::StepReport rep, opt.step(ctx, lr));
     VLPAR_CHECK(rep.applied, "step {}: the gradient norm is {}", step + 1, rep.grad_norm);
     loss = r.loss;  // this dp rank's mean; the mean over dp below
     VLPAR_RETURN_IF_ERROR(groups.dp().all_reduce(TensorView(&loss, DType::kF64, {1}), comm::ReduceOp::kSum));
     loss /= dp;
     if (lead && ((step + 1) % 10 == 0 || step == 0))
       fmt::print("step {:5d}/{}  loss {:.4f}  grad norm {:.3f}  lr {:.2e}\n", step + 1, a.steps, loss, rep.grad_norm,
-                 lr_schedule(a).at(a.lr, step));
+                 lr);
     if ((step + 1) % a.save_every == 0 || step + 1 == stop) VLPAR_RETURN_IF_ERROR(save(step + 1));
   }
   if (lead) fmt::print("final loss {:.9g} after step {}\n", loss, step);

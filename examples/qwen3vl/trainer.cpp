@@ -338,8 +338,9 @@ Result<TrainSummary> Trainer::run() {
     std::string bad;
     for (size_t i = 0; i < micro.size(); ++i) {
       const double w = global_count > 0 ? double(counts[i]) / global_count : 0.0;
-      Stash stash;
-      VLPAR_ASSIGN_OR_RETURN(StepLoss l, model_->forward(ctx_, micro[i].pack.view(), stash));
+      const Batch batch = micro[i].pack.view();
+      Stash stash;  // holds views into the pack, which outlives it
+      VLPAR_ASSIGN_OR_RETURN(StepLoss l, model_->forward(ctx_, batch, stash));
       if (!std::isfinite(l.loss)) {
         bad = fmt::format("loss is {} (micro-batch {} of {})", l.loss, i + 1, micro.size());
         loss_sum[2] = 1;
@@ -356,7 +357,7 @@ Result<TrainSummary> Trainer::run() {
           return optim_->grad_ready(optim_slot_[r]);
         };
       }
-      VLPAR_RETURN_IF_ERROR(model_->backward(ctx_, micro[i].pack.view(), stash, float(w), ready));
+      VLPAR_RETURN_IF_ERROR(model_->backward(ctx_, batch, stash, float(w), ready));
       tokens += micro[i].real_tokens;
       images += micro[i].images;
       std::vector<int64_t> lengths;
