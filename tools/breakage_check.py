@@ -96,7 +96,7 @@ cases = [
  ("batch: host cu_seqlens copy never compared", "src/core/batch.cpp", "index_at(cu_seqlens, i) == c,", "true,", "test_batch"),
  ("sample_of_pack skips one image too few", "src/data/packing.cpp", "const int64_t row = sum_patches({grids.data(), size_t(first)});", "const int64_t row = sum_patches({grids.data(), size_t(first > 0 ? first - 1 : 0)});", "test_batch"),
  ("qwen3vl: first deepstack level never added", "examples/qwen3vl/model.cpp", "if (k < stash.deepstack.size()) add_rows(", "if (k > 0 && k < stash.deepstack.size()) add_rows(", "test_parity"),
- ("decoder model takes the labels unshifted", "src/nn/decoder.cpp", "VLPAR_RETURN_IF_ERROR(shift_labels_for_causal_lm(st.labels, batch.labels, st.cu_seqlens, cfg_.ignore_index));", "VLPAR_RETURN_IF_ERROR(copy_(st.labels, batch.labels));", "test_nn_stack"),
+ ("models take the labels unshifted", "src/nn/block.cpp", "VLPAR_RETURN_IF_ERROR(shift_labels_for_causal_lm(t.labels, batch.labels, t.cu_seqlens, ignore_index));", "VLPAR_RETURN_IF_ERROR(copy_(t.labels, batch.labels));", "test_nn_stack test_parity"),
  ("cli: out-of-range integers accepted", "src/core/cli.cpp", "if (text.empty() || ec != std::errc() || q != text.data() + text.size()) return false;", "if (text.empty() || q != text.data() + text.size()) return false;", "test_cli"),
  ("cli: a bare flag sets false", "src/core/cli.cpp", "text = \"true\";  // a bare flag", "text = \"false\";  // a bare flag", "test_cli"),
  ("train config: token_budget bound to the patch budget", "examples/qwen3vl/train_config.cpp", "{\"data\", \"token_budget\", &c.data.loader.packing.max_tokens},", "{\"data\", \"token_budget\", &c.data.loader.packing.max_patches},", "test_train_config"),

@@ -24,13 +24,11 @@ constexpr int64_t kIgnore = -100;
 constexpr size_t kVisionBlockParams = 12;  // norm1 w/b, qkv w/b, proj w/b, norm2 w/b, fc1 w/b, fc2 w/b
 constexpr size_t kMergerParams = 6;        // norm w/b, fc1 w/b, fc2 w/b
 
-int64_t id_at(TensorView ids, int64_t i) { return static_cast<const int64_t*>(ids.data)[i]; }
-
 // Rows of `ids` equal to `pad_id`, in order.
 std::vector<int64_t> rows_of(TensorView ids, int64_t pad_id) {
   std::vector<int64_t> rows;
   for (int64_t i = 0; i < ids.numel(); ++i)
-    if (id_at(ids, i) == pad_id) rows.push_back(i);
+    if (vlpar::index_at(ids, i) == pad_id) rows.push_back(i);
   return rows;
 }
 
@@ -324,19 +322,16 @@ Result<StepLoss> Model::forward(const Context& ctx, const Batch& batch, Stash& s
   const TextConfig& t = cfg_.text;
   VLPAR_RETURN_IF_ERROR(batch.validate());
   const TensorView ids = batch.input_ids;
-  const int64_t N = ids.numel(), H = t.hidden, B = batch.num_samples();
+  const int64_t N = ids.numel(), H = t.hidden;
   for (int64_t i = 0; i < N; ++i)
-    VLPAR_CHECK(id_at(ids, i) >= 0 && id_at(ids, i) < t.vocab, "input_ids[{}] = {} is outside the vocabulary [0, {})",
-                i, id_at(ids, i), t.vocab);
+    VLPAR_CHECK(vlpar::index_at(ids, i) >= 0 && vlpar::index_at(ids, i) < t.vocab, "input_ids[{}] = {} is outside the vocabulary [0, {})",
+                i, vlpar::index_at(ids, i), t.vocab);
   VLPAR_CHECK(batch.positions.ndim() == 2, "Qwen3-VL needs MRoPE positions [3, {}] in the batch, got {}", N,
               batch.positions.to_string());
 
   // Sample boundaries as i32 (attention), the batch's MRoPE positions, labels shifted within each sample.
-  VLPAR_ASSIGN_OR_RETURN(stash.cu_seqlens, Tensor::empty(alloc, Shape{B + 1}, DType::kI32));
-  for (int64_t i = 0; i <= B; ++i) stash.cu_seqlens.ptr<int32_t>()[i] = int32_t(batch.host_cu_seqlens[size_t(i)]);
+  VLPAR_ASSIGN_OR_RETURN(stash.targets, nn::causal_targets(ctx, batch, kIgnore));
   stash.positions = batch.positions;
-  VLPAR_ASSIGN_OR_RETURN(stash.labels, Tensor::empty(alloc, Shape{N}, DType::kI64));
-  VLPAR_RETURN_IF_ERROR(vlpar::shift_labels_for_causal_lm(stash.labels, batch.labels, stash.cu_seqlens, kIgnore));
 
   // Vision: images and videos in separate passes, then their merged tokens scattered into the embeddings.
   {
@@ -382,7 +377,7 @@ Result<StepLoss> Model::forward(const Context& ctx, const Batch& batch, Stash& s
   }
 
   // Decoder layers, segment by segment; the deepstack features of level j are added to layer j's output.
-  const nn::PackedSeq seq{stash.cu_seqlens, stash.positions};
+  const nn::PackedSeq seq{stash.targets.cu_seqlens, stash.positions};
   stash.aux = vlpar::RouterAuxStats{};
   const std::vector<std::pair<int, int>> cuts = segments();
   stash.segments.assign(cuts.size(), DecoderStack::Stash{});
@@ -395,7 +390,7 @@ Result<StepLoss> Model::forward(const Context& ctx, const Batch& batch, Stash& s
   }
   decoder_span.end();
   vlpar::obs::Span loss_span = span(vlpar::obs::trace_cat::kLoss, "loss_forward");
-  VLPAR_ASSIGN_OR_RETURN(vlpar::CrossEntropyResult ce, head().forward(ctx, x, stash.labels, stash.head));
+  VLPAR_ASSIGN_OR_RETURN(vlpar::CrossEntropyResult ce, head().forward(ctx, x, stash.targets.labels, stash.head));
   loss_span.end();
   StepLoss out;
   out.ce_loss = ce.loss;
@@ -494,14 +489,14 @@ Status Model::backward(const Context& ctx, const Batch& batch, Stash& stash, flo
   Allocator& alloc = *ctx.allocator;
   const TextConfig& t = cfg_.text;
   const int64_t N = batch.input_ids.numel(), H = t.hidden;
-  const nn::PackedSeq seq{stash.cu_seqlens, stash.positions};
+  const nn::PackedSeq seq{stash.targets.cu_seqlens, stash.positions};
   const float grad_aux = float(t.router_aux_loss_coef) * grad_loss;
 
   VLPAR_ASSIGN_OR_RETURN(Tensor dx, Tensor::empty(alloc, Shape{N, H}, DType::kF32));
   VLPAR_ASSIGN_OR_RETURN(Tensor dnext, Tensor::empty(alloc, Shape{N, H}, DType::kF32));
   {
     vlpar::obs::Span s = span(vlpar::obs::trace_cat::kLoss, "loss_backward");
-    VLPAR_RETURN_IF_ERROR(head().backward(ctx, dx, stash.labels, stash.head, grad_loss, ready));
+    VLPAR_RETURN_IF_ERROR(head().backward(ctx, dx, stash.targets.labels, stash.head, grad_loss, ready));
   }
   vlpar::obs::Span decoder_span = span(vlpar::obs::trace_cat::kDecoder, "decoder_backward");
   const std::vector<std::pair<int, int>> cuts = segments();

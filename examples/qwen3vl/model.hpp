@@ -92,9 +92,8 @@ using DecoderStack = vlpar::nn::LayerStack<vlpar::nn::DecoderLayer>;
 
 /// Everything backward needs from forward, for one micro-batch.
 struct Stash {
-  Tensor cu_seqlens;    // i32 [B + 1] (the attention kernels' type)
-  TensorView positions; // i64 [3, N] MRoPE rows T, H, W: the batch's
-  Tensor labels;        // i64 [N] shifted per sample
+  vlpar::nn::CausalTargets targets;  // i32 cu_seqlens [B + 1], labels [N] shifted per sample
+  TensorView positions;              // i64 [3, N] MRoPE rows T, H, W: the batch's
   Tensor embeds;        // [N, H] embedding output with visual rows scattered in (layer 0's input)
   std::optional<VisionPass> image, video;
   std::vector<int64_t> visual_rows;          // image and video rows in sequence order (deepstack targets)

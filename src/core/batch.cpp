@@ -6,10 +6,6 @@ namespace {
 
 bool is_index(const TensorView& t) { return t.dtype == DType::kI32 || t.dtype == DType::kI64; }
 
-int64_t index_at(const TensorView& t, int64_t i) {
-  return t.dtype == DType::kI64 ? t.ptr<int64_t>()[i] : int64_t(t.ptr<int32_t>()[i]);
-}
-
 Status check_pixels(const char* name, const TensorView& pixels, const std::vector<VisionGrid>& grids) {
   int64_t patches = 0;
   for (size_t i = 0; i < grids.size(); ++i) {

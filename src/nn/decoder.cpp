@@ -122,11 +122,8 @@ LayerStack<DecoderLayer> DecoderModel::layers() const {
 
 Result<CrossEntropyResult> DecoderModel::forward(const Context& ctx, const Batch& batch, DecoderStash& st) const {
   VLPAR_RETURN_IF_ERROR(batch.validate());
-  const int64_t N = batch.num_tokens(), Nl = tp_.local_tokens(N), H = cfg_.hidden, B = batch.num_samples();
-  VLPAR_ASSIGN_OR_RETURN(st.cu_seqlens, scratch(ctx, {B + 1}, DType::kI32));
-  for (int64_t i = 0; i <= B; ++i) st.cu_seqlens.ptr<int32_t>()[i] = int32_t(batch.host_cu_seqlens[size_t(i)]);
-  VLPAR_ASSIGN_OR_RETURN(st.labels, scratch(ctx, {N}, DType::kI64));
-  VLPAR_RETURN_IF_ERROR(shift_labels_for_causal_lm(st.labels, batch.labels, st.cu_seqlens, cfg_.ignore_index));
+  const int64_t N = batch.num_tokens(), Nl = tp_.local_tokens(N), H = cfg_.hidden;
+  VLPAR_ASSIGN_OR_RETURN(st.targets, causal_targets(ctx, batch, cfg_.ignore_index));
   const PackedSeq s = seq(batch, st);
   VLPAR_CHECK(!tp_.sp() || N % tp_.size() == 0,
               "decoder forward: {} tokens do not split evenly over tp={} for sequence parallelism", N, tp_.size());
@@ -134,7 +131,7 @@ Result<CrossEntropyResult> DecoderModel::forward(const Context& ctx, const Batch
   VLPAR_RETURN_IF_ERROR(vocab_parallel_embedding_forward(ctx, tp_, st.embed, reg_.value(0), batch.input_ids,
                                                          vocab_block_, cfg_.vocab));
   VLPAR_ASSIGN_OR_RETURN(const TensorView last, layers().forward(ctx, st.embed, s, st.layers));
-  return head().forward(ctx, last, st.labels, st.head);
+  return head().forward(ctx, last, st.targets.labels, st.head);
 }
 
 Status DecoderModel::backward(const Context& ctx, const Batch& batch, DecoderStash& st, float grad_loss,
@@ -144,7 +141,7 @@ Status DecoderModel::backward(const Context& ctx, const Batch& batch, DecoderSta
               "decoder backward: the stash does not come from a forward over this batch");
   VLPAR_ASSIGN_OR_RETURN(Tensor ga, scratch(ctx, {Nl, H}));
   VLPAR_ASSIGN_OR_RETURN(Tensor dx, scratch(ctx, {Nl, H}));
-  VLPAR_RETURN_IF_ERROR(head().backward(ctx, ga, st.labels, st.head, grad_loss, ready));
+  VLPAR_RETURN_IF_ERROR(head().backward(ctx, ga, st.targets.labels, st.head, grad_loss, ready));
   VLPAR_RETURN_IF_ERROR(layers().backward(ctx, dx, ga, seq(batch, st), st.layers, ready));
   VLPAR_RETURN_IF_ERROR(
       vocab_parallel_embedding_backward(ctx, tp_, reg_.grad(0), dx, batch.input_ids, vocab_block_));

@@ -86,10 +86,7 @@ double DecoderLayer::flops(const PackedSeq& seq) const {
   }
   const TensorView cu = seq.cu_seqlens;
   for (int64_t s = 0; s + 1 < cu.numel(); ++s) {
-    const auto at = [&](int64_t i) {
-      return cu.dtype == DType::kI64 ? double(cu.ptr<int64_t>()[i]) : double(cu.ptr<int32_t>()[i]);
-    };
-    const double len = at(s + 1) - at(s);
+    const double len = double(index_at(cu, s + 1) - index_at(cu, s));
     f += 4 * D * hq * len * (len + 1) / 2;  // QKᵀ and PV over the causal pairs
   }
   return f;

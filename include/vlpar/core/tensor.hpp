@@ -85,6 +85,11 @@ class Tensor {
   TensorView view_;
 };
 
+/// Element i of a host i32 or i64 index view (token ids, labels, cu_seqlens; contiguous along i).
+inline int64_t index_at(const TensorView& t, int64_t i) {
+  return t.dtype == DType::kI32 ? int64_t(t.ptr<int32_t>()[i]) : t.ptr<int64_t>()[i];
+}
+
 /// @brief Fills a CPU or CUDA view with zeros.
 Status zero_(TensorView t);
 /// @brief Copies between views of equal shape and dtype, across host and device as needed.

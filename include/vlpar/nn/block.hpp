@@ -10,6 +10,8 @@
 #include <cstddef>
 #include <functional>
 
+#include "vlpar/core/batch.hpp"
+#include "vlpar/core/context.hpp"
 #include "vlpar/core/status.hpp"
 #include "vlpar/core/tensor.hpp"
 
@@ -25,6 +27,15 @@ struct PackedSeq {
   TensorView positions;
   int64_t num_tokens() const { return positions.ndim() > 0 ? positions.size(-1) : 0; }
 };
+
+/// The packed batch's causal-LM targets as every model builds them from a vlpar::Batch (validated by the caller):
+/// cu_seqlens as i32 from the batch's host copy (the attention kernels' type) and the labels shifted within each
+/// sample (ignore_index at each sample's last token). Both from ctx.allocator.
+struct CausalTargets {
+  Tensor cu_seqlens;  // i32 [B + 1]
+  Tensor labels;      // i64 [N]
+};
+Result<CausalTargets> causal_targets(const Context& ctx, const Batch& batch, int64_t ignore_index);
 
 /// Called by backward with a parameter's model-wide index once its gradient is complete for this step
 /// (never for a frozen parameter).

@@ -49,8 +49,7 @@ namespace vlpar::nn {
 
 /// Everything backward needs, for one micro-batch. The batch must outlive it.
 struct DecoderStash {
-  Tensor cu_seqlens;                        // i32 [B + 1] (the attention kernels' type), from the batch's host copy
-  Tensor labels;                            // i64 [N_tok] the batch's labels shifted within each sample
+  CausalTargets targets;                    // i32 cu_seqlens and the labels shifted within each sample
   Tensor embed;                             // [N_loc, H] the embedding output (the first layer's input)
   LayerStack<DecoderLayer>::Stash layers;   // the layers' inputs and stashes (nn/layer.hpp)
   LmHeadStash head;                         // final norm, LM head and loss
@@ -95,7 +94,7 @@ class DecoderModel {
   size_t num_params() const { return reg_.size(); }
 
  private:
-  static PackedSeq seq(const Batch& b, const DecoderStash& st) { return PackedSeq{st.cu_seqlens, b.positions}; }
+  static PackedSeq seq(const Batch& b, const DecoderStash& st) { return PackedSeq{st.targets.cu_seqlens, b.positions}; }
   AttentionBlock attention(int layer) const;
   MlpBlock mlp(int layer) const;
   LmHead head() const;

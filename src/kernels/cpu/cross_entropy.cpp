@@ -16,14 +16,10 @@
 namespace vlpar::VLPAR_CPU_ISA_NAMESPACE {
 namespace {
 
-int64_t label_at(const TensorView& labels, int64_t n) {
-  return labels.dtype == DType::kI32 ? int64_t(labels.ptr<int32_t>()[n]) : labels.ptr<int64_t>()[n];
-}
-
 /// The rows that are not ignored (labels checked by src/kernels/ops/cross_entropy.cpp).
 int64_t count_valid(const TensorView& labels, int64_t n, int64_t ignore) {
   int64_t valid = 0;
-  for (int64_t i = 0; i < n; ++i) valid += label_at(labels, i) != ignore;
+  for (int64_t i = 0; i < n; ++i) valid += index_at(labels, i) != ignore;
   return valid;
 }
 
@@ -57,7 +53,7 @@ Result<CrossEntropyResult> cross_entropy_forward(const Context& ctx, TensorView 
         for (int64_t v = 0; v < V; ++v) row[size_t(v)] = to_float(z[v]);
         const float l = row_lse(row.data(), V);
         if (!lse.empty()) lse.ptr<float>()[n] = l;
-        const int64_t y = label_at(labels, n);
+        const int64_t y = index_at(labels, n);
         if (y != desc.ignore_index) partial[size_t(part)] += double(l) - double(row[size_t(y)]);
       }
     });
@@ -77,7 +73,7 @@ Status cross_entropy_backward(const Context& ctx, TensorView dlogits, TensorView
       for (int64_t n = begin; n < end; ++n) {
         const T* z = logits.ptr<T>() + n * logits.stride(0);
         T* dz = dlogits.ptr<T>() + n * dlogits.stride(0);
-        const int64_t y = label_at(labels, n);
+        const int64_t y = index_at(labels, n);
         if (y == desc.ignore_index) {
           for (int64_t v = 0; v < V; ++v) dz[v] = from_float<T>(0.f);
           continue;
@@ -145,7 +141,7 @@ Result<CrossEntropyResult> linear_cross_entropy(const Context& ctx, TensorView d
     parallel_for_parts(ctx, rows, [&](int64_t part, int64_t begin, int64_t end) {
       for (int64_t r = begin; r < end; ++r) {
         float* z = logits.data() + r * V;
-        const int64_t y = label_at(labels, c0 + r);
+        const int64_t y = index_at(labels, c0 + r);
         if (y == desc.ignore_index) {
           if (want_grad) std::fill(z, z + V, 0.f);
           continue;
@@ -172,7 +168,7 @@ Status shift_labels_for_causal_lm(TensorView out, TensorView labels, TensorView 
   const int64_t B = cu_seqlens.size(0) - 1;
   for (int64_t b = 0; b < B; ++b) {
     for (int64_t s = cu[b]; s < cu[b + 1]; ++s) {
-      const int64_t v = s + 1 < cu[b + 1] ? label_at(labels, s + 1) : ignore_index;
+      const int64_t v = s + 1 < cu[b + 1] ? index_at(labels, s + 1) : ignore_index;
       if (out.dtype == DType::kI32) out.ptr<int32_t>()[s] = int32_t(v);
       else out.ptr<int64_t>()[s] = v;
     }

@@ -8,13 +8,6 @@
 #include "isa_namespace.hpp"
 
 namespace vlpar::VLPAR_CPU_ISA_NAMESPACE {
-namespace {
-
-int64_t id_at(const TensorView& ids, int64_t n) {
-  return ids.dtype == DType::kI32 ? int64_t(ids.ptr<int32_t>()[n]) : ids.ptr<int64_t>()[n];
-}
-
-}  // namespace
 
 Status embedding_forward(const Context& ctx, TensorView out, TensorView table, TensorView ids) {
   const char* op = "embedding_forward";
@@ -23,7 +16,7 @@ Status embedding_forward(const Context& ctx, TensorView out, TensorView table, T
       const int64_t H = out.size(1);
       parallel_for(ctx, out.size(0), [&](int64_t begin, int64_t end) {
         for (int64_t n = begin; n < end; ++n) {
-          const T* src = table.ptr<T>() + id_at(ids, n) * table.stride(0);
+          const T* src = table.ptr<T>() + index_at(ids, n) * table.stride(0);
           O* dst = out.ptr<O>() + n * out.stride(0);
           for (int64_t i = 0; i < H; ++i) dst[i] = from_float<O>(to_float(src[i]));
         }
@@ -39,7 +32,7 @@ Status embedding_backward(const Context& ctx, TensorView dtable, TensorView dout
     VLPAR_FLOAT_SWITCH(dout.dtype, G, op, {
       parallel_for(ctx, dtable.size(1), [&](int64_t c0, int64_t c1) {
         for (int64_t n = 0; n < dout.size(0); ++n) {
-          D* dst = dtable.ptr<D>() + id_at(ids, n) * dtable.stride(0);
+          D* dst = dtable.ptr<D>() + index_at(ids, n) * dtable.stride(0);
           const G* src = dout.ptr<G>() + n * dout.stride(0);
           for (int64_t i = c0; i < c1; ++i) dst[i] = from_float<D>(to_float(dst[i]) + to_float(src[i]));
         }

@@ -9,10 +9,6 @@
 namespace vlpar {
 namespace {
 
-int64_t label_at(const TensorView& labels, int64_t n) {
-  return labels.dtype == DType::kI32 ? int64_t(labels.ptr<int32_t>()[n]) : labels.ptr<int64_t>()[n];
-}
-
 /// Labels i32/i64 [n] on the CPU, each in [0, vocab) or ignore_index.
 Status check_labels(const char* op, const TensorView& labels, int64_t n, int64_t vocab, int64_t ignore) {
   VLPAR_CHECK(labels.dtype == DType::kI32 || labels.dtype == DType::kI64, "{}: labels must be i32 or i64, got {}",
@@ -20,7 +16,7 @@ Status check_labels(const char* op, const TensorView& labels, int64_t n, int64_t
   VLPAR_RETURN_IF_ERROR(check_vector(op, "labels", labels, n, labels.dtype));
   VLPAR_CHECK(labels.device.is_cpu(), "{}: labels must be on the CPU", op);
   for (int64_t i = 0; i < n; ++i) {
-    const int64_t y = label_at(labels, i);
+    const int64_t y = index_at(labels, i);
     VLPAR_CHECK(y == ignore || (y >= 0 && y < vocab),
                 "{}: label {} at row {} is outside [0, {}) and is not ignore_index {}", op, y, i, vocab, ignore);
   }

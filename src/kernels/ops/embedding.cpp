@@ -9,17 +9,13 @@
 namespace vlpar {
 namespace {
 
-int64_t id_at(const TensorView& ids, int64_t n) {
-  return ids.dtype == DType::kI32 ? int64_t(ids.ptr<int32_t>()[n]) : ids.ptr<int64_t>()[n];
-}
-
 Status check_ids(const char* op, const TensorView& ids, int64_t n, int64_t vocab) {
   VLPAR_CHECK(ids.dtype == DType::kI32 || ids.dtype == DType::kI64, "{}: ids must be i32 or i64, got {}", op,
               ids.to_string());
   VLPAR_RETURN_IF_ERROR(check_vector(op, "ids", ids, n, ids.dtype));
   VLPAR_CHECK(ids.device.is_cpu(), "{}: ids must be on the CPU, got {}", op, ids.to_string());
   for (int64_t i = 0; i < n; ++i) {
-    const int64_t id = id_at(ids, i);
+    const int64_t id = index_at(ids, i);
     VLPAR_CHECK(id >= 0 && id < vocab, "{}: token id {} at position {} is outside the vocabulary [0, {})", op, id, i,
                 vocab);
   }
