@@ -26,7 +26,6 @@
   Status silu_backward(const Context& ctx, TensorView dx, TensorView dy, TensorView x); \
   Status swiglu_forward(const Context& ctx, TensorView y, TensorView gate, TensorView up); \
   Status swiglu_backward(const Context& ctx, TensorView dgate, TensorView dup, TensorView dy, TensorView gate, TensorView up); \
-  Status check_varlen_attention(const VarlenAttentionDesc& desc); \
   Status varlen_attention_forward(const Context& ctx, TensorView out, TensorView lse, TensorView q, TensorView k, TensorView v, TensorView cu_seqlens, const VarlenAttentionDesc& desc); \
   Status varlen_attention_backward(const Context& ctx, TensorView dq, TensorView dk, TensorView dv, TensorView dout, TensorView q, TensorView k, TensorView v, TensorView out, TensorView lse, TensorView cu_seqlens, const VarlenAttentionDesc& desc); \
   Status kv_cache_attention_forward(const Context& ctx, TensorView out, TensorView q, TensorView k_cache, TensorView v_cache, int64_t past); \
@@ -147,19 +146,7 @@ Status cpu_impl::swiglu_backward(const Context& ctx, TensorView dgate, TensorVie
   }
 }
 
-Status check_varlen_attention(const VarlenAttentionDesc& desc) {
-  switch (cpu_isa_active()) {
-#if defined(VLPAR_CPU_ISA_AVX512)
-    case CpuIsa::kAvx512: return isa_avx512::check_varlen_attention(desc);
-#endif
-#if defined(VLPAR_CPU_ISA_AVX2)
-    case CpuIsa::kAvx2: return isa_avx2::check_varlen_attention(desc);
-#endif
-    default: return isa_base::check_varlen_attention(desc);
-  }
-}
-
-Status varlen_attention_forward(const Context& ctx, TensorView out, TensorView lse, TensorView q, TensorView k, TensorView v, TensorView cu_seqlens, const VarlenAttentionDesc& desc) {
+Status cpu_impl::varlen_attention_forward(const Context& ctx, TensorView out, TensorView lse, TensorView q, TensorView k, TensorView v, TensorView cu_seqlens, const VarlenAttentionDesc& desc) {
   switch (cpu_isa_active()) {
 #if defined(VLPAR_CPU_ISA_AVX512)
     case CpuIsa::kAvx512: return isa_avx512::varlen_attention_forward(ctx, out, lse, q, k, v, cu_seqlens, desc);
@@ -171,7 +158,7 @@ Status varlen_attention_forward(const Context& ctx, TensorView out, TensorView l
   }
 }
 
-Status varlen_attention_backward(const Context& ctx, TensorView dq, TensorView dk, TensorView dv, TensorView dout, TensorView q, TensorView k, TensorView v, TensorView out, TensorView lse, TensorView cu_seqlens, const VarlenAttentionDesc& desc) {
+Status cpu_impl::varlen_attention_backward(const Context& ctx, TensorView dq, TensorView dk, TensorView dv, TensorView dout, TensorView q, TensorView k, TensorView v, TensorView out, TensorView lse, TensorView cu_seqlens, const VarlenAttentionDesc& desc) {
   switch (cpu_isa_active()) {
 #if defined(VLPAR_CPU_ISA_AVX512)
     case CpuIsa::kAvx512: return isa_avx512::varlen_attention_backward(ctx, dq, dk, dv, dout, q, k, v, out, lse, cu_seqlens, desc);
@@ -183,7 +170,7 @@ Status varlen_attention_backward(const Context& ctx, TensorView dq, TensorView d
   }
 }
 
-Status kv_cache_attention_forward(const Context& ctx, TensorView out, TensorView q, TensorView k_cache, TensorView v_cache, int64_t past) {
+Status cpu_impl::kv_cache_attention_forward(const Context& ctx, TensorView out, TensorView q, TensorView k_cache, TensorView v_cache, int64_t past) {
   switch (cpu_isa_active()) {
 #if defined(VLPAR_CPU_ISA_AVX512)
     case CpuIsa::kAvx512: return isa_avx512::kv_cache_attention_forward(ctx, out, q, k_cache, v_cache, past);

@@ -4,6 +4,7 @@
 #pragma once
 
 #include "vlpar/kernels/activation.hpp"
+#include "vlpar/kernels/attention.hpp"
 #include "vlpar/kernels/cross_entropy.hpp"
 #include "vlpar/kernels/embedding.hpp"
 #include "vlpar/kernels/gemm.hpp"
@@ -22,6 +23,9 @@ Status silu_forward(const Context& ctx, TensorView y, TensorView x);
 Status silu_backward(const Context& ctx, TensorView dx, TensorView dy, TensorView x);
 Status swiglu_forward(const Context& ctx, TensorView y, TensorView gate, TensorView up);
 Status swiglu_backward(const Context& ctx, TensorView dgate, TensorView dup, TensorView dy, TensorView gate, TensorView up);
+Status varlen_attention_forward(const Context& ctx, TensorView out, TensorView lse, TensorView q, TensorView k, TensorView v, TensorView cu_seqlens, const VarlenAttentionDesc& desc);
+Status varlen_attention_backward(const Context& ctx, TensorView dq, TensorView dk, TensorView dv, TensorView dout, TensorView q, TensorView k, TensorView v, TensorView out, TensorView lse, TensorView cu_seqlens, const VarlenAttentionDesc& desc);
+Status kv_cache_attention_forward(const Context& ctx, TensorView out, TensorView q, TensorView k_cache, TensorView v_cache, int64_t past);
 Result<CrossEntropyResult> cross_entropy_forward(const Context& ctx, TensorView lse, TensorView logits, TensorView labels, const CrossEntropyDesc& desc);
 Status cross_entropy_backward(const Context& ctx, TensorView dlogits, TensorView logits, TensorView labels, TensorView lse, const CrossEntropyDesc& desc, int64_t num_valid, float grad_loss);
 Result<CrossEntropyResult> linear_cross_entropy(const Context& ctx, TensorView dhidden, TensorView dweight, TensorView hidden, TensorView weight, TensorView labels, const CrossEntropyDesc& desc, float grad_loss);

@@ -310,11 +310,11 @@ TEST(Attention, BadArgumentsAreNamedErrors) {
   TensorView null_v = in.v.view();
   null_v.data = nullptr;
   expect_error(varlen_attention_forward(ctx, out, lse, in.q, in.k, null_v, in.cu_t, in.desc), bad,
-               "varlen_attention: v: null data");
+               "varlen_attention: v has null data");
   TensorView cuda_q = in.q.view();
   cuda_q.device = Device::cuda(0);
   expect_error(varlen_attention_forward(ctx, out, lse, cuda_q, in.k, in.v, in.cu_t, in.desc),
-               StatusCode::kNotSupported, "varlen attention has no CUDA kernel yet (q is");
+               StatusCode::kNotSupported, "varlen_attention_forward: no CUDA kernel yet (q is");
   Tensor dk_wrong = Tensor::zeros(alloc, {8, 4, 8}, DType::kF32).value();
   expect_error(varlen_attention_backward(ctx, out, dk_wrong, in.v, in.dout, in.q, in.k, in.v, out, lse, in.cu_t,
                                          in.desc),

@@ -5,7 +5,8 @@
 //   GQA: query head h reads kv head h / (H / H_kv).
 //   Forward: tiled online softmax, never materialises a [S, S] score matrix; saves lse [H, N_tok] (fp32,
 //   natural log of Σ exp(scale·qk)) for the backward, which recomputes probabilities tile by tile.
-// CPU kernel (src/kernels/cpu/attention.cpp): storage f32, bf16 or f16 (one dtype for q/k/v/out and the
+// Checks: src/kernels/ops/attention.cpp (once, for every device). CPU kernel (src/kernels/cpu/attention.cpp):
+//   storage f32, bf16 or f16 (one dtype for q/k/v/out and the
 //   gradients), fp32 compute; views need a contiguous last dim, token and head strides are free. Results are
 //   bitwise identical across runs and thread counts (no atomics). CUDA views return kNotSupported for now.
 // Test: tests/unit/test_attention.cpp. Bench: bench/bench_attention.cpp.

@@ -68,65 +68,19 @@ using VMap = Eigen::Map<Eigen::VectorXf>;
 using CVMap = Eigen::Map<const Eigen::VectorXf>;
 
 constexpr float kNegInf = -std::numeric_limits<float>::infinity();
-constexpr const char* kCudaNotSupported = "varlen attention has no CUDA kernel yet";
-
-// ---- argument checks ----------------------------------------------------------------------------------------
+// ---- segments (validated by src/kernels/ops/attention.cpp before this file runs) -------------------------
 
 struct Segment {
   int64_t start = 0;  // first token
   int64_t len = 0;
 };
 
-Status check_cpu_views(std::initializer_list<std::pair<const char*, const TensorView*>> views) {
-  for (const auto& [name, v] : views)
-    VLPAR_CHECK_CODE(!v->device.is_cuda(), StatusCode::kNotSupported, "{} ({} is {})", kCudaNotSupported, name,
-                     v->to_string());
-  return Status::Ok();
-}
-
-/// A [n_tok, heads, D] view of storage dtype `dtype` with a contiguous last dim.
-Status check_head_view(const char* name, const TensorView& v, int64_t n_tok, int heads, int D, DType dtype) {
-  const std::string what = std::string("varlen_attention: ") + name;
-  VLPAR_RETURN_IF_ERROR(check_cpu_float(v, what.c_str()));
-  VLPAR_CHECK(v.ndim() == 3 && v.size(0) == n_tok && v.size(1) == heads && v.size(2) == D,
-              "{} must be [N_tok={}, {}, {}], got {}", what, n_tok, heads, D, v.to_string());
-  VLPAR_CHECK(v.dtype == dtype, "{} has dtype {} but q has {} (q, k, v, out and the gradients share one dtype)",
-              what, dtype_name(v.dtype), dtype_name(dtype));
-  VLPAR_CHECK(v.stride(2) == 1 || D == 1, "{} must have a contiguous last dim, got {}", what, v.to_string());
-  return Status::Ok();
-}
-
-/// lse [H, N_tok] f32 with a contiguous last dim.
-Status check_lse(const TensorView& lse, int64_t n_tok, int H) {
-  VLPAR_CHECK(lse.device.is_cpu(), "varlen_attention: lse must be on the CPU, got {}", lse.to_string());
-  VLPAR_CHECK(lse.dtype == DType::kF32, "varlen_attention: lse must be f32, got {}", lse.to_string());
-  VLPAR_CHECK(lse.ndim() == 2 && lse.size(0) == H && lse.size(1) == n_tok,
-              "varlen_attention: lse must be [H={}, N_tok={}], got {}", H, n_tok, lse.to_string());
-  VLPAR_CHECK(lse.stride(1) == 1 || n_tok <= 1, "varlen_attention: lse must have a contiguous last dim, got {}",
-              lse.to_string());
-  VLPAR_CHECK(lse.data != nullptr || lse.empty(), "varlen_attention: lse has null data");
-  return Status::Ok();
-}
-
-/// cu_seqlens i32 [B+1]: cu[0] = 0, non-decreasing, cu[B] = n_tok. Returns the segments.
-Result<std::vector<Segment>> read_segments(const TensorView& cu, int64_t n_tok) {
-  VLPAR_CHECK(cu.device.is_cpu(), "varlen_attention: cu_seqlens must be on the CPU, got {}", cu.to_string());
-  VLPAR_CHECK(cu.dtype == DType::kI32 && cu.ndim() == 1 && cu.size(0) >= 1,
-              "varlen_attention: cu_seqlens must be i32 [B+1] with B >= 0, got {}", cu.to_string());
-  VLPAR_CHECK(cu.stride(0) == 1 || cu.size(0) == 1, "varlen_attention: cu_seqlens must be contiguous, got {}",
-              cu.to_string());
-  VLPAR_CHECK(cu.data != nullptr, "varlen_attention: cu_seqlens has null data");
+/// The segments of cu_seqlens i32 [B+1] (host memory, already checked).
+std::vector<Segment> read_segments(const TensorView& cu) {
   const int32_t* c = cu.ptr<int32_t>();
   const int64_t B = cu.size(0) - 1;
-  VLPAR_CHECK(c[0] == 0, "varlen_attention: cu_seqlens[0] must be 0, got {}", c[0]);
   std::vector<Segment> segs(static_cast<size_t>(B));
-  for (int64_t b = 0; b < B; ++b) {
-    VLPAR_CHECK(c[b + 1] >= c[b], "varlen_attention: cu_seqlens[{}] = {} is less than cu_seqlens[{}] = {}", b + 1,
-                c[b + 1], b, c[b]);
-    segs[size_t(b)] = Segment{c[b], int64_t(c[b + 1]) - c[b]};
-  }
-  VLPAR_CHECK(c[B] == n_tok, "varlen_attention: cu_seqlens[{}] = {} must equal N_tok = {} (q.size(0))", B, c[B],
-              n_tok);
+  for (int64_t b = 0; b < B; ++b) segs[size_t(b)] = Segment{c[b], int64_t(c[b + 1]) - c[b]};
   return segs;
 }
 
@@ -442,32 +396,10 @@ std::vector<float> rowsum_dout_out(const Context& ctx, const HeadRows<const T>& 
 
 }  // namespace
 
-Status check_varlen_attention(const VarlenAttentionDesc& desc) {
-  VLPAR_CHECK(desc.num_heads > 0, "varlen_attention: num_heads must be positive, got {}", desc.num_heads);
-  VLPAR_CHECK(desc.num_kv_heads > 0, "varlen_attention: num_kv_heads must be positive, got {}", desc.num_kv_heads);
-  VLPAR_CHECK(desc.num_heads % desc.num_kv_heads == 0,
-              "varlen_attention: num_heads {} is not a multiple of num_kv_heads {} (GQA needs H % H_kv == 0)",
-              desc.num_heads, desc.num_kv_heads);
-  VLPAR_CHECK(desc.head_dim > 0, "varlen_attention: head_dim must be positive, got {}", desc.head_dim);
-  VLPAR_CHECK(std::isfinite(desc.softmax_scale), "varlen_attention: softmax_scale must be finite, got {}",
-              desc.softmax_scale);
-  return Status::Ok();
-}
-
 Status varlen_attention_forward(const Context& ctx, TensorView out, TensorView lse, TensorView q, TensorView k,
                                 TensorView v, TensorView cu_seqlens, const VarlenAttentionDesc& desc) {
-  VLPAR_RETURN_IF_ERROR(check_cpu_views(
-      {{"out", &out}, {"lse", &lse}, {"q", &q}, {"k", &k}, {"v", &v}, {"cu_seqlens", &cu_seqlens}}));
-  VLPAR_RETURN_IF_ERROR(VLPAR_CPU_ISA_NAMESPACE::check_varlen_attention(desc));
   const int H = desc.num_heads, H_kv = desc.num_kv_heads, D = desc.head_dim;
-  VLPAR_CHECK(q.ndim() == 3, "varlen_attention: q must be [N_tok, H, D], got {}", q.to_string());
-  const int64_t n_tok = q.size(0);
-  VLPAR_RETURN_IF_ERROR(check_head_view("q", q, n_tok, H, D, q.dtype));
-  VLPAR_RETURN_IF_ERROR(check_head_view("k", k, n_tok, H_kv, D, q.dtype));
-  VLPAR_RETURN_IF_ERROR(check_head_view("v", v, n_tok, H_kv, D, q.dtype));
-  VLPAR_RETURN_IF_ERROR(check_head_view("out", out, n_tok, H, D, q.dtype));
-  VLPAR_RETURN_IF_ERROR(check_lse(lse, n_tok, H));
-  VLPAR_ASSIGN_OR_RETURN(const std::vector<Segment> segs, read_segments(cu_seqlens, n_tok));
+  const std::vector<Segment> segs = read_segments(cu_seqlens);
   const AttentionTiles tiles = attention_tiles(D);
   print_tiles("varlen_attention_forward", D, tiles);
   VLPAR_FLOAT_SWITCH(q.dtype, T, "varlen_attention_forward", {
@@ -482,20 +414,9 @@ Status varlen_attention_forward(const Context& ctx, TensorView out, TensorView l
 Status varlen_attention_backward(const Context& ctx, TensorView dq, TensorView dk, TensorView dv, TensorView dout,
                                  TensorView q, TensorView k, TensorView v, TensorView out, TensorView lse,
                                  TensorView cu_seqlens, const VarlenAttentionDesc& desc) {
-  VLPAR_RETURN_IF_ERROR(check_cpu_views({{"dq", &dq}, {"dk", &dk}, {"dv", &dv}, {"dout", &dout}, {"q", &q},
-                                         {"k", &k}, {"v", &v}, {"out", &out}, {"lse", &lse},
-                                         {"cu_seqlens", &cu_seqlens}}));
-  VLPAR_RETURN_IF_ERROR(VLPAR_CPU_ISA_NAMESPACE::check_varlen_attention(desc));
   const int H = desc.num_heads, H_kv = desc.num_kv_heads, D = desc.head_dim;
-  VLPAR_CHECK(q.ndim() == 3, "varlen_attention: q must be [N_tok, H, D], got {}", q.to_string());
   const int64_t n_tok = q.size(0);
-  for (const auto& [name, view, heads] : {std::tuple{"q", &q, H}, std::tuple{"out", &out, H},
-                                          std::tuple{"dout", &dout, H}, std::tuple{"dq", &dq, H},
-                                          std::tuple{"k", &k, H_kv}, std::tuple{"v", &v, H_kv},
-                                          std::tuple{"dk", &dk, H_kv}, std::tuple{"dv", &dv, H_kv}})
-    VLPAR_RETURN_IF_ERROR(check_head_view(name, *view, n_tok, heads, D, q.dtype));
-  VLPAR_RETURN_IF_ERROR(check_lse(lse, n_tok, H));
-  VLPAR_ASSIGN_OR_RETURN(const std::vector<Segment> segs, read_segments(cu_seqlens, n_tok));
+  const std::vector<Segment> segs = read_segments(cu_seqlens);
   const AttentionTiles tiles = attention_tiles(D);
   print_tiles("varlen_attention_backward", D, tiles);
   VLPAR_FLOAT_SWITCH(q.dtype, T, "varlen_attention_backward", {

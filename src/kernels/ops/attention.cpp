@@ -1,0 +1,145 @@
+// The public attention ops: every argument checked once here (shapes, one storage dtype, devices, the segments of
+// cu_seqlens), then the device's implementation (CPU: src/kernels/cpu/attention.cpp and kv_cache_attention.cpp
+// through the CPU-path dispatch; CUDA: none yet, the varlen kernels are issue 14's, so CUDA views get
+// kNotSupported naming the argument).
+// Test: tests/unit/test_attention.cpp, tests/unit/test_kv_cache_attention.cpp.
+#include "vlpar/kernels/attention.hpp"
+
+#include <cmath>
+#include <string>
+#include <tuple>
+
+#include "../cpu_impl.hpp"
+#include "vlpar/core/checks.hpp"
+
+namespace vlpar {
+namespace {
+
+constexpr const char* kVarlen = "varlen_attention";
+
+/// Every non-empty view on the CPU: attention has no CUDA kernel yet (a named kNotSupported, not a crash).
+Status check_cpu_only(const char* op, std::initializer_list<std::pair<const char*, const TensorView*>> views) {
+  for (const auto& [name, v] : views)
+    VLPAR_CHECK_CODE(!v->device.is_cuda(), StatusCode::kNotSupported, "{}: no CUDA kernel yet ({} is {})", op, name,
+                     v->to_string());
+  return Status::Ok();
+}
+
+/// A [n_tok, heads, D] view of storage dtype `dtype` with a contiguous last dim (token and head strides free).
+Status check_head_view(const char* name, const TensorView& v, int64_t n_tok, int heads, int D, DType dtype) {
+  const std::string what = std::string(kVarlen) + ": " + name;
+  VLPAR_RETURN_IF_ERROR(check_storage_dtype(kVarlen, name, v));
+  VLPAR_CHECK(v.ndim() == 3 && v.size(0) == n_tok && v.size(1) == heads && v.size(2) == D,
+              "{} must be [N_tok={}, {}, {}], got {}", what, n_tok, heads, D, v.to_string());
+  VLPAR_CHECK(v.dtype == dtype, "{} has dtype {} but q has {} (q, k, v, out and the gradients share one dtype)",
+              what, dtype_name(v.dtype), dtype_name(dtype));
+  VLPAR_CHECK(v.stride(2) == 1 || D == 1, "{} must have a contiguous last dim, got {}", what, v.to_string());
+  VLPAR_CHECK(v.data != nullptr || v.numel() == 0, "{} has null data", what);
+  return Status::Ok();
+}
+
+/// lse [H, N_tok] f32 with a contiguous last dim.
+Status check_lse(const TensorView& lse, int64_t n_tok, int H) {
+  VLPAR_CHECK(lse.dtype == DType::kF32, "{}: lse must be f32, got {}", kVarlen, lse.to_string());
+  VLPAR_CHECK(lse.ndim() == 2 && lse.size(0) == H && lse.size(1) == n_tok, "{}: lse must be [H={}, N_tok={}], got {}",
+              kVarlen, H, n_tok, lse.to_string());
+  VLPAR_CHECK(lse.stride(1) == 1 || n_tok <= 1, "{}: lse must have a contiguous last dim, got {}", kVarlen,
+              lse.to_string());
+  VLPAR_CHECK(lse.data != nullptr || lse.empty(), "{}: lse has null data", kVarlen);
+  return Status::Ok();
+}
+
+/// cu_seqlens i32 [B+1] (host memory): cu[0] = 0, non-decreasing, cu[B] = n_tok.
+Status check_segments(const TensorView& cu, int64_t n_tok) {
+  VLPAR_CHECK(cu.dtype == DType::kI32 && cu.ndim() == 1 && cu.size(0) >= 1,
+              "{}: cu_seqlens must be i32 [B+1] with B >= 0, got {}", kVarlen, cu.to_string());
+  VLPAR_CHECK(cu.stride(0) == 1 || cu.size(0) == 1, "{}: cu_seqlens must be contiguous, got {}", kVarlen,
+              cu.to_string());
+  VLPAR_CHECK(cu.data != nullptr, "{}: cu_seqlens has null data", kVarlen);
+  const int32_t* c = cu.ptr<int32_t>();
+  const int64_t B = cu.size(0) - 1;
+  VLPAR_CHECK(c[0] == 0, "{}: cu_seqlens[0] must be 0, got {}", kVarlen, c[0]);
+  for (int64_t b = 0; b < B; ++b)
+    VLPAR_CHECK(c[b + 1] >= c[b], "{}: cu_seqlens[{}] = {} is less than cu_seqlens[{}] = {}", kVarlen, b + 1,
+                c[b + 1], b, c[b]);
+  VLPAR_CHECK(c[B] == n_tok, "{}: cu_seqlens[{}] = {} must equal N_tok = {} (q.size(0))", kVarlen, B, c[B], n_tok);
+  return Status::Ok();
+}
+
+/// q's token count, after the descriptor and q's rank are checked.
+Result<int64_t> tokens_of(const TensorView& q, const VarlenAttentionDesc& desc) {
+  VLPAR_RETURN_IF_ERROR(check_varlen_attention(desc));
+  VLPAR_CHECK(q.ndim() == 3, "{}: q must be [N_tok, H, D], got {}", kVarlen, q.to_string());
+  return q.size(0);
+}
+
+}  // namespace
+
+Status check_varlen_attention(const VarlenAttentionDesc& desc) {
+  VLPAR_CHECK(desc.num_heads > 0, "{}: num_heads must be positive, got {}", kVarlen, desc.num_heads);
+  VLPAR_CHECK(desc.num_kv_heads > 0, "{}: num_kv_heads must be positive, got {}", kVarlen, desc.num_kv_heads);
+  VLPAR_CHECK(desc.num_heads % desc.num_kv_heads == 0,
+              "{}: num_heads {} is not a multiple of num_kv_heads {} (GQA needs H % H_kv == 0)", kVarlen,
+              desc.num_heads, desc.num_kv_heads);
+  VLPAR_CHECK(desc.head_dim > 0, "{}: head_dim must be positive, got {}", kVarlen, desc.head_dim);
+  VLPAR_CHECK(std::isfinite(desc.softmax_scale), "{}: softmax_scale must be finite, got {}", kVarlen,
+              desc.softmax_scale);
+  return Status::Ok();
+}
+
+Status varlen_attention_forward(const Context& ctx, TensorView out, TensorView lse, TensorView q, TensorView k,
+                                TensorView v, TensorView cu_seqlens, const VarlenAttentionDesc& desc) {
+  VLPAR_RETURN_IF_ERROR(check_cpu_only("varlen_attention_forward", {{"out", &out}, {"lse", &lse}, {"q", &q},
+                                                                    {"k", &k}, {"v", &v}, {"cu_seqlens", &cu_seqlens}}));
+  VLPAR_ASSIGN_OR_RETURN(const int64_t n_tok, tokens_of(q, desc));
+  const int H = desc.num_heads, H_kv = desc.num_kv_heads, D = desc.head_dim;
+  for (const auto& [name, view, heads] : {std::tuple{"q", &q, H}, std::tuple{"k", &k, H_kv},
+                                          std::tuple{"v", &v, H_kv}, std::tuple{"out", &out, H}})
+    VLPAR_RETURN_IF_ERROR(check_head_view(name, *view, n_tok, heads, D, q.dtype));
+  VLPAR_RETURN_IF_ERROR(check_lse(lse, n_tok, H));
+  VLPAR_RETURN_IF_ERROR(check_segments(cu_seqlens, n_tok));
+  return cpu_impl::varlen_attention_forward(ctx, out, lse, q, k, v, cu_seqlens, desc);
+}
+
+Status varlen_attention_backward(const Context& ctx, TensorView dq, TensorView dk, TensorView dv, TensorView dout,
+                                 TensorView q, TensorView k, TensorView v, TensorView out, TensorView lse,
+                                 TensorView cu_seqlens, const VarlenAttentionDesc& desc) {
+  VLPAR_RETURN_IF_ERROR(check_cpu_only("varlen_attention_backward",
+                                       {{"dq", &dq}, {"dk", &dk}, {"dv", &dv}, {"dout", &dout}, {"q", &q}, {"k", &k},
+                                        {"v", &v}, {"out", &out}, {"lse", &lse}, {"cu_seqlens", &cu_seqlens}}));
+  VLPAR_ASSIGN_OR_RETURN(const int64_t n_tok, tokens_of(q, desc));
+  const int H = desc.num_heads, H_kv = desc.num_kv_heads, D = desc.head_dim;
+  for (const auto& [name, view, heads] : {std::tuple{"q", &q, H}, std::tuple{"out", &out, H},
+                                          std::tuple{"dout", &dout, H}, std::tuple{"dq", &dq, H},
+                                          std::tuple{"k", &k, H_kv}, std::tuple{"v", &v, H_kv},
+                                          std::tuple{"dk", &dk, H_kv}, std::tuple{"dv", &dv, H_kv}})
+    VLPAR_RETURN_IF_ERROR(check_head_view(name, *view, n_tok, heads, D, q.dtype));
+  VLPAR_RETURN_IF_ERROR(check_lse(lse, n_tok, H));
+  VLPAR_RETURN_IF_ERROR(check_segments(cu_seqlens, n_tok));
+  return cpu_impl::varlen_attention_backward(ctx, dq, dk, dv, dout, q, k, v, out, lse, cu_seqlens, desc);
+}
+
+Status kv_cache_attention_forward(const Context& ctx, TensorView out, TensorView q, TensorView k_cache,
+                                  TensorView v_cache, int64_t past) {
+  const char* op = "kv_cache_attention_forward";
+  VLPAR_RETURN_IF_ERROR(
+      check_cpu_only(op, {{"out", &out}, {"q", &q}, {"k_cache", &k_cache}, {"v_cache", &v_cache}}));
+  for (const auto& [name, t] : {std::pair<const char*, const TensorView*>{"out", &out}, {"q", &q},
+                                {"k_cache", &k_cache}, {"v_cache", &v_cache}})
+    VLPAR_CHECK(t->dtype == DType::kF32 && t->is_contiguous() && !t->empty(),
+                "{}: {} must be a non-empty contiguous f32 tensor, got {}", op, name, t->to_string());
+  VLPAR_CHECK(q.ndim() == 3, "{}: q must be [n, H, D], got {}", op, q.to_string());
+  VLPAR_CHECK(out.shape == q.shape, "{}: out {} must be shaped like q {}", op, out.to_string(), q.to_string());
+  const int64_t n = q.size(0), d = q.size(2);
+  VLPAR_CHECK(k_cache.ndim() == 3 && k_cache.size(2) == d, "{}: k_cache must be [capacity, H_kv, {}], got {}", op, d,
+              k_cache.to_string());
+  VLPAR_CHECK(v_cache.shape == k_cache.shape, "{}: v_cache {} must be shaped like k_cache {}", op,
+              v_cache.to_string(), k_cache.to_string());
+  VLPAR_CHECK(q.size(1) % k_cache.size(1) == 0, "{}: {} query heads are not a multiple of {} kv heads", op,
+              q.size(1), k_cache.size(1));
+  VLPAR_CHECK(past >= 0 && past + n <= k_cache.size(0), "{}: rows [0, past {} + n {}) exceed the cache capacity {}",
+              op, past, n, k_cache.size(0));
+  return cpu_impl::kv_cache_attention_forward(ctx, out, q, k_cache, v_cache, past);
+}
+
+}  // namespace vlpar
