@@ -51,8 +51,7 @@ cases = [
  ("nn: fused gate/up shard takes up rows from block 0", "src/nn/shard.cpp", "ShardPiece{block.size(), intermediate + block.begin, block.size()}", "ShardPiece{block.size(), intermediate, block.size()}", "test_nn_shard test_tp_equivalence:np2"),
  ("nn: replicated kv head is rank % H_kv", "include/vlpar/nn/shard.hpp", "const int64_t h = int64_t(rank) * kv_heads / tp;", "const int64_t h = rank % kv_heads;", "test_nn_shard test_tp_equivalence:np4"),
  ("nn: vocab-parallel CE without the max all-reduce", "src/nn/vocab_parallel.cpp", "if (tp.active()) VLPAR_RETURN_IF_ERROR(tp.comm->all_reduce(row_max, comm::ReduceOp::kMax));", "", "test_tp_equivalence:np2"),
- ("nn: vocab-parallel CE target logit from every rank", "src/nn/vocab_parallel.cpp", "target[n] = local >= 0 ? z[n * Vl + local] : 0.f;", "target[n] = local >= 0 ? z[n * Vl + local] : z[n * Vl];", "test_tp_equivalence:np2"),
- ("nn: vocab-parallel embedding ignores the block offset", "src/nn/vocab_parallel.cpp", "const int64_t local = vocab_local_index(id[size_t(n)], block);\n      if (local >= 0) std::memcpy", "const int64_t local = vocab_local_index(id[size_t(n)], {0, block.size()});\n      if (local >= 0) std::memcpy", "test_tp_equivalence:np2"),
+ ("nn: vocab-parallel embedding ignores the block offset", "src/nn/vocab_parallel.cpp", "embedding_forward(ctx, partial, table, ids, vocab_block(block, vocab))", "embedding_forward(ctx, partial, table, ids, VocabBlock{0, vocab})", "test_tp_equivalence:np2"),
  ("nn: replicated kv-head weight grads not summed over tp", "src/nn/attention_block.cpp", "VLPAR_RETURN_IF_ERROR(tp_sum_partial_grad(tp_, full));", "", "test_tp_equivalence:np4"),
  ("nn: SP norm-weight grad not summed over tp", "src/nn/nn_util.hpp", "rmsnorm_backward_tp(ctx, tp, dx, dnorm_w, dhn, x, norm_w, rstd, tp.sp())", "rmsnorm_backward_tp(ctx, tp, dx, dnorm_w, dhn, x, norm_w, rstd, false)", "test_tp_equivalence:np2 test_tp_dp:np4"),
  ("nn: attention reports q grad ready before computing it", "src/nn/attention_block.cpp", "VLPAR_RETURN_IF_ERROR(detail::weight_grad(ctx, g_.q, dq2, st.h));\n  VLPAR_RETURN_IF_ERROR(mark(1, g_.q));", "VLPAR_RETURN_IF_ERROR(mark(1, g_.q));\n  VLPAR_RETURN_IF_ERROR(detail::weight_grad(ctx, g_.q, dq2, st.h));", "test_nn_stack test_data_parallel:np2"),
@@ -111,6 +110,10 @@ cases = [
  ("ops: embedding ids not checked against the vocabulary", "src/kernels/ops/embedding.cpp", "VLPAR_CHECK(id >= 0 && id < vocab,", "VLPAR_CHECK(true || (id >= 0 && id < vocab),", "test_losses test_nn_stack"),
  ("ops: shift_labels accepts decreasing cu_seqlens", "src/kernels/ops/cross_entropy.cpp", "VLPAR_CHECK(cu[b + 1] >= cu[b],", "VLPAR_CHECK(true || cu[b + 1] >= cu[b],", "test_losses"),
  ("ops: moe plan accepts an expert chosen twice", "src/kernels/ops/moe.cpp", "VLPAR_CHECK(idx[t * K + j] != e,", "VLPAR_CHECK(true || idx[t * K + j] != e,", "test_moe"),
+ ("embedding: a vocab block reads its row at the global id", "include/vlpar/kernels/vocab_block.hpp", "? id - begin : -1;", "? id : -1;", "test_losses"),
+ ("embedding bwd ignores the skip mask", "src/kernels/cpu/embedding.cpp", "if (local < 0 || (!skip.empty() && index_at(skip, n) != 0)) continue;", "if (local < 0) continue;", "test_losses"),
+ ("vocab shard: every block reports a target logit", "src/kernels/cpu/cross_entropy.cpp", "target[n] = y >= 0 ? to_float(z[y]) : 0.f;", "target[n] = to_float(z[y >= 0 ? y : 0]);", "test_losses test_tp_equivalence:np2"),
+ ("ce backward: the one-hot ignores the vocab block", "src/kernels/cpu/cross_entropy.cpp", "const int64_t y = desc.block.local(label, V);", "const int64_t y = label < V ? label : -1;", "test_losses test_tp_equivalence:np2"),
 ]
 only = sys.argv[1:] 
 # The ctest environment of tests/CMakeLists.txt (VLPAR_MPI_TEST_ENV): root in containers, more ranks than cores.

@@ -31,10 +31,13 @@
   Status kv_cache_attention_forward(const Context& ctx, TensorView out, TensorView q, TensorView k_cache, TensorView v_cache, int64_t past); \
   Result<CrossEntropyResult> cross_entropy_forward(const Context& ctx, TensorView lse, TensorView logits, TensorView labels, const CrossEntropyDesc& desc); \
   Status cross_entropy_backward(const Context& ctx, TensorView dlogits, TensorView logits, TensorView labels, TensorView lse, const CrossEntropyDesc& desc, int64_t num_valid, float grad_loss); \
+  Status vocab_shard_row_max(const Context& ctx, TensorView row_max, TensorView logits); \
+  Status vocab_shard_sums(const Context& ctx, TensorView sums, TensorView logits, TensorView row_max, TensorView labels, const CrossEntropyDesc& desc); \
+  Result<CrossEntropyResult> vocab_shard_loss(const Context& ctx, TensorView lse, TensorView row_max, TensorView sums, TensorView labels, const CrossEntropyDesc& desc); \
   Result<CrossEntropyResult> linear_cross_entropy(const Context& ctx, TensorView dhidden, TensorView dweight, TensorView hidden, TensorView weight, TensorView labels, const CrossEntropyDesc& desc, float grad_loss); \
   Status shift_labels_for_causal_lm(TensorView out, TensorView labels, TensorView cu_seqlens, int64_t ignore_index); \
-  Status embedding_forward(const Context& ctx, TensorView out, TensorView table, TensorView ids); \
-  Status embedding_backward(const Context& ctx, TensorView dtable, TensorView dout, TensorView ids); \
+  Status embedding_forward(const Context& ctx, TensorView out, TensorView table, TensorView ids, VocabBlock block); \
+  Status embedding_backward(const Context& ctx, TensorView dtable, TensorView dout, TensorView ids, VocabBlock block, TensorView skip); \
   Status gemm(const Context& ctx, TensorView c, TensorView a, TensorView b, GemmDesc desc); \
   Status linear_forward(const Context& ctx, TensorView y, TensorView x, TensorView w, TensorView bias); \
   Status linear_backward(const Context& ctx, TensorView dx, TensorView dw, TensorView dbias, TensorView dy, TensorView x, TensorView w); \
@@ -206,6 +209,42 @@ Status cpu_impl::cross_entropy_backward(const Context& ctx, TensorView dlogits, 
   }
 }
 
+Status cpu_impl::vocab_shard_row_max(const Context& ctx, TensorView row_max, TensorView logits) {
+  switch (cpu_isa_active()) {
+#if defined(VLPAR_CPU_ISA_AVX512)
+    case CpuIsa::kAvx512: return isa_avx512::vocab_shard_row_max(ctx, row_max, logits);
+#endif
+#if defined(VLPAR_CPU_ISA_AVX2)
+    case CpuIsa::kAvx2: return isa_avx2::vocab_shard_row_max(ctx, row_max, logits);
+#endif
+    default: return isa_base::vocab_shard_row_max(ctx, row_max, logits);
+  }
+}
+
+Status cpu_impl::vocab_shard_sums(const Context& ctx, TensorView sums, TensorView logits, TensorView row_max, TensorView labels, const CrossEntropyDesc& desc) {
+  switch (cpu_isa_active()) {
+#if defined(VLPAR_CPU_ISA_AVX512)
+    case CpuIsa::kAvx512: return isa_avx512::vocab_shard_sums(ctx, sums, logits, row_max, labels, desc);
+#endif
+#if defined(VLPAR_CPU_ISA_AVX2)
+    case CpuIsa::kAvx2: return isa_avx2::vocab_shard_sums(ctx, sums, logits, row_max, labels, desc);
+#endif
+    default: return isa_base::vocab_shard_sums(ctx, sums, logits, row_max, labels, desc);
+  }
+}
+
+Result<CrossEntropyResult> cpu_impl::vocab_shard_loss(const Context& ctx, TensorView lse, TensorView row_max, TensorView sums, TensorView labels, const CrossEntropyDesc& desc) {
+  switch (cpu_isa_active()) {
+#if defined(VLPAR_CPU_ISA_AVX512)
+    case CpuIsa::kAvx512: return isa_avx512::vocab_shard_loss(ctx, lse, row_max, sums, labels, desc);
+#endif
+#if defined(VLPAR_CPU_ISA_AVX2)
+    case CpuIsa::kAvx2: return isa_avx2::vocab_shard_loss(ctx, lse, row_max, sums, labels, desc);
+#endif
+    default: return isa_base::vocab_shard_loss(ctx, lse, row_max, sums, labels, desc);
+  }
+}
+
 Result<CrossEntropyResult> cpu_impl::linear_cross_entropy(const Context& ctx, TensorView dhidden, TensorView dweight, TensorView hidden, TensorView weight, TensorView labels, const CrossEntropyDesc& desc, float grad_loss) {
   switch (cpu_isa_active()) {
 #if defined(VLPAR_CPU_ISA_AVX512)
@@ -230,27 +269,27 @@ Status cpu_impl::shift_labels_for_causal_lm(TensorView out, TensorView labels, T
   }
 }
 
-Status cpu_impl::embedding_forward(const Context& ctx, TensorView out, TensorView table, TensorView ids) {
+Status cpu_impl::embedding_forward(const Context& ctx, TensorView out, TensorView table, TensorView ids, VocabBlock block) {
   switch (cpu_isa_active()) {
 #if defined(VLPAR_CPU_ISA_AVX512)
-    case CpuIsa::kAvx512: return isa_avx512::embedding_forward(ctx, out, table, ids);
+    case CpuIsa::kAvx512: return isa_avx512::embedding_forward(ctx, out, table, ids, block);
 #endif
 #if defined(VLPAR_CPU_ISA_AVX2)
-    case CpuIsa::kAvx2: return isa_avx2::embedding_forward(ctx, out, table, ids);
+    case CpuIsa::kAvx2: return isa_avx2::embedding_forward(ctx, out, table, ids, block);
 #endif
-    default: return isa_base::embedding_forward(ctx, out, table, ids);
+    default: return isa_base::embedding_forward(ctx, out, table, ids, block);
   }
 }
 
-Status cpu_impl::embedding_backward(const Context& ctx, TensorView dtable, TensorView dout, TensorView ids) {
+Status cpu_impl::embedding_backward(const Context& ctx, TensorView dtable, TensorView dout, TensorView ids, VocabBlock block, TensorView skip) {
   switch (cpu_isa_active()) {
 #if defined(VLPAR_CPU_ISA_AVX512)
-    case CpuIsa::kAvx512: return isa_avx512::embedding_backward(ctx, dtable, dout, ids);
+    case CpuIsa::kAvx512: return isa_avx512::embedding_backward(ctx, dtable, dout, ids, block, skip);
 #endif
 #if defined(VLPAR_CPU_ISA_AVX2)
-    case CpuIsa::kAvx2: return isa_avx2::embedding_backward(ctx, dtable, dout, ids);
+    case CpuIsa::kAvx2: return isa_avx2::embedding_backward(ctx, dtable, dout, ids, block, skip);
 #endif
-    default: return isa_base::embedding_backward(ctx, dtable, dout, ids);
+    default: return isa_base::embedding_backward(ctx, dtable, dout, ids, block, skip);
   }
 }
 

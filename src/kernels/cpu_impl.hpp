@@ -28,10 +28,13 @@ Status varlen_attention_backward(const Context& ctx, TensorView dq, TensorView d
 Status kv_cache_attention_forward(const Context& ctx, TensorView out, TensorView q, TensorView k_cache, TensorView v_cache, int64_t past);
 Result<CrossEntropyResult> cross_entropy_forward(const Context& ctx, TensorView lse, TensorView logits, TensorView labels, const CrossEntropyDesc& desc);
 Status cross_entropy_backward(const Context& ctx, TensorView dlogits, TensorView logits, TensorView labels, TensorView lse, const CrossEntropyDesc& desc, int64_t num_valid, float grad_loss);
+Status vocab_shard_row_max(const Context& ctx, TensorView row_max, TensorView logits);
+Status vocab_shard_sums(const Context& ctx, TensorView sums, TensorView logits, TensorView row_max, TensorView labels, const CrossEntropyDesc& desc);
+Result<CrossEntropyResult> vocab_shard_loss(const Context& ctx, TensorView lse, TensorView row_max, TensorView sums, TensorView labels, const CrossEntropyDesc& desc);
 Result<CrossEntropyResult> linear_cross_entropy(const Context& ctx, TensorView dhidden, TensorView dweight, TensorView hidden, TensorView weight, TensorView labels, const CrossEntropyDesc& desc, float grad_loss);
 Status shift_labels_for_causal_lm(TensorView out, TensorView labels, TensorView cu_seqlens, int64_t ignore_index);
-Status embedding_forward(const Context& ctx, TensorView out, TensorView table, TensorView ids);
-Status embedding_backward(const Context& ctx, TensorView dtable, TensorView dout, TensorView ids);
+Status embedding_forward(const Context& ctx, TensorView out, TensorView table, TensorView ids, VocabBlock block);
+Status embedding_backward(const Context& ctx, TensorView dtable, TensorView dout, TensorView ids, VocabBlock block, TensorView skip);
 Status gemm(const Context& ctx, TensorView c, TensorView a, TensorView b, GemmDesc desc);
 Status linear_forward(const Context& ctx, TensorView y, TensorView x, TensorView w, TensorView bias);
 Status linear_backward(const Context& ctx, TensorView dx, TensorView dw, TensorView dbias, TensorView dy, TensorView x, TensorView w);

@@ -3,6 +3,8 @@
 // Run: ./build/cpu/tests/test_losses
 #include <gtest/gtest.h>
 
+#include <algorithm>
+
 #include "fd_check.hpp"
 #include "test_util.hpp"
 #include "vlpar/kernels/cross_entropy.hpp"
@@ -39,6 +41,87 @@ TEST(Embedding, ForwardGathersAndBackwardAccumulatesExactly) {
       << s.message();
 }
 
+TEST(Embedding, VocabBlocksAddUpToTheWholeTableAndSkipMarkedRows) {
+  Allocator a;
+  Context ctx = test_ctx(2);
+  const int64_t V = 12, H = 5, N = 17;
+  const std::vector<int64_t> cut = {0, 5, 7, 12};  // three blocks of unequal size
+  Tensor table = integer_tensor(a, {V, H}, DType::kF32, 1, -8, 8), ids = integer_tensor(a, {N}, DType::kI64, 2, 0, 11);
+  Tensor skip = integer_tensor(a, {N}, DType::kI32, 4, 0, 1);
+  Tensor dout = integer_tensor(a, {N, H}, DType::kF32, 3, -5, 5), dtable = Tensor::zeros(a, {V, H}, DType::kF32).value();
+  std::vector<double> sum(size_t(N * H), 0.0);
+  for (size_t b = 0; b + 1 < cut.size(); ++b) {
+    const VocabBlock blk{cut[b], V};
+    Tensor out = Tensor::empty(a, {N, H}, DType::kF32).value();
+    ASSERT_TRUE(embedding_forward(ctx, out, table.view().slice(0, cut[b], cut[b + 1]), ids, blk).ok());
+    for (int64_t i = 0; i < N * H; ++i) sum[size_t(i)] += out.ptr<float>()[i];
+    const Status s = embedding_backward(ctx, dtable.view().slice(0, cut[b], cut[b + 1]), dout, ids, blk, skip);
+    ASSERT_TRUE(s.ok()) << s.to_string();
+  }
+  std::vector<double> want_dt(size_t(V * H), 0.0);
+  for (int64_t n = 0; n < N; ++n) {
+    const int64_t id = ids.ptr<int64_t>()[n];
+    for (int64_t h = 0; h < H; ++h) {
+      ASSERT_EQ(sum[size_t(n * H + h)], table.ptr<float>()[id * H + h]) << "row " << n << " is not one block's row";
+      if (skip.ptr<int32_t>()[n] == 0) want_dt[size_t(id * H + h)] += dout.ptr<float>()[n * H + h];
+    }
+  }
+  EXPECT_TRUE(all_close("blocked embedding dtable", to_f64(dtable), want_dt, dtable.shape(), 0.0));
+  Tensor out = Tensor::empty(a, {N, H}, DType::kF32).value();
+  ids.ptr<int64_t>()[3] = V;  // inside no block of the vocabulary
+  Status s = embedding_forward(ctx, out, table.view().slice(0, 5, 7), ids, VocabBlock{5, V});
+  EXPECT_NE(s.message().find("token id 12 at position 3 is outside the vocabulary [0, 12)"), std::string::npos)
+      << s.message();
+  ids.ptr<int64_t>()[3] = 0;
+  s = embedding_forward(ctx, out, table.view().slice(0, 5, 12), ids, VocabBlock{6, V});
+  EXPECT_NE(s.message().find("the vocab block [6, 13) is not inside a vocabulary of 12 ids"), std::string::npos)
+      << s.message();
+}
+
+TEST(CrossEntropyVocabShard, BlocksGiveTheWholeVocabularysLossAndGradient) {
+  Allocator a;
+  Context ctx = test_ctx(2);
+  const int64_t N = 23, V = 1000;
+  const std::vector<int64_t> cut = {0, 300, 500, 1000};
+  Tensor z = random_tensor(a, {N, V}, DType::kF32, 5, -6.f, 6.f), y = integer_tensor(a, {N}, DType::kI64, 6, 0, 999);
+  for (int64_t n : {0, 5, 22}) y.ptr<int64_t>()[n] = -100;
+  // Row max and sums per block, reduced over the blocks as the vocab group's all-reduces would.
+  Tensor row_max = Tensor::empty(a, {N}, DType::kF32).value(), part = Tensor::empty(a, {N}, DType::kF32).value();
+  for (size_t b = 0; b + 1 < cut.size(); ++b) {
+    ASSERT_TRUE(vocab_shard_row_max(ctx, b == 0 ? row_max.view() : part.view(), z.view().slice(1, cut[b], cut[b + 1])).ok());
+    for (int64_t n = 0; b > 0 && n < N; ++n) row_max.ptr<float>()[n] = std::max(row_max.ptr<float>()[n], part.ptr<float>()[n]);
+  }
+  Tensor sums = Tensor::zeros(a, {2, N}, DType::kF32).value(), block_sums = Tensor::empty(a, {2, N}, DType::kF32).value();
+  CrossEntropyDesc desc;
+  for (size_t b = 0; b + 1 < cut.size(); ++b) {
+    desc.block = VocabBlock{cut[b], V};
+    const Status s = vocab_shard_sums(ctx, block_sums, z.view().slice(1, cut[b], cut[b + 1]), row_max, y, desc);
+    ASSERT_TRUE(s.ok()) << s.to_string();
+    for (int64_t i = 0; i < 2 * N; ++i) sums.ptr<float>()[i] += block_sums.ptr<float>()[i];
+  }
+  Tensor lse = Tensor::empty(a, {N}, DType::kF32).value(), dz = Tensor::empty(a, {N, V}, DType::kF32).value();
+  auto res = vocab_shard_loss(ctx, lse, row_max, sums, y, desc);
+  ASSERT_TRUE(res.ok()) << res.status().to_string();
+  EXPECT_EQ(res->num_valid, N - 3);
+  for (size_t b = 0; b + 1 < cut.size(); ++b) {
+    desc.block = VocabBlock{cut[b], V};
+    const TensorView zb = z.view().slice(1, cut[b], cut[b + 1]), dzb = dz.view().slice(1, cut[b], cut[b + 1]);
+    ASSERT_TRUE(cross_entropy_backward(ctx, dzb, zb, y, lse, desc, res->num_valid, 1.f).ok());
+  }
+  auto zv = to_f64(z);
+  std::vector<double> dz64(zv.size());
+  const double l64 = reference::cross_entropy(dz64.data(), zv.data(), y.ptr<int64_t>(), N, V, -100, true);
+  std::vector<float> zf(zv.begin(), zv.end()), dzf(zv.size());
+  const float lf = reference::cross_entropy(dzf.data(), zf.data(), y.ptr<int64_t>(), N, V, -100, true);
+  EXPECT_TRUE(close_to_reference("sharded ce loss", {res->loss}, {l64}, {double(lf)}, Shape{1}, TolOp::kCrossEntropy,
+                                 DType::kF32));
+  EXPECT_TRUE(close_to_reference("sharded ce dlogits", to_f64(dz), dz64, to_double(dzf), dz.shape(),
+                                 TolOp::kCrossEntropy, DType::kF32));
+  desc.block = VocabBlock{300, V};  // the plain forward needs every logit of a row
+  const Status s = cross_entropy_forward(ctx, lse, z.view().slice(1, 300, 500), y, desc).status();
+  EXPECT_NE(s.message().find("a vocab block needs the vocab_shard_* ops"), std::string::npos) << s.message();
+}
+
 TEST(CrossEntropyReference, GradientMatchesFiniteDifferences) {
   Allocator a;
   const int64_t N = 4, V = 7;
@@ -61,7 +144,7 @@ TEST_P(CrossEntropyKernel, MatchesReferenceWithIgnoredRows) {
   const int64_t N = 23, V = 1000;
   Tensor z = random_tensor(a, {N, V}, dt, 5, -6.f, 6.f), y = integer_tensor(a, {N}, DType::kI64, 6, 0, int(V - 1));
   for (int64_t n : {0, 5, 22}) y.ptr<int64_t>()[n] = -100;
-  const CrossEntropyDesc desc{-100, red, 0};
+  const CrossEntropyDesc desc{-100, red, 0, {}};
   Tensor lse = Tensor::empty(a, {N}, DType::kF32).value(), dz = Tensor::empty(a, {N, V}, dt).value();
   auto res = cross_entropy_forward(ctx, lse, z, y, desc);
   ASSERT_TRUE(res.ok()) << res.status().to_string();
@@ -113,7 +196,7 @@ TEST(LinearCrossEntropy, FusedChunkedMatchesReferenceForAnyChunk) {
   reference::gemm(dWf.data(), dzf.data(), hf.data(), V, Hd, N, true, false, 1.f, 0.f);
   for (int64_t chunk : {int64_t(1), int64_t(5), int64_t(37), int64_t(0)}) {
     Tensor gh = Tensor::empty(a, {N, Hd}, DType::kF32).value(), gW = Tensor::zeros(a, {V, Hd}, DType::kF32).value();
-    auto r = linear_cross_entropy(ctx, gh, gW, h, W, y, CrossEntropyDesc{-100, Reduction::kMean, chunk}, 1.f);
+    auto r = linear_cross_entropy(ctx, gh, gW, h, W, y, CrossEntropyDesc{-100, Reduction::kMean, chunk, {}}, 1.f);
     ASSERT_TRUE(r.ok()) << r.status().to_string();
     const std::string tag = " chunk " + std::to_string(chunk);
     EXPECT_TRUE(close_to_reference("fused loss" + tag, {r->loss}, {L}, {double(Lf)}, Shape{1}, TolOp::kCrossEntropy,

@@ -1,18 +1,26 @@
 #pragma once
-// Embedding lookup and its gradient.
-//   forward : out[n, :] = table[ids[n], :]
-//   backward: dtable[ids[n], :] += dout[n, :]   (deterministic: columns split across threads, tokens in order)
-// An id outside [0, V) is an error naming the position and the id, never an out-of-bounds read.
+// Embedding lookup and its gradient, over the whole vocabulary or one block of it (vocab parallelism).
+//   forward : out[n, :] = table[ids[n] − block.begin, :], or a zero row when another block holds ids[n]
+//   backward: dtable[ids[n] − block.begin, :] += dout[n, :] for the ids this block holds and the rows not marked in
+//             `skip` (deterministic: columns split across threads, tokens in order)
+// An id outside [0, vocab) is an error naming the position and the id, never an out-of-bounds read.
+// Checks: src/kernels/ops/embedding.cpp; CPU: src/kernels/cpu/embedding.cpp; no CUDA kernel yet.
 #include "vlpar/core/context.hpp"
 #include "vlpar/core/tensor.hpp"
+#include "vlpar/kernels/vocab_block.hpp"
 
 namespace vlpar {
 
 /// @param out   [N, H]
 /// @param table [V, H]
 /// @param ids   [N] i32 or i64
-Status embedding_forward(const Context& ctx, TensorView out, TensorView table, TensorView ids);
+/// @param block the ids `table` holds (default: all of them)
+Status embedding_forward(const Context& ctx, TensorView out, TensorView table, TensorView ids,
+                         VocabBlock block = {});
 /// @param dtable [V, H] accumulated
-Status embedding_backward(const Context& ctx, TensorView dtable, TensorView dout, TensorView ids);
+/// @param skip   [N] i32/i64 or an empty view: a non-zero entry marks a row of dout that adds nothing (a token
+///               whose embedding the caller replaced after the lookup)
+Status embedding_backward(const Context& ctx, TensorView dtable, TensorView dout, TensorView ids,
+                          VocabBlock block = {}, TensorView skip = {});
 
 }  // namespace vlpar

@@ -73,12 +73,13 @@ Status cross_entropy_backward(const Context& ctx, TensorView dlogits, TensorView
       for (int64_t n = begin; n < end; ++n) {
         const T* z = logits.ptr<T>() + n * logits.stride(0);
         T* dz = dlogits.ptr<T>() + n * dlogits.stride(0);
-        const int64_t y = index_at(labels, n);
-        if (y == desc.ignore_index) {
+        const int64_t label = index_at(labels, n);
+        if (label == desc.ignore_index) {
           for (int64_t v = 0; v < V; ++v) dz[v] = from_float<T>(0.f);
           continue;
         }
         const float l = lse.ptr<float>()[n];
+        const int64_t y = desc.block.local(label, V);  // −1: another vocab block holds the label
         for (int64_t v = 0; v < V; ++v) {
           const float p = std::exp(to_float(z[v]) - l);  // read before write: dz may alias z
           dz[v] = from_float<T>(scale * (p - (v == y ? 1.f : 0.f)));
@@ -87,6 +88,64 @@ Status cross_entropy_backward(const Context& ctx, TensorView dlogits, TensorView
     });
   });
   return Status::Ok();
+}
+
+Status vocab_shard_row_max(const Context& ctx, TensorView row_max, TensorView logits) {
+  const int64_t V = logits.size(1);
+  VLPAR_FLOAT_SWITCH(logits.dtype, T, "vocab_shard_row_max", {
+    parallel_for(ctx, logits.size(0), [&](int64_t begin, int64_t end) {
+      for (int64_t n = begin; n < end; ++n) {
+        const T* z = logits.ptr<T>() + n * logits.stride(0);
+        float m = -std::numeric_limits<float>::infinity();
+        for (int64_t v = 0; v < V; ++v) m = std::max(m, to_float(z[v]));
+        row_max.ptr<float>()[n] = m;
+      }
+    });
+  });
+  return Status::Ok();
+}
+
+Status vocab_shard_sums(const Context& ctx, TensorView sums, TensorView logits, TensorView row_max,
+                        TensorView labels, const CrossEntropyDesc& desc) {
+  const int64_t N = logits.size(0), V = logits.size(1);
+  float* sum_exp = sums.ptr<float>();
+  float* target = sum_exp + N;
+  const float* m = row_max.ptr<float>();
+  VLPAR_FLOAT_SWITCH(logits.dtype, T, "vocab_shard_sums", {
+    parallel_for(ctx, N, [&](int64_t begin, int64_t end) {
+      for (int64_t n = begin; n < end; ++n) {
+        const T* z = logits.ptr<T>() + n * logits.stride(0);
+        float acc = 0.f;
+        for (int64_t v = 0; v < V; ++v) acc += std::exp(to_float(z[v]) - m[n]);
+        sum_exp[n] = acc;
+        const int64_t label = index_at(labels, n);
+        const int64_t y = label == desc.ignore_index ? -1 : desc.block.local(label, V);
+        target[n] = y >= 0 ? to_float(z[y]) : 0.f;
+      }
+    });
+  });
+  return Status::Ok();
+}
+
+Result<CrossEntropyResult> vocab_shard_loss(const Context& ctx, TensorView lse, TensorView row_max, TensorView sums,
+                                            TensorView labels, const CrossEntropyDesc& desc) {
+  const int64_t N = row_max.numel();
+  const float* m = row_max.ptr<float>();
+  const float* sum_exp = sums.ptr<float>();
+  const float* target = sum_exp + N;
+  float* l = lse.ptr<float>();
+  parallel_for(ctx, N, [&](int64_t begin, int64_t end) {
+    for (int64_t n = begin; n < end; ++n) l[n] = m[n] + std::log(sum_exp[n]);
+  });
+  // Rows in order with an fp64 sum: the same loss on every rank of the vocab group, for any thread count.
+  double total = 0.0;
+  int64_t valid = 0;
+  for (int64_t n = 0; n < N; ++n) {
+    if (index_at(labels, n) == desc.ignore_index) continue;
+    total += double(l[n]) - double(target[n]);
+    ++valid;
+  }
+  return CrossEntropyResult{total / norm_of(desc, valid), valid};
 }
 
 namespace {

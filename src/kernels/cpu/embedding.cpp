@@ -9,15 +9,20 @@
 
 namespace vlpar::VLPAR_CPU_ISA_NAMESPACE {
 
-Status embedding_forward(const Context& ctx, TensorView out, TensorView table, TensorView ids) {
+Status embedding_forward(const Context& ctx, TensorView out, TensorView table, TensorView ids, VocabBlock block) {
   const char* op = "embedding_forward";
   VLPAR_FLOAT_SWITCH(out.dtype, O, op, {
     VLPAR_FLOAT_SWITCH(table.dtype, T, op, {
-      const int64_t H = out.size(1);
+      const int64_t H = out.size(1), rows = table.size(0);
       parallel_for(ctx, out.size(0), [&](int64_t begin, int64_t end) {
         for (int64_t n = begin; n < end; ++n) {
-          const T* src = table.ptr<T>() + index_at(ids, n) * table.stride(0);
+          const int64_t local = block.local(index_at(ids, n), rows);
           O* dst = out.ptr<O>() + n * out.stride(0);
+          if (local < 0) {  // another block's id: this block contributes a zero row
+            for (int64_t i = 0; i < H; ++i) dst[i] = from_float<O>(0.f);
+            continue;
+          }
+          const T* src = table.ptr<T>() + local * table.stride(0);
           for (int64_t i = 0; i < H; ++i) dst[i] = from_float<O>(to_float(src[i]));
         }
       });
@@ -26,13 +31,17 @@ Status embedding_forward(const Context& ctx, TensorView out, TensorView table, T
   return Status::Ok();
 }
 
-Status embedding_backward(const Context& ctx, TensorView dtable, TensorView dout, TensorView ids) {
+Status embedding_backward(const Context& ctx, TensorView dtable, TensorView dout, TensorView ids, VocabBlock block,
+                          TensorView skip) {
   const char* op = "embedding_backward";
+  const int64_t rows = dtable.size(0);
   VLPAR_FLOAT_SWITCH(dtable.dtype, D, op, {
     VLPAR_FLOAT_SWITCH(dout.dtype, G, op, {
       parallel_for(ctx, dtable.size(1), [&](int64_t c0, int64_t c1) {
         for (int64_t n = 0; n < dout.size(0); ++n) {
-          D* dst = dtable.ptr<D>() + index_at(ids, n) * dtable.stride(0);
+          const int64_t local = block.local(index_at(ids, n), rows);
+          if (local < 0 || (!skip.empty() && index_at(skip, n) != 0)) continue;
+          D* dst = dtable.ptr<D>() + local * dtable.stride(0);
           const G* src = dout.ptr<G>() + n * dout.stride(0);
           for (int64_t i = c0; i < c1; ++i) dst[i] = from_float<D>(to_float(dst[i]) + to_float(src[i]));
         }

@@ -3,6 +3,8 @@
 // src/kernels/cpu/cross_entropy.cpp; no CUDA kernel yet). Test: tests/unit/test_losses.cpp.
 #include "vlpar/kernels/cross_entropy.hpp"
 
+#include <cstdint>
+
 #include "../cpu_impl.hpp"
 #include "vlpar/core/checks.hpp"
 
@@ -23,6 +25,31 @@ Status check_labels(const char* op, const TensorView& labels, int64_t n, int64_t
   return Status::Ok();
 }
 
+/// The whole vocabulary in one block (the fused and plain forwards need every logit of a row).
+Status check_whole_vocab(const char* op, const CrossEntropyDesc& desc, int64_t V) {
+  VLPAR_CHECK(desc.block.begin == 0 && desc.block.full(V) == V,
+              "{}: the logits hold ids [{}, {}) of {}; a vocab block needs the vocab_shard_* ops", op,
+              desc.block.begin, desc.block.begin + V, desc.block.full(V));
+  return Status::Ok();
+}
+
+/// The block inside its vocabulary; labels checked against the whole vocabulary.
+Status check_block_labels(const char* op, const TensorView& labels, int64_t n, int64_t V,
+                          const CrossEntropyDesc& desc) {
+  const int64_t vocab = desc.block.full(V);
+  VLPAR_CHECK(desc.block.begin >= 0 && desc.block.vocab >= 0 && desc.block.begin + V <= vocab,
+              "{}: the vocab block [{}, {}) is not inside a vocabulary of {} ids", op, desc.block.begin,
+              desc.block.begin + V, vocab);
+  return check_labels(op, labels, n, vocab, desc.ignore_index);
+}
+
+/// logits [N, V_blk] with a contiguous last dim, a float storage dtype, on the CPU.
+Status check_logits(const char* op, const TensorView& logits) {
+  VLPAR_CHECK(logits.ndim() == 2 && logits.stride(1) == 1, "{}: logits must be [N, V] with contiguous V, got {}",
+              op, logits.to_string());
+  return check_cpu_float(logits, op);
+}
+
 }  // namespace
 
 Result<CrossEntropyResult> cross_entropy_forward(const Context& ctx, TensorView lse, TensorView logits,
@@ -32,6 +59,7 @@ Result<CrossEntropyResult> cross_entropy_forward(const Context& ctx, TensorView 
               op, logits.to_string());
   VLPAR_RETURN_IF_ERROR(check_cpu_float(logits, op));
   const int64_t N = logits.size(0), V = logits.size(1);
+  VLPAR_RETURN_IF_ERROR(check_whole_vocab(op, desc, V));
   VLPAR_RETURN_IF_ERROR(check_labels(op, labels, N, V, desc.ignore_index));
   if (!lse.empty()) VLPAR_RETURN_IF_ERROR(check_vector(op, "lse", lse, N, DType::kF32));
   return cpu_impl::cross_entropy_forward(ctx, lse, logits, labels, desc);
@@ -47,9 +75,40 @@ Status cross_entropy_backward(const Context& ctx, TensorView dlogits, TensorView
               "{}: dlogits {} must match logits {}", op, dlogits.to_string(), logits.to_string());
   VLPAR_RETURN_IF_ERROR(check_cpu_float(logits, op));
   const int64_t N = logits.size(0), V = logits.size(1);
-  VLPAR_RETURN_IF_ERROR(check_labels(op, labels, N, V, desc.ignore_index));
+  VLPAR_RETURN_IF_ERROR(check_block_labels(op, labels, N, V, desc));
   VLPAR_RETURN_IF_ERROR(check_vector(op, "lse", lse, N, DType::kF32));
   return cpu_impl::cross_entropy_backward(ctx, dlogits, logits, labels, lse, desc, num_valid, grad_loss);
+}
+
+Status vocab_shard_row_max(const Context& ctx, TensorView row_max, TensorView logits) {
+  const char* op = "vocab_shard_row_max";
+  VLPAR_RETURN_IF_ERROR(check_logits(op, logits));
+  VLPAR_RETURN_IF_ERROR(check_vector(op, "row_max", row_max, logits.size(0), DType::kF32));
+  return cpu_impl::vocab_shard_row_max(ctx, row_max, logits);
+}
+
+Status vocab_shard_sums(const Context& ctx, TensorView sums, TensorView logits, TensorView row_max,
+                        TensorView labels, const CrossEntropyDesc& desc) {
+  const char* op = "vocab_shard_sums";
+  VLPAR_RETURN_IF_ERROR(check_logits(op, logits));
+  const int64_t N = logits.size(0);
+  VLPAR_RETURN_IF_ERROR(check_vector(op, "row_max", row_max, N, DType::kF32));
+  VLPAR_CHECK(sums.dtype == DType::kF32 && sums.is_contiguous() && sums.shape == Shape({2, N}) && sums.device.is_cpu(),
+              "{}: sums must be a contiguous f32 CPU [2, {}], got {}", op, N, sums.to_string());
+  VLPAR_RETURN_IF_ERROR(check_block_labels(op, labels, N, logits.size(1), desc));
+  return cpu_impl::vocab_shard_sums(ctx, sums, logits, row_max, labels, desc);
+}
+
+Result<CrossEntropyResult> vocab_shard_loss(const Context& ctx, TensorView lse, TensorView row_max, TensorView sums,
+                                            TensorView labels, const CrossEntropyDesc& desc) {
+  const char* op = "vocab_shard_loss";
+  const int64_t N = row_max.numel();
+  VLPAR_RETURN_IF_ERROR(check_vector(op, "row_max", row_max, N, DType::kF32));
+  VLPAR_RETURN_IF_ERROR(check_vector(op, "lse", lse, N, DType::kF32));
+  VLPAR_CHECK(sums.dtype == DType::kF32 && sums.is_contiguous() && sums.shape == Shape({2, N}) && sums.device.is_cpu(),
+              "{}: sums must be a contiguous f32 CPU [2, {}], got {}", op, N, sums.to_string());
+  VLPAR_RETURN_IF_ERROR(check_labels(op, labels, N, INT64_MAX, desc.ignore_index));
+  return cpu_impl::vocab_shard_loss(ctx, lse, row_max, sums, labels, desc);
 }
 
 Result<CrossEntropyResult> linear_cross_entropy(const Context& ctx, TensorView dhidden, TensorView dweight,
@@ -61,6 +120,7 @@ Result<CrossEntropyResult> linear_cross_entropy(const Context& ctx, TensorView d
   VLPAR_CHECK(hidden.stride(1) == 1 && weight.stride(1) == 1, "{}: hidden and weight need a contiguous last dim", op);
   VLPAR_RETURN_IF_ERROR(check_cpu_float(hidden, op));
   VLPAR_RETURN_IF_ERROR(check_cpu_float(weight, op));
+  VLPAR_RETURN_IF_ERROR(check_whole_vocab(op, desc, weight.size(0)));
   VLPAR_RETURN_IF_ERROR(check_labels(op, labels, hidden.size(0), weight.size(0), desc.ignore_index));
   if (!dhidden.empty())
     VLPAR_CHECK(dhidden.shape == hidden.shape && dhidden.dtype == DType::kF32 && dhidden.is_contiguous(),
