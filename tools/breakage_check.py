@@ -114,6 +114,9 @@ cases = [
  ("embedding bwd ignores the skip mask", "src/kernels/cpu/embedding.cpp", "if (local < 0 || (!skip.empty() && index_at(skip, n) != 0)) continue;", "if (local < 0) continue;", "test_losses"),
  ("vocab shard: every block reports a target logit", "src/kernels/cpu/cross_entropy.cpp", "target[n] = y >= 0 ? to_float(z[y]) : 0.f;", "target[n] = to_float(z[y >= 0 ? y : 0]);", "test_losses test_tp_equivalence:np2"),
  ("ce backward: the one-hot ignores the vocab block", "src/kernels/cpu/cross_entropy.cpp", "const int64_t y = desc.block.local(label, V);", "const int64_t y = label < V ? label : -1;", "test_losses test_tp_equivalence:np2"),
+ ("add_: overwrites instead of accumulating", "src/kernels/cpu/elementwise.cpp", "d[i] = from_float<D>(to_float(d[i]) + to_float(s[i]));", "d[i] = from_float<D>(to_float(s[i]));", "test_activation test_nn_stack"),
+ ("rmsnorm_weight_grad drops the last chunk", "src/kernels/cpu/norm.cpp", "for (int64_t c = 0; c < chunks; ++c) s += partial[size_t(c * H + i)];", "for (int64_t c = 0; c + 1 < chunks; ++c) s += partial[size_t(c * H + i)];", "test_norm test_moe"),
+ ("vision flops ignore the host segments", "src/nn/vision_layer.cpp", "const double len = double(cu[s + 1] - cu[s]);", "const double len = 0.0;", "test_vision_encoder"),
 ]
 only = sys.argv[1:] 
 # The ctest environment of tests/CMakeLists.txt (VLPAR_MPI_TEST_ENV): root in containers, more ranks than cores.

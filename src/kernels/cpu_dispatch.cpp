@@ -8,6 +8,7 @@
 #include "vlpar/kernels/activation.hpp"
 #include "vlpar/kernels/attention.hpp"
 #include "vlpar/kernels/cross_entropy.hpp"
+#include "vlpar/kernels/elementwise.hpp"
 #include "vlpar/kernels/embedding.hpp"
 #include "vlpar/kernels/gemm.hpp"
 #include "vlpar/kernels/moe.hpp"
@@ -36,6 +37,7 @@
   Result<CrossEntropyResult> vocab_shard_loss(const Context& ctx, TensorView lse, TensorView row_max, TensorView sums, TensorView labels, const CrossEntropyDesc& desc); \
   Result<CrossEntropyResult> linear_cross_entropy(const Context& ctx, TensorView dhidden, TensorView dweight, TensorView hidden, TensorView weight, TensorView labels, const CrossEntropyDesc& desc, float grad_loss); \
   Status shift_labels_for_causal_lm(TensorView out, TensorView labels, TensorView cu_seqlens, int64_t ignore_index); \
+  Status add_(const Context& ctx, TensorView dst, TensorView src); \
   Status embedding_forward(const Context& ctx, TensorView out, TensorView table, TensorView ids, VocabBlock block); \
   Status embedding_backward(const Context& ctx, TensorView dtable, TensorView dout, TensorView ids, VocabBlock block, TensorView skip); \
   Status gemm(const Context& ctx, TensorView c, TensorView a, TensorView b, GemmDesc desc); \
@@ -50,6 +52,7 @@
   Status grouped_weight_grad(const Context& ctx, TensorView dw, TensorView a, TensorView dc, std::span<const int64_t> offsets); \
   Status rmsnorm_forward(const Context& ctx, TensorView y, TensorView rstd, TensorView x, TensorView w, float eps); \
   Status rmsnorm_backward(const Context& ctx, TensorView dx, TensorView dw, TensorView dy, TensorView x, TensorView w, TensorView rstd); \
+  Status rmsnorm_weight_grad(const Context& ctx, TensorView dw, TensorView dy, TensorView x, TensorView rstd); \
   Status layernorm_forward(const Context& ctx, TensorView y, TensorView mean, TensorView rstd, TensorView x, TensorView w, TensorView b, float eps); \
   Status layernorm_backward(const Context& ctx, TensorView dx, TensorView dw, TensorView db, TensorView dy, TensorView x, TensorView w, TensorView mean, TensorView rstd); \
   Status adamw_step(const Context& ctx, TensorView param, TensorView param_copy, TensorView grad, TensorView m, TensorView v, const AdamWConfig& cfg, int64_t step); \
@@ -269,6 +272,18 @@ Status cpu_impl::shift_labels_for_causal_lm(TensorView out, TensorView labels, T
   }
 }
 
+Status cpu_impl::add_(const Context& ctx, TensorView dst, TensorView src) {
+  switch (cpu_isa_active()) {
+#if defined(VLPAR_CPU_ISA_AVX512)
+    case CpuIsa::kAvx512: return isa_avx512::add_(ctx, dst, src);
+#endif
+#if defined(VLPAR_CPU_ISA_AVX2)
+    case CpuIsa::kAvx2: return isa_avx2::add_(ctx, dst, src);
+#endif
+    default: return isa_base::add_(ctx, dst, src);
+  }
+}
+
 Status cpu_impl::embedding_forward(const Context& ctx, TensorView out, TensorView table, TensorView ids, VocabBlock block) {
   switch (cpu_isa_active()) {
 #if defined(VLPAR_CPU_ISA_AVX512)
@@ -434,6 +449,18 @@ Status cpu_impl::rmsnorm_backward(const Context& ctx, TensorView dx, TensorView 
     case CpuIsa::kAvx2: return isa_avx2::rmsnorm_backward(ctx, dx, dw, dy, x, w, rstd);
 #endif
     default: return isa_base::rmsnorm_backward(ctx, dx, dw, dy, x, w, rstd);
+  }
+}
+
+Status cpu_impl::rmsnorm_weight_grad(const Context& ctx, TensorView dw, TensorView dy, TensorView x, TensorView rstd) {
+  switch (cpu_isa_active()) {
+#if defined(VLPAR_CPU_ISA_AVX512)
+    case CpuIsa::kAvx512: return isa_avx512::rmsnorm_weight_grad(ctx, dw, dy, x, rstd);
+#endif
+#if defined(VLPAR_CPU_ISA_AVX2)
+    case CpuIsa::kAvx2: return isa_avx2::rmsnorm_weight_grad(ctx, dw, dy, x, rstd);
+#endif
+    default: return isa_base::rmsnorm_weight_grad(ctx, dw, dy, x, rstd);
   }
 }
 

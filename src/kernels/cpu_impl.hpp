@@ -6,6 +6,7 @@
 #include "vlpar/kernels/activation.hpp"
 #include "vlpar/kernels/attention.hpp"
 #include "vlpar/kernels/cross_entropy.hpp"
+#include "vlpar/kernels/elementwise.hpp"
 #include "vlpar/kernels/embedding.hpp"
 #include "vlpar/kernels/gemm.hpp"
 #include "vlpar/kernels/moe.hpp"
@@ -33,6 +34,7 @@ Status vocab_shard_sums(const Context& ctx, TensorView sums, TensorView logits, 
 Result<CrossEntropyResult> vocab_shard_loss(const Context& ctx, TensorView lse, TensorView row_max, TensorView sums, TensorView labels, const CrossEntropyDesc& desc);
 Result<CrossEntropyResult> linear_cross_entropy(const Context& ctx, TensorView dhidden, TensorView dweight, TensorView hidden, TensorView weight, TensorView labels, const CrossEntropyDesc& desc, float grad_loss);
 Status shift_labels_for_causal_lm(TensorView out, TensorView labels, TensorView cu_seqlens, int64_t ignore_index);
+Status add_(const Context& ctx, TensorView dst, TensorView src);
 Status embedding_forward(const Context& ctx, TensorView out, TensorView table, TensorView ids, VocabBlock block);
 Status embedding_backward(const Context& ctx, TensorView dtable, TensorView dout, TensorView ids, VocabBlock block, TensorView skip);
 Status gemm(const Context& ctx, TensorView c, TensorView a, TensorView b, GemmDesc desc);
@@ -47,6 +49,7 @@ Status grouped_gemm(const Context& ctx, TensorView c, TensorView a, TensorView b
 Status grouped_weight_grad(const Context& ctx, TensorView dw, TensorView a, TensorView dc, std::span<const int64_t> offsets);
 Status rmsnorm_forward(const Context& ctx, TensorView y, TensorView rstd, TensorView x, TensorView w, float eps);
 Status rmsnorm_backward(const Context& ctx, TensorView dx, TensorView dw, TensorView dy, TensorView x, TensorView w, TensorView rstd);
+Status rmsnorm_weight_grad(const Context& ctx, TensorView dw, TensorView dy, TensorView x, TensorView rstd);
 Status layernorm_forward(const Context& ctx, TensorView y, TensorView mean, TensorView rstd, TensorView x, TensorView w, TensorView b, float eps);
 Status layernorm_backward(const Context& ctx, TensorView dx, TensorView dw, TensorView db, TensorView dy, TensorView x, TensorView w, TensorView mean, TensorView rstd);
 Status adamw_step(const Context& ctx, TensorView param, TensorView param_copy, TensorView grad, TensorView m, TensorView v, const AdamWConfig& cfg, int64_t step);

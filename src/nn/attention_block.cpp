@@ -105,7 +105,7 @@ Status AttentionBlock::forward(const Context& ctx, TensorView out, TensorView x,
   VLPAR_RETURN_IF_ERROR(varlen_attention_forward(ctx, st.attn, st.lse, st.q, st.k, st.v, seq.cu_seqlens, ad));
   VLPAR_RETURN_IF_ERROR(linear_forward(ctx, partial, as_shape(st.attn, {N, hq_ * D}), w_.o, {}));
   VLPAR_RETURN_IF_ERROR(region_exit_forward(tp_, out, partial));
-  return detail::add_(ctx, out, x);
+  return add_(ctx, out, x);
 }
 
 Status AttentionBlock::backward(const Context& ctx, TensorView dx, TensorView dout, const PackedSeq& seq,
@@ -179,7 +179,7 @@ Status AttentionBlock::backward(const Context& ctx, TensorView dx, TensorView do
     TensorView mine = full.view().slice(0, kv_begin_ * D, (kv_begin_ + hkv_) * D);
     VLPAR_RETURN_IF_ERROR(detail::weight_grad(ctx, mine, dy, st.h));
     VLPAR_RETURN_IF_ERROR(tp_sum_partial_grad(tp_, full));
-    return detail::add_(ctx, dw_local, mine);
+    return add_(ctx, dw_local, mine);
   };
   // dh = dv·Wv + dk·Wk + dq·Wq (the column-parallel input gradient, partial over tp until region_enter⁻¹).
   VLPAR_ASSIGN_OR_RETURN(Tensor dh, scratch(ctx, {N, H}));
@@ -279,7 +279,7 @@ Status AttentionBlock::forward_decode(const Context& ctx, TensorView out, Tensor
   VLPAR_RETURN_IF_ERROR(
       kv_cache_attention_forward(ctx_for(hq_ * (row0 + n) * D), attn, q, k_cache, v_cache, row0));
   VLPAR_RETURN_IF_ERROR(linear_forward(ctx_for(w_.o.numel()), out, as_shape(attn, {n, hq_ * D}), w_.o, {}));
-  return detail::add_(serial, out, x);
+  return add_(serial, out, x);
 }
 
 }  // namespace vlpar::nn

@@ -45,7 +45,7 @@ Status MlpBlock::forward(const Context& ctx, TensorView out, TensorView x, int64
   VLPAR_RETURN_IF_ERROR(swiglu_forward(ctx, st.act, gate, up));
   VLPAR_RETURN_IF_ERROR(linear_forward(ctx, partial, st.act, w_.down, {}));
   VLPAR_RETURN_IF_ERROR(region_exit_forward(tp_, out, partial));
-  return detail::add_(ctx, out, x);
+  return add_(ctx, out, x);
 }
 
 Status MlpBlock::backward(const Context& ctx, TensorView dx, TensorView dout, int64_t N, const MlpStash& st,

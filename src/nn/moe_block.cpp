@@ -15,31 +15,6 @@ using detail::scratch;
 
 namespace {
 
-/// Rows per work item of the norm weight-gradient reduction: fixed, so the sum order never depends on the
-/// thread count (rmsnorm_backward's own dw partitions by num_threads).
-constexpr int64_t kNormChunkRows = 64;
-
-/// @brief dw[i] += Σ_t dy[t, i] · x[t, i] · rstd[t]: per-chunk partial sums, added in chunk order.
-void rmsnorm_weight_grad(const Context& ctx, TensorView dw, TensorView dy, TensorView x, TensorView rstd) {
-  const int64_t N = x.size(0), H = x.size(1), chunks = (N + kNormChunkRows - 1) / kNormChunkRows;
-  std::vector<float> partial(static_cast<size_t>(chunks * H), 0.f);
-  parallel_for_dynamic(ctx, chunks, [&](int64_t c) {
-    float* acc = partial.data() + c * H;
-    for (int64_t t = c * kNormChunkRows; t < std::min(N, (c + 1) * kNormChunkRows); ++t) {
-      const float* g = dy.ptr<float>() + t * H;
-      const float* xr = x.ptr<float>() + t * H;
-      const float rs = rstd.ptr<float>()[t];
-      for (int64_t i = 0; i < H; ++i) acc[i] += g[i] * xr[i] * rs;
-    }
-  });
-  float* out = dw.ptr<float>();
-  for (int64_t i = 0; i < H; ++i) {
-    float s = 0.f;
-    for (int64_t c = 0; c < chunks; ++c) s += partial[size_t(c * H + i)];
-    out[i] += s;
-  }
-}
-
 /// The one group covering all N rows (the router's dense GEMMs run through the grouped GEMM, which is
 /// thread-count invariant).
 std::vector<int64_t> one_group(int64_t n) { return {0, n}; }
@@ -113,7 +88,7 @@ Status MoeBlock::forward(const Context& ctx, TensorView out, TensorView x, int64
   VLPAR_RETURN_IF_ERROR(swiglu_forward(ctx, st.act, gate, up));
   VLPAR_RETURN_IF_ERROR(grouped_gemm(ctx, y, st.act, w_.down, st.plan.offsets, GemmDesc{}));
   VLPAR_RETURN_IF_ERROR(moe_unpermute(ctx, out, y, st.weights, st.plan));
-  return detail::add_(ctx, out, x);
+  return add_(ctx, out, x);
 }
 
 Status MoeBlock::backward(const Context& ctx, TensorView dx, TensorView dout, int64_t N, const MoeStash& st,
@@ -184,8 +159,8 @@ Status MoeBlock::backward(const Context& ctx, TensorView dx, TensorView dout, in
 
   // RMSNorm (input gradient per row; weight gradient in fixed chunks) and the residual.
   VLPAR_RETURN_IF_ERROR(rmsnorm_backward(ctx, dx, {}, dh, st.x, w_.norm, st.rstd));
-  if (!g_.norm.empty()) rmsnorm_weight_grad(ctx, g_.norm, dh, st.x, st.rstd);
-  VLPAR_RETURN_IF_ERROR(detail::add_(ctx, dx, dout));
+  if (!g_.norm.empty()) VLPAR_RETURN_IF_ERROR(rmsnorm_weight_grad(ctx, g_.norm, dh, st.x, st.rstd));
+  VLPAR_RETURN_IF_ERROR(add_(ctx, dx, dout));
   return mark(0);
 }
 

@@ -1,8 +1,9 @@
-// Private helpers of the nn blocks: scratch tensors from ctx.allocator, residual add, reshapes, the rotary
+// Private helpers of the nn blocks: scratch tensors from ctx.allocator on ctx.device, reshapes, the rotary
 // descriptor of a config, and the frozen-parameter convention (an empty gradient view: see nn/block.hpp).
 #pragma once
 #include "vlpar/core/context.hpp"
 #include "vlpar/core/tensor.hpp"
+#include "vlpar/kernels/elementwise.hpp"
 #include "vlpar/kernels/gemm.hpp"
 #include "vlpar/kernels/norm.hpp"
 #include "vlpar/kernels/rotary_math.hpp"
@@ -11,27 +12,15 @@
 
 namespace vlpar::nn::detail {
 
-/// @brief An uninitialised tensor from ctx.allocator (the blocks' stash and scratch).
+/// @brief An uninitialised tensor from ctx.allocator on ctx.device (the blocks' stash and scratch live where the
+/// ops run).
 inline Result<Tensor> scratch(const Context& ctx, Shape shape, DType dtype = DType::kF32) {
   VLPAR_CHECK(ctx.allocator != nullptr, "nn: the context has no allocator for stash and scratch tensors");
-  return Tensor::empty(*ctx.allocator, shape, dtype);
+  return Tensor::empty(*ctx.allocator, shape, dtype, ctx.device);
 }
 inline Result<Tensor> scratch_zeros(const Context& ctx, Shape shape, DType dtype = DType::kF32) {
   VLPAR_CHECK(ctx.allocator != nullptr, "nn: the context has no allocator for stash and scratch tensors");
-  return Tensor::zeros(*ctx.allocator, shape, dtype);
-}
-
-/// @brief dst += src, contiguous f32 views of equal numel.
-inline Status add_(const Context& ctx, TensorView dst, TensorView src) {
-  VLPAR_CHECK(dst.dtype == DType::kF32 && src.dtype == DType::kF32 && dst.numel() == src.numel() &&
-                  dst.is_contiguous() && src.is_contiguous(),
-              "nn add_: {} += {} needs contiguous f32 views of equal size", dst.to_string(), src.to_string());
-  float* d = dst.ptr<float>();
-  const float* s = src.ptr<float>();
-  parallel_for(ctx, dst.numel(), [&](int64_t b, int64_t e) {
-    for (int64_t i = b; i < e; ++i) d[i] += s[i];
-  });
-  return Status::Ok();
+  return Tensor::zeros(*ctx.allocator, shape, dtype, ctx.device);
 }
 
 /// @brief True when a parameter's gradient view is empty, i.e. the parameter is frozen (nn/block.hpp).

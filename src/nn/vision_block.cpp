@@ -127,14 +127,14 @@ Status VisionBlock::forward(const Context& ctx, TensorView out, TensorView x, co
   VLPAR_RETURN_IF_ERROR(
       varlen_attention_forward(ctx, st.attn, st.lse, q, k, v, seq.cu_seqlens, vision_attention(cfg_)));
   VLPAR_RETURN_IF_ERROR(linear_forward(ctx, st.x1, as_shape(st.attn, {N, Hv}), w_.proj_w, w_.proj_b));
-  VLPAR_RETURN_IF_ERROR(detail::add_(ctx, st.x1, x));
+  VLPAR_RETURN_IF_ERROR(add_(ctx, st.x1, x));
 
   // MLP half.
   VLPAR_RETURN_IF_ERROR(layernorm_forward(ctx, st.h2, st.mean2, st.rstd2, st.x1, w_.norm2_w, w_.norm2_b, cfg_.eps));
   VLPAR_RETURN_IF_ERROR(linear_forward(ctx, st.f1, st.h2, w_.fc1_w, w_.fc1_b));
   VLPAR_RETURN_IF_ERROR(gelu_forward(ctx, st.act, st.f1, GeluKind::kTanh));
   VLPAR_RETURN_IF_ERROR(linear_forward(ctx, out, st.act, w_.fc2_w, w_.fc2_b));
-  return detail::add_(ctx, out, st.x1);
+  return add_(ctx, out, st.x1);
 }
 
 Status VisionBlock::backward(const Context& ctx, TensorView dx, TensorView dout, const VisionSeq& seq,
@@ -176,7 +176,7 @@ Status VisionBlock::backward(const Context& ctx, TensorView dx, TensorView dout,
   VLPAR_RETURN_IF_ERROR(
       layernorm_backward(ctx, dx1, g_.norm2_w, g_.norm2_b, dh2, st.x1, w_.norm2_w, st.mean2, st.rstd2));
   if (!need_dx1) return Status::Ok();
-  VLPAR_RETURN_IF_ERROR(detail::add_(ctx, dx1, dout));  // the residual path
+  VLPAR_RETURN_IF_ERROR(add_(ctx, dx1, dout));  // the residual path
 
   // Attention half: x1 = x + proj(attn(rot(q), rot(k), v)).
   Tensor dattn, dqkv, dh1, dxs;
@@ -207,7 +207,7 @@ Status VisionBlock::backward(const Context& ctx, TensorView dx, TensorView dout,
   VLPAR_RETURN_IF_ERROR(
       layernorm_backward(ctx, dxv, g_.norm1_w, g_.norm1_b, dh1, st.x, w_.norm1_w, st.mean1, st.rstd1));
   if (!need_dx) return Status::Ok();
-  return detail::add_(ctx, dx, dx1);  // the residual path
+  return add_(ctx, dx, dx1);  // the residual path
 }
 
 }  // namespace vlpar::nn

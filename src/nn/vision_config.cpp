@@ -94,15 +94,17 @@ Result<std::vector<VisionGrid>> vision_grids_from_thw(TensorView thw) {
   return grids;
 }
 
-Result<VisionSeq> make_vision_seq(Allocator& alloc, const VisionConfig& cfg, std::span<const VisionGrid> grids) {
-  VLPAR_ASSIGN_OR_RETURN(std::vector<int32_t> cu, vision_cu_seqlens(cfg, grids));
-  VLPAR_ASSIGN_OR_RETURN(std::vector<int32_t> pos, vision_patch_coords(cfg, grids));
+Result<VisionSeq> make_vision_seq(Allocator& alloc, const VisionConfig& cfg, std::span<const VisionGrid> grids,
+                                  Device device) {
   VisionSeq seq;
+  VLPAR_ASSIGN_OR_RETURN(seq.host_cu_seqlens, vision_cu_seqlens(cfg, grids));
+  VLPAR_ASSIGN_OR_RETURN(std::vector<int32_t> pos, vision_patch_coords(cfg, grids));
   seq.num_patches = vision_num_patches(grids);
-  VLPAR_ASSIGN_OR_RETURN(seq.cu_seqlens, Tensor::empty(alloc, {int64_t(cu.size())}, DType::kI32));
-  VLPAR_ASSIGN_OR_RETURN(seq.positions, Tensor::empty(alloc, {2, seq.num_patches}, DType::kI32));
-  std::memcpy(seq.cu_seqlens.ptr<int32_t>(), cu.data(), cu.size() * sizeof(int32_t));
-  if (!pos.empty()) std::memcpy(seq.positions.ptr<int32_t>(), pos.data(), pos.size() * sizeof(int32_t));
+  const int64_t segments = int64_t(seq.host_cu_seqlens.size());
+  VLPAR_ASSIGN_OR_RETURN(seq.cu_seqlens, Tensor::empty(alloc, {segments}, DType::kI32, device));
+  VLPAR_ASSIGN_OR_RETURN(seq.positions, Tensor::empty(alloc, {2, seq.num_patches}, DType::kI32, device));
+  VLPAR_RETURN_IF_ERROR(copy_(seq.cu_seqlens, TensorView(seq.host_cu_seqlens.data(), DType::kI32, {segments})));
+  VLPAR_RETURN_IF_ERROR(copy_(seq.positions, TensorView(pos.data(), DType::kI32, {2, seq.num_patches})));
   return seq;
 }
 

@@ -154,7 +154,7 @@ Status VisionEncoder::forward(const Context& ctx, TensorView pixels, std::span<c
   VLPAR_RETURN_IF_ERROR(linear_forward(ctx, st.embeds, pixels, w_.patch_w, w_.patch_b));
   VLPAR_ASSIGN_OR_RETURN(Tensor pe, scratch(ctx, {np, Hv}));
   VLPAR_RETURN_IF_ERROR(pos_embed_forward(ctx, pe, w_.pos_embed, grids, pos_desc(cfg_)));
-  VLPAR_RETURN_IF_ERROR(detail::add_(ctx, st.embeds, pe));
+  VLPAR_RETURN_IF_ERROR(add_(ctx, st.embeds, pe));
   pe = Tensor{};
 
   // The blocks, segment by segment; after each segment the deepstack mergers that read its output.
@@ -183,7 +183,7 @@ Status VisionEncoder::deepstack_into(const Context& ctx, int block, TensorView d
       VLPAR_ASSIGN_OR_RETURN(ddeep, scratch(ctx, {dh.size(0), dh.size(1)}));
     }
     VLPAR_RETURN_IF_ERROR(deepstack_[j].backward(ctx, ddeep, d_deepstack[j], st.deepstack[j]));
-    VLPAR_RETURN_IF_ERROR(detail::add_(ctx, dh, ddeep));
+    VLPAR_RETURN_IF_ERROR(add_(ctx, dh, ddeep));
   }
   return Status::Ok();
 }

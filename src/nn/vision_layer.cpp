@@ -36,9 +36,9 @@ int64_t VisionLayer::stash_bytes(int64_t tokens, Recompute mode) const {
 double VisionLayer::flops(const Seq& seq) const {
   const double N = double(seq.num_patches), Hv = double(cfg_.hidden), Iv = double(cfg_.intermediate);
   double f = 2 * N * Hv * 3 * Hv + 2 * N * Hv * Hv + 2 * 2 * N * Hv * Iv;  // qkv, proj, fc1 + fc2
-  const TensorView cu = seq.cu_seqlens;
-  for (int64_t s = 0; s + 1 < cu.numel(); ++s) {
-    const double len = double(cu.ptr<int32_t>()[s + 1] - cu.ptr<int32_t>()[s]);
+  const std::vector<int32_t>& cu = seq.host_cu_seqlens;
+  for (size_t s = 0; s + 1 < cu.size(); ++s) {
+    const double len = double(cu[s + 1] - cu[s]);
     f += 4 * Hv * len * len;  // QKᵀ and PV over every pair of the segment, all heads
   }
   return f;

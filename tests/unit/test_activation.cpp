@@ -8,6 +8,7 @@
 #include "fd_check.hpp"
 #include "test_util.hpp"
 #include "vlpar/kernels/activation.hpp"
+#include "vlpar/kernels/elementwise.hpp"
 #include "vlpar/reference/activation.hpp"
 
 namespace vlpar {
@@ -119,6 +120,32 @@ TEST(ActivationKernelProps, MismatchedShapesAreNamed) {
   const Status s = swiglu_forward(test_ctx(1), y, g, u);
   EXPECT_EQ(s.code(), StatusCode::kInvalidArgument);
   EXPECT_NE(s.message().find("swiglu_forward: up is [4 rows, 7]"), std::string::npos) << s.message();
+}
+
+TEST(Elementwise, AddAccumulatesInFp32AndRoundsOnceForAnyThreadCount) {
+  Allocator a;
+  const int64_t N = 1037;
+  for (DType dt : {DType::kF32, DType::kBF16}) {
+    Tensor d1 = random_tensor(a, {N}, dt, 31), src = random_tensor(a, {17, 61}, DType::kF32, 32);  // 17·61 = N elements
+    Tensor d3 = Tensor::empty(a, {N}, dt).value();
+    ASSERT_TRUE(copy_(d3, d1).ok());
+    const std::vector<double> before = to_f64(d1), s64 = to_f64(src);
+    ASSERT_TRUE(add_(test_ctx(1), d1, src).ok());
+    ASSERT_TRUE(add_(test_ctx(3), d3, src).ok());
+    EXPECT_TRUE(bitwise_equal("add_, 1 vs 3 threads", d1, d3));
+    std::vector<double> want(before.size());
+    for (size_t i = 0; i < want.size(); ++i) want[i] = double(to_float(from_float<bf16>(float(before[i] + s64[i]))));
+    if (dt == DType::kF32)
+      for (size_t i = 0; i < want.size(); ++i) want[i] = double(float(before[i]) + float(s64[i]));
+    EXPECT_TRUE(all_close("add_ " + std::string(dtype_name(dt)), to_f64(d1), want, d1.shape(), 0.0));
+  }
+  Tensor x = Tensor::zeros(a, {4}, DType::kF32).value(), y = Tensor::zeros(a, {5}, DType::kF32).value();
+  Status s = add_(test_ctx(1), x, y);
+  EXPECT_NE(s.message().find("add_: f32[4] cpu += f32[5] cpu needs contiguous views of equal size"), std::string::npos)
+      << s.message();
+  TensorView on_gpu(x.view().data, DType::kF32, {4}, Device::cuda(0));
+  s = add_(test_ctx(1), on_gpu, on_gpu);
+  EXPECT_EQ(s.code(), StatusCode::kNotSupported) << s.to_string();
 }
 
 }  // namespace

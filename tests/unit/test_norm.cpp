@@ -91,6 +91,33 @@ TEST_P(NormKernel, RmsNormMatchesReference) {
                                  DType::kF32));
 }
 
+TEST_P(NormKernel, RmsNormWeightGradMatchesReferenceForAnyThreadCount) {
+  const DType dt = GetParam();
+  Allocator a;
+  const int64_t rows = 2 * 64 + 17;  // two full fixed chunks and a tail
+  Tensor x = random_tensor(a, {rows, kH}, dt, 21, -2.f, 2.f), w = random_tensor(a, {kH}, dt, 22, 0.5f, 1.5f);
+  Tensor dy = random_tensor(a, {rows, kH}, dt, 23), y = Tensor::empty(a, {rows, kH}, dt).value();
+  Tensor rstd = Tensor::empty(a, {rows}, DType::kF32).value();
+  ASSERT_TRUE(rmsnorm_forward(test_ctx(2), y, rstd, x, w, 1e-6f).ok());
+  Tensor dw1 = Tensor::zeros(a, {kH}, DType::kF32).value(), dw3 = Tensor::zeros(a, {kH}, DType::kF32).value();
+  ASSERT_TRUE(rmsnorm_weight_grad(test_ctx(1), dw1, dy, x, rstd).ok());
+  ASSERT_TRUE(rmsnorm_weight_grad(test_ctx(3), dw3, dy, x, rstd).ok());
+  EXPECT_TRUE(bitwise_equal("rmsnorm_weight_grad, 1 vs 3 threads", dw1, dw3));
+  auto x64 = to_f64(x), w64 = to_f64(w), g64 = to_f64(dy), r64 = to_f64(rstd);
+  std::vector<double> dx64(size_t(rows * kH)), dw64(size_t(kH), 0.0);
+  reference::rmsnorm_backward(dx64.data(), dw64.data(), g64.data(), x64.data(), w64.data(), r64.data(), rows, kH);
+  auto xf = cast_vec<float>(x64), wf = cast_vec<float>(w64), gf = cast_vec<float>(g64), rf = cast_vec<float>(r64);
+  std::vector<float> dxf(dx64.size()), dwf(size_t(kH), 0.f);
+  reference::rmsnorm_backward(dxf.data(), dwf.data(), gf.data(), xf.data(), wf.data(), rf.data(), rows, kH);
+  EXPECT_TRUE(close_to_reference("rmsnorm_weight_grad dw", to_f64(dw1), dw64, to_double(dwf), dw1.shape(),
+                                 TolOp::kRmsNorm, DType::kF32));
+  ASSERT_TRUE(rmsnorm_weight_grad(test_ctx(1), dw1, dy, x, rstd).ok());  // accumulates: now twice the gradient
+  for (double& v : dw64) v *= 2.0;
+  for (float& v : dwf) v *= 2.f;
+  EXPECT_TRUE(close_to_reference("rmsnorm_weight_grad dw accumulated", to_f64(dw1), dw64, to_double(dwf),
+                                 dw1.shape(), TolOp::kRmsNorm, DType::kF32));
+}
+
 TEST_P(NormKernel, LayerNormMatchesReference) {
   const DType dt = GetParam();
   Allocator a;

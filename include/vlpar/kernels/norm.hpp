@@ -20,6 +20,11 @@ Status rmsnorm_forward(const Context& ctx, TensorView y, TensorView rstd, Tensor
 Status rmsnorm_backward(const Context& ctx, TensorView dx, TensorView dw, TensorView dy, TensorView x,
                         TensorView w, TensorView rstd);
 
+/// @brief dw [H] f32 += Σ_rows dy · x · rstd: RMSNorm's weight gradient alone, summed in fixed 64-row chunks
+/// added in chunk order, so the result is bitwise the same for any thread count (the MoE block's
+/// thread-count-invariant backward; rmsnorm_backward's dw partitions by thread).
+Status rmsnorm_weight_grad(const Context& ctx, TensorView dw, TensorView dy, TensorView x, TensorView rstd);
+
 /// @param mean, rstd [rows] f32, written
 Status layernorm_forward(const Context& ctx, TensorView y, TensorView mean, TensorView rstd, TensorView x,
                          TensorView w, TensorView b, float eps);

@@ -66,12 +66,14 @@ Result<std::vector<VisionGrid>> vision_grids_from_thw(TensorView grid_thw);
 
 /// The packed vision batch as the blocks see it, built once per encoder call.
 struct VisionSeq {
-  Tensor cu_seqlens;        // i32 [S + 1], S = Σ t segments
-  Tensor positions;         // i32 [2, Np] rotary (row, col) per patch
-  int64_t num_patches = 0;  // Np
+  Tensor cu_seqlens;                     // i32 [S + 1], S = Σ t segments, on the device the blocks run on
+  Tensor positions;                      // i32 [2, Np] rotary (row, col) per patch, on the same device
+  int64_t num_patches = 0;               // Np
+  std::vector<int32_t> host_cu_seqlens;  // the same boundaries on the host (FLOP counts, per-segment loops)
 };
 
-/// @brief Builds the segments and rotary positions of `grids` (checked against the config).
-Result<VisionSeq> make_vision_seq(Allocator& alloc, const VisionConfig& cfg, std::span<const VisionGrid> grids);
+/// @brief Builds the segments and rotary positions of `grids` (checked against the config) on `device`.
+Result<VisionSeq> make_vision_seq(Allocator& alloc, const VisionConfig& cfg, std::span<const VisionGrid> grids,
+                                  Device device = Device::cpu());
 
 }  // namespace vlpar::nn

@@ -4,6 +4,7 @@
 // Test: tests/unit/test_norm.cpp
 #include "vlpar/kernels/norm.hpp"
 
+#include <algorithm>
 #include <cmath>
 #include <vector>
 
@@ -139,6 +140,31 @@ Status rmsnorm_backward(const Context& ctx, TensorView dx, TensorView dw, Tensor
       rmsnorm_bwd_cpu<T, W>(ctx, rows(dx), optional_f32(dw), rows(dy), rows(x), w.ptr<W>(), rstd.ptr<float>());
     });
   });
+  return Status::Ok();
+}
+
+Status rmsnorm_weight_grad(const Context& ctx, TensorView dw, TensorView dy, TensorView x, TensorView rstd) {
+  constexpr int64_t kChunkRows = 64;  // fixed: the sum order never depends on the thread count
+  const RowsView xr = rows(x), gr = rows(dy);
+  const int64_t N = xr.rows, H = xr.cols, chunks = (N + kChunkRows - 1) / kChunkRows;
+  std::vector<float> partial(static_cast<size_t>(chunks * H), 0.f);
+  VLPAR_FLOAT_SWITCH(x.dtype, T, "rmsnorm_weight_grad", {
+    parallel_for_dynamic(ctx, chunks, [&](int64_t c) {
+      float* acc = partial.data() + c * H;
+      for (int64_t t = c * kChunkRows; t < std::min(N, (c + 1) * kChunkRows); ++t) {
+        const T* g = static_cast<const T*>(gr.data) + t * gr.row_stride;
+        const T* xt = static_cast<const T*>(xr.data) + t * xr.row_stride;
+        const float rs = rstd.ptr<float>()[t];
+        for (int64_t i = 0; i < H; ++i) acc[i] += to_float(g[i]) * to_float(xt[i]) * rs;
+      }
+    });
+  });
+  float* out = dw.ptr<float>();
+  for (int64_t i = 0; i < H; ++i) {
+    float s = 0.f;
+    for (int64_t c = 0; c < chunks; ++c) s += partial[size_t(c * H + i)];
+    out[i] += s;
+  }
   return Status::Ok();
 }
 

@@ -56,6 +56,18 @@ Status rmsnorm_backward(const Context& ctx, TensorView dx, TensorView dw, Tensor
   return cpu_impl::rmsnorm_backward(ctx, dx, dw, dy, x, w, rstd);
 }
 
+Status rmsnorm_weight_grad(const Context& ctx, TensorView dw, TensorView dy, TensorView x, TensorView rstd) {
+  const char* op = "rmsnorm_weight_grad";
+  VLPAR_ASSIGN_OR_RETURN(const RowsView xr, as_rows(x, op));
+  VLPAR_RETURN_IF_ERROR(check_storage_dtype(op, "x", x));
+  VLPAR_RETURN_IF_ERROR(check_dy(op, dy, x, xr));
+  VLPAR_RETURN_IF_ERROR(check_vector(op, "rstd", rstd, xr.rows, DType::kF32));
+  VLPAR_RETURN_IF_ERROR(check_vector(op, "dw", dw, xr.cols, DType::kF32));
+  VLPAR_RETURN_IF_ERROR(check_same_device(op, {{"dw", &dw}, {"dy", &dy}, {"x", &x}, {"rstd", &rstd}}));
+  VLPAR_CHECK_CODE(x.device.is_cpu(), StatusCode::kNotSupported, "{}: no CUDA kernel yet ({})", op, x.to_string());
+  return cpu_impl::rmsnorm_weight_grad(ctx, dw, dy, x, rstd);
+}
+
 Status layernorm_forward(const Context& ctx, TensorView y, TensorView mean, TensorView rstd, TensorView x,
                          TensorView w, TensorView b, float eps) {
   const char* op = "layernorm_forward";
