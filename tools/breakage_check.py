@@ -117,6 +117,9 @@ cases = [
  ("add_: overwrites instead of accumulating", "src/kernels/cpu/elementwise.cpp", "d[i] = from_float<D>(to_float(d[i]) + to_float(s[i]));", "d[i] = from_float<D>(to_float(s[i]));", "test_activation test_nn_stack"),
  ("rmsnorm_weight_grad drops the last chunk", "src/kernels/cpu/norm.cpp", "for (int64_t c = 0; c < chunks; ++c) s += partial[size_t(c * H + i)];", "for (int64_t c = 0; c + 1 < chunks; ++c) s += partial[size_t(c * H + i)];", "test_norm test_moe"),
  ("vision flops ignore the host segments", "src/nn/vision_layer.cpp", "const double len = double(cu[s + 1] - cu[s]);", "const double len = 0.0;", "test_vision_encoder"),
+ ("index rows: scatter_add overwrites", "src/kernels/cpu/index_rows.cpp", "b[j] = from_float<B>(to_float(b[j]) + to_float(s[j]));", "b[j] = from_float<B>(to_float(s[j]));", "test_index_rows test_parity"),
+ ("index rows: scatters accept a repeated row", "src/kernels/ops/index_rows.cpp", "VLPAR_CHECK(!seen[size_t(r)],", "VLPAR_CHECK(true || !seen[size_t(r)],", "test_index_rows"),
+ ("qwen3vl: deepstack rows of the video pass go to the image positions", "examples/qwen3vl/model.cpp", "pass.visual_index.push_back(int64_t(stash.visual_rows.size()));", "pass.visual_index.push_back(int64_t(pass.visual_index.size()));", "test_parity"),
 ]
 only = sys.argv[1:] 
 # The ctest environment of tests/CMakeLists.txt (VLPAR_MPI_TEST_ENV): root in containers, more ranks than cores.

@@ -8,6 +8,7 @@
 
 #include "vlpar/kernels/cross_entropy.hpp"
 #include "vlpar/kernels/gemm.hpp"
+#include "vlpar/kernels/index_rows.hpp"
 #include "vlpar/nn/vocab_parallel.hpp"
 
 namespace qwen3vl {
@@ -32,33 +33,9 @@ std::vector<int64_t> rows_of(TensorView ids, int64_t pad_id) {
   return rows;
 }
 
-// dst[rows[i], :] = src[i, :]  (rows of [*, H] f32 tensors)
-void scatter_rows(TensorView dst, TensorView src, const std::vector<int64_t>& rows) {
-  const int64_t h = dst.size(1);
-  for (size_t i = 0; i < rows.size(); ++i)
-    std::memcpy(dst.ptr<float>() + rows[i] * h, src.ptr<float>() + int64_t(i) * h, size_t(h) * sizeof(float));
-}
-
-// dst[i, :] = src[rows[i], :]
-void gather_rows(TensorView dst, TensorView src, const std::vector<int64_t>& rows) {
-  const int64_t h = src.size(1);
-  for (size_t i = 0; i < rows.size(); ++i)
-    std::memcpy(dst.ptr<float>() + int64_t(i) * h, src.ptr<float>() + rows[i] * h, size_t(h) * sizeof(float));
-}
-
-// dst[rows[i], :] += src[i, :]
-void add_rows(TensorView dst, TensorView src, const std::vector<int64_t>& rows) {
-  const int64_t h = dst.size(1);
-  for (size_t i = 0; i < rows.size(); ++i) {
-    float* d = dst.ptr<float>() + rows[i] * h;
-    const float* s = src.ptr<float>() + int64_t(i) * h;
-    for (int64_t j = 0; j < h; ++j) d[j] += s[j];
-  }
-}
-
-void zero_rows(TensorView t, const std::vector<int64_t>& rows) {
-  const int64_t h = t.size(1);
-  for (int64_t r : rows) std::memset(t.ptr<float>() + r * h, 0, size_t(h) * sizeof(float));
+// A host index vector as the i64 [n] view the row gather/scatter ops take (kernels/index_rows.hpp).
+TensorView index_view(const std::vector<int64_t>& rows) {
+  return TensorView(const_cast<int64_t*>(rows.data()), DType::kI64, Shape{int64_t(rows.size())});
 }
 
 }  // namespace
@@ -343,36 +320,36 @@ Result<StepLoss> Model::forward(const Context& ctx, const Batch& batch, Stash& s
   VLPAR_ASSIGN_OR_RETURN(stash.embeds, Tensor::empty(alloc, Shape{N, H}, DType::kF32));
   VLPAR_RETURN_IF_ERROR(nn::vocab_parallel_embedding_forward(ctx, tp_, stash.embeds, reg_.value(embed_), ids,
                                                              vocab_block_, t.vocab));
-  if (stash.image) scatter_rows(stash.embeds, stash.image->out.merged, stash.image->rows);
-  if (stash.video) scatter_rows(stash.embeds, stash.video->out.merged, stash.video->rows);
+  for (const std::optional<VisionPass>* pass : {&stash.image, &stash.video})
+    if (*pass)
+      VLPAR_RETURN_IF_ERROR(vlpar::scatter_rows(ctx, stash.embeds, (*pass)->out.merged, index_view((*pass)->rows)));
 
   // Deepstack features over the visual rows in sequence order (image rows from the image pass, video rows from
   // the video pass), one [n_visual, D] tensor per level.
   const size_t levels = cfg_.vision.deepstack_indexes.size();
   stash.visual_rows.clear();
   stash.deepstack.clear();
-  std::vector<std::pair<const VisionPass*, int64_t>> source;  // per visual row: pass and its row in the pass
   {
     size_t ii = 0, vi = 0;
     const std::vector<int64_t> none;
     const std::vector<int64_t>& ir = stash.image ? stash.image->rows : none;
     const std::vector<int64_t>& vr = stash.video ? stash.video->rows : none;
-    while (ii < ir.size() || vi < vr.size()) {
-      if (vi == vr.size() || (ii < ir.size() && ir[ii] < vr[vi])) {
-        stash.visual_rows.push_back(ir[ii]);
-        source.emplace_back(&*stash.image, int64_t(ii++));
-      } else {
-        stash.visual_rows.push_back(vr[vi]);
-        source.emplace_back(&*stash.video, int64_t(vi++));
-      }
+    if (stash.image) stash.image->visual_index.clear();
+    if (stash.video) stash.video->visual_index.clear();
+    while (ii < ir.size() || vi < vr.size()) {  // merge the two sorted row lists
+      const bool image = vi == vr.size() || (ii < ir.size() && ir[ii] < vr[vi]);
+      VisionPass& pass = image ? *stash.image : *stash.video;
+      pass.visual_index.push_back(int64_t(stash.visual_rows.size()));
+      stash.visual_rows.push_back(image ? ir[ii++] : vr[vi++]);
     }
   }
   const auto n_vis = int64_t(stash.visual_rows.size());
   for (size_t j = 0; j < levels && n_vis > 0; ++j) {
-    VLPAR_ASSIGN_OR_RETURN(Tensor ds, Tensor::empty(alloc, Shape{n_vis, H}, DType::kF32));
-    for (int64_t r = 0; r < n_vis; ++r)
-      std::memcpy(ds.ptr<float>() + r * H, source[size_t(r)].first->out.deepstack[j].ptr<float>() + source[size_t(r)].second * H,
-                  size_t(H) * sizeof(float));
+    VLPAR_ASSIGN_OR_RETURN(Tensor ds, Tensor::empty(alloc, Shape{n_vis, H}, DType::kF32, ctx.device));
+    for (const std::optional<VisionPass>* pass : {&stash.image, &stash.video})
+      if (*pass)
+        VLPAR_RETURN_IF_ERROR(
+            vlpar::scatter_rows(ctx, ds, (*pass)->out.deepstack[j], index_view((*pass)->visual_index)));
     stash.deepstack.push_back(std::move(ds));
   }
 
@@ -386,7 +363,8 @@ Result<StepLoss> Model::forward(const Context& ctx, const Batch& batch, Stash& s
   for (size_t k = 0; k < cuts.size(); ++k) {
     const DecoderStack stack = decoder_layers(cuts[k].first, cuts[k].second, nn::MoeLoss{&stash.aux, 0.f});
     VLPAR_ASSIGN_OR_RETURN(x, stack.forward(ctx, x, seq, stash.segments[k]));
-    if (k < stash.deepstack.size()) add_rows(x, stash.deepstack[k], stash.visual_rows);
+    if (k < stash.deepstack.size())
+      VLPAR_RETURN_IF_ERROR(vlpar::scatter_add_rows(ctx, x, stash.deepstack[k], index_view(stash.visual_rows)));
   }
   decoder_span.end();
   vlpar::obs::Span loss_span = span(vlpar::obs::trace_cat::kLoss, "loss_forward");
@@ -450,24 +428,18 @@ Result<TensorView> Model::layer_input(const Stash& stash, int layer) const {
                        fmt::format("Model::layer_input: layer {} outside [0, {})", layer, cfg_.text.layers));
 }
 
-Status Model::vision_backward(const Context& ctx, const Stash& stash, VisionPass& pass, TensorView d_embeds,
+Status Model::vision_backward(const Context& ctx, VisionPass& pass, TensorView d_embeds,
                               const std::vector<Tensor>& d_deepstack) const {
   Allocator& alloc = *ctx.allocator;
   const int64_t n = int64_t(pass.rows.size()), D = cfg_.vision.out_hidden;
-  VLPAR_ASSIGN_OR_RETURN(Tensor d_merged, Tensor::empty(alloc, Shape{n, D}, DType::kF32));
-  gather_rows(d_merged, d_embeds, pass.rows);
+  VLPAR_ASSIGN_OR_RETURN(Tensor d_merged, Tensor::empty(alloc, Shape{n, D}, DType::kF32, ctx.device));
+  VLPAR_RETURN_IF_ERROR(vlpar::gather_rows(ctx, d_merged, d_embeds, index_view(pass.rows)));
   // This pass's rows of each deepstack level's gradient (d_deepstack rows follow stash.visual_rows).
   std::vector<Tensor> d_ds;
   std::vector<TensorView> d_ds_views;
   for (const Tensor& g : d_deepstack) {
-    VLPAR_ASSIGN_OR_RETURN(Tensor mine, Tensor::empty(alloc, Shape{n, D}, DType::kF32));
-    int64_t k = 0;
-    for (size_t r = 0; r < stash.visual_rows.size(); ++r) {
-      if (k < n && stash.visual_rows[r] == pass.rows[size_t(k)]) {
-        std::memcpy(mine.ptr<float>() + k * D, g.ptr<float>() + int64_t(r) * D, size_t(D) * sizeof(float));
-        ++k;
-      }
-    }
+    VLPAR_ASSIGN_OR_RETURN(Tensor mine, Tensor::empty(alloc, Shape{n, D}, DType::kF32, ctx.device));
+    VLPAR_RETURN_IF_ERROR(vlpar::gather_rows(ctx, mine, g, index_view(pass.visual_index)));
     d_ds_views.push_back(mine);
     d_ds.push_back(std::move(mine));
   }
@@ -504,9 +476,9 @@ Status Model::backward(const Context& ctx, const Batch& batch, Stash& stash, flo
   for (size_t k = cuts.size(); k-- > 0;) {
     if (k < stash.deepstack.size()) {
       // The deepstack add after layer k: its input gradient is dx at the visual rows.
-      VLPAR_ASSIGN_OR_RETURN(d_deepstack[k],
-                             Tensor::empty(alloc, Shape{int64_t(stash.visual_rows.size()), H}, DType::kF32));
-      gather_rows(d_deepstack[k], dx, stash.visual_rows);
+      VLPAR_ASSIGN_OR_RETURN(d_deepstack[k], Tensor::empty(alloc, Shape{int64_t(stash.visual_rows.size()), H},
+                                                           DType::kF32, ctx.device));
+      VLPAR_RETURN_IF_ERROR(vlpar::gather_rows(ctx, d_deepstack[k], dx, index_view(stash.visual_rows)));
     }
     const DecoderStack stack = decoder_layers(cuts[k].first, cuts[k].second, nn::MoeLoss{&stash.aux, grad_aux});
     VLPAR_RETURN_IF_ERROR(stack.backward(ctx, dnext, dx, seq, stash.segments[k], ready));
@@ -518,15 +490,15 @@ Status Model::backward(const Context& ctx, const Batch& batch, Stash& stash, flo
   // Embedding: the rows overwritten by visual tokens give embed_tokens nothing (masked_scatter, spec §4.1);
   // their gradient goes to the vision passes instead.
   vlpar::obs::Span vision_span = span(vlpar::obs::trace_cat::kVisionEncoder, "vision_backward");
-  if (stash.image) VLPAR_RETURN_IF_ERROR(vision_backward(ctx, stash, *stash.image, dx, d_deepstack));
-  if (stash.video) VLPAR_RETURN_IF_ERROR(vision_backward(ctx, stash, *stash.video, dx, d_deepstack));
+  if (stash.image) VLPAR_RETURN_IF_ERROR(vision_backward(ctx, *stash.image, dx, d_deepstack));
+  if (stash.video) VLPAR_RETURN_IF_ERROR(vision_backward(ctx, *stash.video, dx, d_deepstack));
   vision_span.end();
   if (ready) {  // the vision tower and mergers (both passes done), in reverse registration order
     for (size_t i = embed_; i-- > 0;)
       if (!reg_.frozen(i)) VLPAR_RETURN_IF_ERROR(ready(i));
   }
   if (!reg_.grad(embed_).empty()) {
-    zero_rows(dx, stash.visual_rows);
+    VLPAR_RETURN_IF_ERROR(vlpar::zero_rows(ctx, dx, index_view(stash.visual_rows)));
     VLPAR_RETURN_IF_ERROR(nn::vocab_parallel_embedding_backward(ctx, tp_, reg_.grad(embed_), dx,
                                                                 batch.input_ids, vocab_block_));
     if (ready) VLPAR_RETURN_IF_ERROR(ready(embed_));

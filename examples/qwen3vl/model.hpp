@@ -84,6 +84,7 @@ struct VisionPass {
   vlpar::nn::VisionStash stash;
   vlpar::nn::VisionOutput out;    // merged [n, D] and deepstack [n, D] each
   std::vector<int64_t> rows;      // sequence positions of its pad tokens, in order (n of them)
+  std::vector<int64_t> visual_index;  // where each of its rows sits in Stash::visual_rows (n of them)
 };
 
 /// The decoder layers as LayerStacks: cut after each deepstack layer j (where the visual features of level j are
@@ -189,7 +190,7 @@ class Model {
 
   Status encode(const Context& ctx, TensorView pixels, const std::vector<vlpar::nn::VisionGrid>& grids,
                 int64_t pad_id, TensorView ids, std::optional<VisionPass>& pass) const;
-  Status vision_backward(const Context& ctx, const Stash& stash, VisionPass& pass, TensorView d_embeds,
+  Status vision_backward(const Context& ctx, VisionPass& pass, TensorView d_embeds,
                          const std::vector<Tensor>& d_deepstack) const;
 
   /// [first, last) layers of each decoder segment (DecoderStack).

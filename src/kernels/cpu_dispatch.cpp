@@ -11,6 +11,7 @@
 #include "vlpar/kernels/elementwise.hpp"
 #include "vlpar/kernels/embedding.hpp"
 #include "vlpar/kernels/gemm.hpp"
+#include "vlpar/kernels/index_rows.hpp"
 #include "vlpar/kernels/moe.hpp"
 #include "vlpar/kernels/norm.hpp"
 #include "vlpar/kernels/optimizer.hpp"
@@ -43,6 +44,10 @@
   Status gemm(const Context& ctx, TensorView c, TensorView a, TensorView b, GemmDesc desc); \
   Status linear_forward(const Context& ctx, TensorView y, TensorView x, TensorView w, TensorView bias); \
   Status linear_backward(const Context& ctx, TensorView dx, TensorView dw, TensorView dbias, TensorView dy, TensorView x, TensorView w); \
+  Status gather_rows(const Context& ctx, TensorView dst, TensorView src, TensorView index); \
+  Status scatter_rows(const Context& ctx, TensorView dst, TensorView src, TensorView index); \
+  Status scatter_add_rows(const Context& ctx, TensorView dst, TensorView src, TensorView index); \
+  Status zero_rows(const Context& ctx, TensorView dst, TensorView index); \
   Status moe_dispatch_plan(MoeDispatch& plan, TensorView indices, int num_experts); \
   Status moe_permute(const Context& ctx, TensorView out, TensorView in, TensorView weights, const MoeDispatch& plan); \
   Status moe_unpermute(const Context& ctx, TensorView out, TensorView rows, TensorView weights, const MoeDispatch& plan); \
@@ -341,6 +346,54 @@ Status cpu_impl::linear_backward(const Context& ctx, TensorView dx, TensorView d
     case CpuIsa::kAvx2: return isa_avx2::linear_backward(ctx, dx, dw, dbias, dy, x, w);
 #endif
     default: return isa_base::linear_backward(ctx, dx, dw, dbias, dy, x, w);
+  }
+}
+
+Status cpu_impl::gather_rows(const Context& ctx, TensorView dst, TensorView src, TensorView index) {
+  switch (cpu_isa_active()) {
+#if defined(VLPAR_CPU_ISA_AVX512)
+    case CpuIsa::kAvx512: return isa_avx512::gather_rows(ctx, dst, src, index);
+#endif
+#if defined(VLPAR_CPU_ISA_AVX2)
+    case CpuIsa::kAvx2: return isa_avx2::gather_rows(ctx, dst, src, index);
+#endif
+    default: return isa_base::gather_rows(ctx, dst, src, index);
+  }
+}
+
+Status cpu_impl::scatter_rows(const Context& ctx, TensorView dst, TensorView src, TensorView index) {
+  switch (cpu_isa_active()) {
+#if defined(VLPAR_CPU_ISA_AVX512)
+    case CpuIsa::kAvx512: return isa_avx512::scatter_rows(ctx, dst, src, index);
+#endif
+#if defined(VLPAR_CPU_ISA_AVX2)
+    case CpuIsa::kAvx2: return isa_avx2::scatter_rows(ctx, dst, src, index);
+#endif
+    default: return isa_base::scatter_rows(ctx, dst, src, index);
+  }
+}
+
+Status cpu_impl::scatter_add_rows(const Context& ctx, TensorView dst, TensorView src, TensorView index) {
+  switch (cpu_isa_active()) {
+#if defined(VLPAR_CPU_ISA_AVX512)
+    case CpuIsa::kAvx512: return isa_avx512::scatter_add_rows(ctx, dst, src, index);
+#endif
+#if defined(VLPAR_CPU_ISA_AVX2)
+    case CpuIsa::kAvx2: return isa_avx2::scatter_add_rows(ctx, dst, src, index);
+#endif
+    default: return isa_base::scatter_add_rows(ctx, dst, src, index);
+  }
+}
+
+Status cpu_impl::zero_rows(const Context& ctx, TensorView dst, TensorView index) {
+  switch (cpu_isa_active()) {
+#if defined(VLPAR_CPU_ISA_AVX512)
+    case CpuIsa::kAvx512: return isa_avx512::zero_rows(ctx, dst, index);
+#endif
+#if defined(VLPAR_CPU_ISA_AVX2)
+    case CpuIsa::kAvx2: return isa_avx2::zero_rows(ctx, dst, index);
+#endif
+    default: return isa_base::zero_rows(ctx, dst, index);
   }
 }
 

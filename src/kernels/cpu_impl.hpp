@@ -9,6 +9,7 @@
 #include "vlpar/kernels/elementwise.hpp"
 #include "vlpar/kernels/embedding.hpp"
 #include "vlpar/kernels/gemm.hpp"
+#include "vlpar/kernels/index_rows.hpp"
 #include "vlpar/kernels/moe.hpp"
 #include "vlpar/kernels/norm.hpp"
 #include "vlpar/kernels/optimizer.hpp"
@@ -40,6 +41,10 @@ Status embedding_backward(const Context& ctx, TensorView dtable, TensorView dout
 Status gemm(const Context& ctx, TensorView c, TensorView a, TensorView b, GemmDesc desc);
 Status linear_forward(const Context& ctx, TensorView y, TensorView x, TensorView w, TensorView bias);
 Status linear_backward(const Context& ctx, TensorView dx, TensorView dw, TensorView dbias, TensorView dy, TensorView x, TensorView w);
+Status gather_rows(const Context& ctx, TensorView dst, TensorView src, TensorView index);
+Status scatter_rows(const Context& ctx, TensorView dst, TensorView src, TensorView index);
+Status scatter_add_rows(const Context& ctx, TensorView dst, TensorView src, TensorView index);
+Status zero_rows(const Context& ctx, TensorView dst, TensorView index);
 Status moe_dispatch_plan(MoeDispatch& plan, TensorView indices, int num_experts);
 Status moe_permute(const Context& ctx, TensorView out, TensorView in, TensorView weights, const MoeDispatch& plan);
 Status moe_unpermute(const Context& ctx, TensorView out, TensorView rows, TensorView weights, const MoeDispatch& plan);
