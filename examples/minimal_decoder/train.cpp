@@ -187,12 +187,12 @@ Status train(const Args& a, comm::Communicator& world) {
   oc.zero1 = a.zero1;
   oc.average_grads = true;  // every rank's loss is a mean over the same number of bytes
   const std::vector<size_t> order = model.backward_order();
+  const auto og = parallel::OptimizerGroups::from(groups);  // dense weights: reduced over dp, sharded over tp
   VLPAR_ASSIGN_OR_RETURN(std::vector<parallel::OptimParam> params,
-                         parallel::optim_params_from_registry(model.registry(), order, a.tp));
+                         parallel::optim_params_from_registry(model.registry(), order, og));
   const std::vector<size_t> slots = parallel::optim_slots(params, model.registry().size());
   VLPAR_ASSIGN_OR_RETURN(parallel::DistributedOptimizer opt,
-                         parallel::DistributedOptimizer::create(ctx, &groups.dp(), &groups.tp(), std::move(params), oc,
-                                                                alloc));
+                         parallel::DistributedOptimizer::create(ctx, og, std::move(params), oc, alloc));
 
   // 2. Resume from the latest checkpoint, if any (any tp × dp layout loads: pieces are matched by name and shard).
   const std::string ckpt = a.out + "/ckpt";

@@ -73,10 +73,12 @@ Status Model::register_params() {
   const InitRule w = InitRule::normal(0.f, float(t.initializer_range));
   const InitRule wv = InitRule::normal(0.f, float(v.initializer_range));
   const InitRule ones = InitRule::ones(), zeros = InitRule::zeros();
-  // Vision and mergers: replicated on every tp rank.
+  // Vision and mergers: replicated on every tp rank, reduced over the vision replicas (ReplicaGroup::kVision).
   auto add = [&](std::string name, Shape shape, InitRule init, const char* group) -> Result<size_t> {
     const auto id = uint32_t(reg_.size());
-    return reg_.add(nn::make_replicated_param(std::move(name), shape, id, init), group);
+    nn::ParamShard shard = nn::make_replicated_param(std::move(name), shape, id, init);
+    shard.replica = nn::ReplicaGroup::kVision;
+    return reg_.add(std::move(shard), group);
   };
   // Vision tower (HF order of Qwen3VLVisionModel's state dict).
   const int64_t Hv = v.hidden, Iv = v.intermediate, D = v.out_hidden, Hm = 4 * v.hidden;
@@ -132,6 +134,11 @@ Status Model::register_params() {
   auto text = [&](std::string name, Shape shape, InitRule init, bool summed = false) {
     return add_shard(nn::make_replicated_param(std::move(name), shape, id(), init), summed);
   };
+  auto expert = [&](std::string name, Shape shape, InitRule init) {  // reduced over the expert replicas
+    nn::ParamShard shard = nn::make_replicated_param(std::move(name), shape, id(), init);
+    shard.replica = nn::ReplicaGroup::kExpert;
+    return add_shard(std::move(shard), false);
+  };
   VLPAR_ASSIGN_OR_RETURN(embed_, add_shard(nn::make_split_param(lp + "embed_tokens.weight", Shape{t.vocab, H}, 0,
                                                                 vocab_block_, id(), w), false));
   for (int l = 0; l < t.layers; ++l) {
@@ -158,8 +165,8 @@ Status Model::register_params() {
     if (lay.moe) {
       const int64_t E = t.num_experts, I = t.moe_intermediate;
       VLPAR_RETURN_IF_ERROR(text(p + "mlp.gate.weight", Shape{E, H}, w).status());
-      VLPAR_RETURN_IF_ERROR(text(p + "mlp.experts.gate_up_proj", Shape{E, H, 2 * I}, w).status());
-      VLPAR_RETURN_IF_ERROR(text(p + "mlp.experts.down_proj", Shape{E, I, H}, w).status());
+      VLPAR_RETURN_IF_ERROR(expert(p + "mlp.experts.gate_up_proj", Shape{E, H, 2 * I}, w).status());
+      VLPAR_RETURN_IF_ERROR(expert(p + "mlp.experts.down_proj", Shape{E, I, H}, w).status());
     } else {
       const int64_t I = t.intermediate;
       const nn::Range inter = nn::even_shard(I, tp, rank);

@@ -139,12 +139,13 @@ Status Trainer::build_model() {
   oc.average_grads = false;  // each micro-batch's backward is scaled by its share of the global label count
   const nn::ParamRegistry& reg = model_->registry();
   const std::vector<size_t> order = model_->backward_order();
+  // Dense weights reduce over dp (×cp), experts over expert-dp, the vision tower over vision-dp (ReplicaGroup).
+  const auto og = vlpar::parallel::OptimizerGroups::from(*groups_);
   VLPAR_ASSIGN_OR_RETURN(std::vector<vlpar::parallel::OptimParam> params,
-                         vlpar::parallel::optim_params_from_registry(reg, order, cfg_.parallel.tp));
+                         vlpar::parallel::optim_params_from_registry(reg, order, og));
   optim_slot_ = vlpar::parallel::optim_slots(params, reg.size());
   VLPAR_ASSIGN_OR_RETURN(vlpar::parallel::DistributedOptimizer o,
-                         vlpar::parallel::DistributedOptimizer::create(ctx_, &groups_->dp(), &groups_->tp(),
-                                                                       std::move(params), oc, alloc_));
+                         vlpar::parallel::DistributedOptimizer::create(ctx_, og, std::move(params), oc, alloc_));
   optim_ = std::make_unique<vlpar::parallel::DistributedOptimizer>(std::move(o));
   return Status::Ok();
 }

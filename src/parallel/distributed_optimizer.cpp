@@ -15,47 +15,69 @@ Status OptimizerConfig::validate() const {
   return Status::Ok();
 }
 
-Result<DistributedOptimizer> DistributedOptimizer::create(const Context& ctx, comm::Communicator* dp,
-                                                          comm::Communicator* norm_group,
+namespace {
+
+/// A parameter the optimizer can update: contiguous float values, a contiguous f32 gradient of the same size.
+Status check_param(size_t i, const OptimParam& p, const OptimizerConfig& cfg) {
+  VLPAR_CHECK(p.value.data != nullptr && p.value.is_contiguous() && p.value.device.is_cpu() &&
+                  is_floating(p.value.dtype) && p.value.dtype != DType::kF64,
+              "optimizer: parameter {} '{}' ({}) must be a contiguous f32/bf16/f16 CPU tensor", i, p.name,
+              p.value.to_string());
+  VLPAR_CHECK(p.grad.data != nullptr && p.grad.dtype == DType::kF32 && p.grad.is_contiguous() &&
+                  p.grad.numel() == p.value.numel(),
+              "optimizer: the gradient of parameter {} '{}' ({}) must be a contiguous f32 tensor of {} elements "
+              "(a frozen parameter has no gradient and must not be given to the optimizer)",
+              i, p.name, p.grad.to_string(), p.value.numel());
+  VLPAR_CHECK(cfg.zero1 || p.value.dtype == DType::kF32,
+              "optimizer: parameter {} '{}' is stored as {}; without zero1 AdamW updates the values in place and "
+              "needs f32 storage (zero1 keeps an fp32 master copy)",
+              i, p.name, dtype_name(p.value.dtype));
+  VLPAR_CHECK(p.norm_weight > 0.0 && p.norm_weight <= 1.0, "optimizer: parameter {} '{}' has norm_weight {}", i,
+              p.name, p.norm_weight);
+  VLPAR_CHECK(size_t(p.replica) < nn::kNumReplicaGroups, "optimizer: parameter {} '{}' has replica group {}", i,
+              p.name, int(p.replica));
+  return Status::Ok();
+}
+
+}  // namespace
+
+Result<DistributedOptimizer> DistributedOptimizer::create(const Context& ctx, const OptimizerGroups& groups,
                                                           std::vector<OptimParam> params, OptimizerConfig cfg,
                                                           Allocator& alloc) {
   VLPAR_RETURN_IF_ERROR(cfg.validate());
-  VLPAR_CHECK(dp != nullptr || !cfg.zero1, "optimizer: zero1 shards the optimizer state over a data-parallel group, "
-                                           "but none was given");
   DistributedOptimizer o;
-  o.dp_ = dp;
-  o.norm_group_ = norm_group != nullptr && norm_group->size() > 1 ? norm_group : nullptr;
   o.cfg_ = cfg;
   o.alloc_ = &alloc;
-  for (size_t i = 0; i < params.size(); ++i) {
-    const OptimParam& p = params[i];
-    VLPAR_CHECK(p.value.data != nullptr && p.value.is_contiguous() && p.value.device.is_cpu() &&
-                    is_floating(p.value.dtype) && p.value.dtype != DType::kF64,
-                "optimizer: parameter {} '{}' ({}) must be a contiguous f32/bf16/f16 CPU tensor", i, p.name,
-                p.value.to_string());
-    VLPAR_CHECK(p.grad.data != nullptr && p.grad.dtype == DType::kF32 && p.grad.is_contiguous() &&
-                    p.grad.numel() == p.value.numel(),
-                "optimizer: the gradient of parameter {} '{}' ({}) must be a contiguous f32 tensor of {} elements "
-                "(a frozen parameter has no gradient and must not be given to the optimizer)",
-                i, p.name, p.grad.to_string(), p.value.numel());
-    VLPAR_CHECK(cfg.zero1 || p.value.dtype == DType::kF32,
-                "optimizer: parameter {} '{}' is stored as {}; without zero1 AdamW updates the values in place and "
-                "needs f32 storage (zero1 keeps an fp32 master copy)",
-                i, p.name, dtype_name(p.value.dtype));
-    VLPAR_CHECK(p.norm_weight > 0.0 && p.norm_weight <= 1.0, "optimizer: parameter {} '{}' has norm_weight {}", i,
-                p.name, p.norm_weight);
-  }
+  for (size_t i = 0; i < params.size(); ++i) VLPAR_RETURN_IF_ERROR(check_param(i, params[i], cfg));
   o.params_ = std::move(params);
-  const bool reduce = dp != nullptr && (dp->size() > 1 || cfg.zero1);
-  if (reduce) {
-    std::vector<TensorView> grads;
-    for (const OptimParam& p : o.params_) grads.push_back(p.grad);
-    BucketConfig bc{.bucket_bytes = cfg.bucket_bytes, .average = cfg.average_grads, .shard = cfg.zero1};
-    VLPAR_ASSIGN_OR_RETURN(GradBuckets b, GradBuckets::create(*dp, std::move(grads), bc, alloc));
-    o.buckets_.emplace(std::move(b));
+  o.slot_.resize(o.params_.size());
+  for (size_t k = 0; k < nn::kNumReplicaGroups; ++k) {  // groups in enum order: the same on every rank
+    Group g;
+    g.kind = nn::ReplicaGroup(k);
+    g.comms = groups.by_group[k];
+    for (size_t i = 0; i < o.params_.size(); ++i)
+      if (o.params_[i].replica == g.kind) {
+        o.slot_[i] = {o.groups_.size(), g.members.size()};
+        g.members.push_back(i);
+      }
+    if (g.members.empty()) continue;
+    comm::Communicator* rep = g.comms.replicas;
+    VLPAR_CHECK(rep != nullptr || !cfg.zero1,
+                "optimizer: zero1 shards the optimizer state over the {} parameters' replicas, but no communicator "
+                "was given for them (OptimizerGroups)",
+                nn::replica_group_name(g.kind));
+    if (rep != nullptr && (rep->size() > 1 || cfg.zero1)) {
+      std::vector<TensorView> grads;
+      for (size_t i : g.members) grads.push_back(o.params_[i].grad);
+      BucketConfig bc{.bucket_bytes = cfg.bucket_bytes, .average = cfg.average_grads, .shard = cfg.zero1};
+      VLPAR_ASSIGN_OR_RETURN(GradBuckets b, GradBuckets::create(*rep, std::move(grads), bc, alloc));
+      g.buckets.emplace(std::move(b));
+    }
+    o.groups_.push_back(std::move(g));
   }
   if (cfg.zero1) {
-    VLPAR_RETURN_IF_ERROR(o.build_shards(alloc));
+    o.bucket_offset_.assign(o.params_.size(), 0);
+    for (Group& g : o.groups_) VLPAR_RETURN_IF_ERROR(o.build_shards(g, alloc));
     VLPAR_RETURN_IF_ERROR(o.read_master_from_params());
   } else {
     for (const OptimParam& p : o.params_) {
@@ -68,46 +90,66 @@ Result<DistributedOptimizer> DistributedOptimizer::create(const Context& ctx, co
   return o;
 }
 
-Status DistributedOptimizer::build_shards(Allocator& alloc) {
-  bucket_offset_.assign(params_.size(), 0);
-  for (size_t b = 0; b < buckets_->num_buckets(); ++b) {
-    const BucketInfo info = buckets_->bucket(b);
+Status DistributedOptimizer::build_shards(Group& g, Allocator& alloc) {
+  for (size_t b = 0; b < g.buckets->num_buckets(); ++b) {
+    const BucketInfo info = g.buckets->bucket(b);
     ShardState s;
     const int64_t n = info.shard.numel(), lo = info.shard_begin, hi = lo + n;
     VLPAR_ASSIGN_OR_RETURN(s.master, Tensor::zeros(alloc, {n}, DType::kF32));
     VLPAR_ASSIGN_OR_RETURN(s.m, Tensor::zeros(alloc, {n}, DType::kF32));
     VLPAR_ASSIGN_OR_RETURN(s.v, Tensor::zeros(alloc, {n}, DType::kF32));
-    int64_t offset = 0;  // of parameter i in the bucket's flat buffer
-    for (size_t i = info.first; i < info.last; ++i) {
+    int64_t offset = 0;  // of the parameter in the bucket's flat buffer
+    for (size_t k = info.first; k < info.last; ++k) {
+      const size_t i = g.members[k];
       const int64_t len = params_[i].value.numel();
       bucket_offset_[i] = offset;
       const int64_t a = std::max(lo, offset), e = std::min(hi, offset + len);
       if (a < e) s.segments.push_back({i, a - offset, a - lo, e - a});
       offset += len;
     }
-    shards_.push_back(std::move(s));
+    g.shards.push_back(std::move(s));
   }
   return Status::Ok();
 }
 
 Status DistributedOptimizer::read_master_from_params() {
-  for (ShardState& s : shards_) {
-    for (const Segment& g : s.segments) {
-      const TensorView& p = params_[g.param].value;
-      const TensorView src(static_cast<char*>(p.data) + g.param_offset * int64_t(dtype_size(p.dtype)), p.dtype,
-                           {g.length});
-      VLPAR_RETURN_IF_ERROR(convert_(TensorView(s.master.ptr<float>() + g.shard_offset, DType::kF32, {g.length}), src));
+  for (Group& grp : groups_) {
+    for (ShardState& s : grp.shards) {
+      for (const Segment& g : s.segments) {
+        const TensorView& p = params_[g.param].value;
+        const TensorView src(static_cast<char*>(p.data) + g.param_offset * int64_t(dtype_size(p.dtype)), p.dtype,
+                             {g.length});
+        VLPAR_RETURN_IF_ERROR(
+            convert_(TensorView(s.master.ptr<float>() + g.shard_offset, DType::kF32, {g.length}), src));
+      }
     }
   }
   return Status::Ok();
 }
 
-Status DistributedOptimizer::grad_ready(size_t i) {
-  VLPAR_CHECK(i < params_.size(), "optimizer: grad_ready({}) but there are {} parameters", i, params_.size());
-  return buckets_ ? buckets_->mark_ready(i) : Status::Ok();
+size_t DistributedOptimizer::num_buckets() const {
+  size_t n = 0;
+  for (const Group& g : groups_) n += g.buckets ? g.buckets->num_buckets() : 0;
+  return n;
 }
 
-Status DistributedOptimizer::grad_ready_remaining() { return buckets_ ? buckets_->mark_remaining() : Status::Ok(); }
+Status DistributedOptimizer::grad_ready(size_t i) {
+  VLPAR_CHECK(i < params_.size(), "optimizer: grad_ready({}) but there are {} parameters", i, params_.size());
+  Group& g = groups_[slot_[i].first];
+  return g.buckets ? g.buckets->mark_ready(slot_[i].second) : Status::Ok();
+}
+
+Status DistributedOptimizer::grad_ready_remaining() {
+  for (Group& g : groups_)
+    if (g.buckets) VLPAR_RETURN_IF_ERROR(g.buckets->mark_remaining());
+  return Status::Ok();
+}
+
+Status DistributedOptimizer::finish_reductions() {
+  for (Group& g : groups_)
+    if (g.buckets) VLPAR_RETURN_IF_ERROR(g.buckets->finish());
+  return Status::Ok();
+}
 
 AdamWConfig DistributedOptimizer::adamw_for(size_t param, const AdamWConfig& base) const {
   AdamWConfig c = base;
@@ -115,8 +157,9 @@ AdamWConfig DistributedOptimizer::adamw_for(size_t param, const AdamWConfig& bas
   return c;
 }
 
-Result<double> DistributedOptimizer::local_sum_of_squares(const Context& ctx) const {
-  // Σ norm_weight · Σg² in a fixed order (fp64), over whole parameters or over this rank's slices.
+Result<double> DistributedOptimizer::group_sum_of_squares(const Context& ctx, const Group& grp) const {
+  // Σ norm_weight · Σg² in a fixed order (fp64), over whole parameters or over this rank's slices, then summed over
+  // the group's replicas (ZeRO: each holds different slices) and its norm groups.
   double sum = 0.0;
   auto add = [&](const TensorView& g, double weight) -> Status {
     VLPAR_ASSIGN_OR_RETURN(const double n, global_grad_norm(ctx, std::span<const TensorView>(&g, 1)));
@@ -124,15 +167,20 @@ Result<double> DistributedOptimizer::local_sum_of_squares(const Context& ctx) co
     return Status::Ok();
   };
   if (!cfg_.zero1) {
-    for (const OptimParam& p : params_) VLPAR_RETURN_IF_ERROR(add(p.grad, p.norm_weight));
-    return sum;
+    for (size_t i : grp.members) VLPAR_RETURN_IF_ERROR(add(params_[i].grad, params_[i].norm_weight));
+  } else {
+    for (size_t b = 0; b < grp.shards.size(); ++b) {
+      const float* shard = grp.buckets->bucket(b).shard.ptr<float>();
+      for (const Segment& g : grp.shards[b].segments)
+        VLPAR_RETURN_IF_ERROR(add(TensorView(const_cast<float*>(shard) + g.shard_offset, DType::kF32, {g.length}),
+                                  params_[g.param].norm_weight));
+    }
   }
-  for (size_t b = 0; b < shards_.size(); ++b) {
-    const float* shard = buckets_->bucket(b).shard.ptr<float>();
-    for (const Segment& g : shards_[b].segments)
-      VLPAR_RETURN_IF_ERROR(add(TensorView(const_cast<float*>(shard) + g.shard_offset, DType::kF32, {g.length}),
-                                params_[g.param].norm_weight));
-  }
+  const TensorView sq(&sum, DType::kF64, {1});
+  if (cfg_.zero1 && grp.comms.replicas->size() > 1)
+    VLPAR_RETURN_IF_ERROR(grp.comms.replicas->all_reduce(sq, comm::ReduceOp::kSum));
+  for (comm::Communicator* c : grp.comms.norm)
+    if (c != nullptr && c->size() > 1) VLPAR_RETURN_IF_ERROR(c->all_reduce(sq, comm::ReduceOp::kSum));
   return sum;
 }
 
@@ -145,11 +193,11 @@ Status DistributedOptimizer::apply_replicated(const Context& ctx, const AdamWCon
   return Status::Ok();
 }
 
-Status DistributedOptimizer::apply_sharded(const Context& ctx, const AdamWConfig& c, float clip) {
-  for (size_t b = 0; b < shards_.size(); ++b) {
-    const BucketInfo info = buckets_->bucket(b);
+Status DistributedOptimizer::apply_sharded(const Context& ctx, Group& grp, const AdamWConfig& c, float clip) {
+  for (size_t b = 0; b < grp.shards.size(); ++b) {
+    const BucketInfo info = grp.buckets->bucket(b);
     if (clip != 1.0f) VLPAR_RETURN_IF_ERROR(scale_(ctx, info.shard, clip));
-    ShardState& s = shards_[b];
+    ShardState& s = grp.shards[b];
     for (const Segment& g : s.segments) {
       auto seg = [&](const TensorView& t) {
         return TensorView(t.ptr<float>() + g.shard_offset, DType::kF32, {g.length});
@@ -158,21 +206,23 @@ Status DistributedOptimizer::apply_sharded(const Context& ctx, const AdamWConfig
                                        seg(s.v.view()), adamw_for(g.param, c), step_));
     }
   }
-  return gather_into_params();
+  return gather_into_params(grp);
 }
 
-Status DistributedOptimizer::gather_into_params() {
+Status DistributedOptimizer::gather_into_params(Group& grp) {
   // Every bucket's all-gather is started before any is waited for; each lands in the bucket's flat buffer (free
   // until the next step's gradients are packed) and is unpacked into the values (rounded to their dtype).
   std::vector<comm::WorkHandle> work;
-  for (size_t b = 0; b < shards_.size(); ++b) {
-    VLPAR_ASSIGN_OR_RETURN(comm::WorkHandle w, dp_->iall_gather(buckets_->bucket(b).flat, shards_[b].master.view()));
+  for (size_t b = 0; b < grp.shards.size(); ++b) {
+    VLPAR_ASSIGN_OR_RETURN(comm::WorkHandle w,
+                           grp.comms.replicas->iall_gather(grp.buckets->bucket(b).flat, grp.shards[b].master.view()));
     work.push_back(std::move(w));
   }
-  for (size_t b = 0; b < shards_.size(); ++b) {
+  for (size_t b = 0; b < grp.shards.size(); ++b) {
     VLPAR_RETURN_IF_ERROR(work[b]->wait());
-    const BucketInfo info = buckets_->bucket(b);
-    for (size_t i = info.first; i < info.last; ++i) {
+    const BucketInfo info = grp.buckets->bucket(b);
+    for (size_t k = info.first; k < info.last; ++k) {
+      const size_t i = grp.members[k];
       const TensorView& p = params_[i].value;
       VLPAR_RETURN_IF_ERROR(
           convert_(TensorView(p.data, p.dtype, {p.numel()}), TensorView(info.flat.ptr<float>() + bucket_offset_[i], DType::kF32, {p.numel()})));
@@ -182,12 +232,12 @@ Status DistributedOptimizer::gather_into_params() {
 }
 
 Result<StepReport> DistributedOptimizer::step(const Context& ctx, double lr) {
-  if (buckets_) VLPAR_RETURN_IF_ERROR(buckets_->finish());
-  VLPAR_ASSIGN_OR_RETURN(double sq, local_sum_of_squares(ctx));
-  if (cfg_.zero1 && dp_->size() > 1)
-    VLPAR_RETURN_IF_ERROR(dp_->all_reduce(TensorView(&sq, DType::kF64, {1}), comm::ReduceOp::kSum));
-  if (norm_group_ != nullptr)
-    VLPAR_RETURN_IF_ERROR(norm_group_->all_reduce(TensorView(&sq, DType::kF64, {1}), comm::ReduceOp::kSum));
+  VLPAR_RETURN_IF_ERROR(finish_reductions());
+  double sq = 0.0;  // the groups' reduced sums, added in group order (the same on every rank)
+  for (const Group& g : groups_) {
+    VLPAR_ASSIGN_OR_RETURN(const double group_sq, group_sum_of_squares(ctx, g));
+    sq += group_sq;
+  }
   StepReport r;
   r.grad_norm = std::sqrt(sq);
   if (!std::isfinite(r.grad_norm)) return r;  // skipped: the caller warns and counts
@@ -197,12 +247,14 @@ Result<StepReport> DistributedOptimizer::step(const Context& ctx, double lr) {
   AdamWConfig c = cfg_.adamw;
   c.lr = float(lr);
   ++step_;
-  VLPAR_RETURN_IF_ERROR(cfg_.zero1 ? apply_sharded(ctx, c, clip) : apply_replicated(ctx, c, clip));
+  if (!cfg_.zero1) VLPAR_RETURN_IF_ERROR(apply_replicated(ctx, c, clip));
+  for (Group& g : groups_)
+    if (cfg_.zero1) VLPAR_RETURN_IF_ERROR(apply_sharded(ctx, g, c, clip));
   r.applied = true;
   return r;
 }
 
-Status DistributedOptimizer::skip_step() { return buckets_ ? buckets_->finish() : Status::Ok(); }
+Status DistributedOptimizer::skip_step() { return finish_reductions(); }
 
 Result<OptimizerState> DistributedOptimizer::state(bool gathered) {
   OptimizerState s;
@@ -221,13 +273,17 @@ Result<OptimizerState> DistributedOptimizer::state(bool gathered) {
     }
   }
   if (!gathered) return s;
-  for (int k = 0; k < 2; ++k) {
-    for (size_t b = 0; b < shards_.size(); ++b) {
-      const BucketInfo info = buckets_->bucket(b);
-      VLPAR_RETURN_IF_ERROR(dp_->all_gather(info.flat, (k == 0 ? shards_[b].m : shards_[b].v).view()));
-      for (size_t i = info.first; i < info.last; ++i) {
-        const TensorView& dst = (k == 0 ? s.m : s.v)[i];
-        std::memcpy(dst.data, info.flat.ptr<float>() + bucket_offset_[i], size_t(dst.numel()) * sizeof(float));
+  for (Group& grp : groups_) {
+    for (int k = 0; k < 2; ++k) {
+      for (size_t b = 0; b < grp.shards.size(); ++b) {
+        const BucketInfo info = grp.buckets->bucket(b);
+        VLPAR_RETURN_IF_ERROR(
+            grp.comms.replicas->all_gather(info.flat, (k == 0 ? grp.shards[b].m : grp.shards[b].v).view()));
+        for (size_t j = info.first; j < info.last; ++j) {
+          const size_t i = grp.members[j];
+          const TensorView& dst = (k == 0 ? s.m : s.v)[i];
+          std::memcpy(dst.data, info.flat.ptr<float>() + bucket_offset_[i], size_t(dst.numel()) * sizeof(float));
+        }
       }
     }
   }
@@ -250,12 +306,14 @@ Status DistributedOptimizer::load_state(const OptimizerState& s) {
                   "optimizer: load_state: the state of parameter {} '{}' is {}, expected a contiguous f32 tensor of {} "
                   "elements", i, params_[i].name, t.to_string(), params_[i].value.numel());
   }
-  for (ShardState& sh : shards_) {
-    for (const Segment& g : sh.segments) {
-      std::memcpy(sh.m.ptr<float>() + g.shard_offset, s.m[g.param].ptr<float>() + g.param_offset,
-                  size_t(g.length) * sizeof(float));
-      std::memcpy(sh.v.ptr<float>() + g.shard_offset, s.v[g.param].ptr<float>() + g.param_offset,
-                  size_t(g.length) * sizeof(float));
+  for (Group& grp : groups_) {
+    for (ShardState& sh : grp.shards) {
+      for (const Segment& g : sh.segments) {
+        std::memcpy(sh.m.ptr<float>() + g.shard_offset, s.m[g.param].ptr<float>() + g.param_offset,
+                    size_t(g.length) * sizeof(float));
+        std::memcpy(sh.v.ptr<float>() + g.shard_offset, s.v[g.param].ptr<float>() + g.param_offset,
+                    size_t(g.length) * sizeof(float));
+      }
     }
   }
   return read_master_from_params();
@@ -264,7 +322,8 @@ Status DistributedOptimizer::load_state(const OptimizerState& s) {
 int64_t DistributedOptimizer::state_elements() const {
   int64_t n = 0;
   for (const Tensor& t : m_) n += 2 * t.numel();
-  for (const ShardState& s : shards_) n += 3 * s.master.numel();
+  for (const Group& g : groups_)
+    for (const ShardState& s : g.shards) n += 3 * s.master.numel();
   return n;
 }
 

@@ -4,8 +4,7 @@
 namespace vlpar::parallel {
 
 Result<std::vector<OptimParam>> optim_params_from_registry(const nn::ParamRegistry& reg, std::span<const size_t> order,
-                                                           int tp) {
-  VLPAR_CHECK(tp >= 1, "optim_params_from_registry: tp must be >= 1, got {}", tp);
+                                                           const OptimizerGroups& groups) {
   VLPAR_CHECK(reg.materialized(), "optim_params_from_registry: the registry is not materialised");
   std::vector<bool> seen(reg.size(), false);
   std::vector<OptimParam> out;
@@ -21,9 +20,15 @@ Result<std::vector<OptimParam>> optim_params_from_registry(const nn::ParamRegist
     p.value = reg.value(i);
     p.grad = reg.grad(i);
     p.weight_decay = s.full_shape.ndim >= 2;
-    const double holders = double(s.local_shape().numel()) * tp / double(s.full_shape.numel());
+    const int pieces = groups[s.replica].norm_ranks();
+    const double holders = double(s.local_shape().numel()) * pieces / double(s.full_shape.numel());
+    VLPAR_CHECK(holders >= 1.0 - 1e-9,
+                "optim_params_from_registry: parameter {} '{}' holds {} of {} elements, less than 1/{} (the {} "
+                "group's norm ranks): it is split over ranks the gradient norm would not sum over",
+                i, s.name, s.local_shape().numel(), s.full_shape.numel(), pieces, nn::replica_group_name(s.replica));
     p.norm_weight = 1.0 / holders;
     p.registry_index = i;
+    p.replica = s.replica;
     out.push_back(std::move(p));
   }
   for (size_t i = 0; i < reg.size(); ++i) {

@@ -118,7 +118,7 @@ TEST(ZeroOne, FiveStepsOnModelGradientsEqualPlainAdamWBitwise) {
   auto model = nn::DecoderModel::create(ctx, cfg, {}, kNnSeed, alloc).value();
   const parallel::OptimizerConfig zc = zero_config();
   PlainAdamW plain(alloc, model.params());
-  auto opt = parallel::DistributedOptimizer::create(ctx, dp.get(), nullptr, optim_params(model.params(), model.grads()),
+  auto opt = parallel::DistributedOptimizer::create(ctx, parallel::OptimizerGroups::uniform(dp.get(), nullptr), optim_params(model.params(), model.grads()),
                                                     zc, alloc);
   ASSERT_TRUE(opt.ok()) << opt.status().to_string();
   int64_t total = 0;

@@ -109,7 +109,7 @@ TEST_P(Optimizer, FiveStepsEqualPlainAdamWBitwise) {
   const parallel::OptimizerConfig cfg = config(GetParam().zero1, GetParam().bucket_bytes);
   Plain plain(alloc, 7);
   Model mine(alloc, 7);
-  auto opt = parallel::DistributedOptimizer::create(ctx, dp.get(), nullptr, mine.params(), cfg, alloc);
+  auto opt = parallel::DistributedOptimizer::create(ctx, parallel::OptimizerGroups::uniform(dp.get(), nullptr), mine.params(), cfg, alloc);
   ASSERT_TRUE(opt.ok()) << opt.status().to_string();
   if (cfg.bucket_bytes == 4) {
     EXPECT_EQ(opt->num_buckets(), kShapes.size());
@@ -151,8 +151,8 @@ TEST(OptimizerClip, BothModesClipLikePlainAdamW) {
   const Context ctx = test_ctx(1);
   Plain plain(alloc, 3);
   Model rep(alloc, 3), zero(alloc, 3);
-  auto a = parallel::DistributedOptimizer::create(ctx, dp.get(), nullptr, rep.params(), config(false, 40, 0.05), alloc);
-  auto b = parallel::DistributedOptimizer::create(ctx, dp.get(), nullptr, zero.params(), config(true, 40, 0.05), alloc);
+  auto a = parallel::DistributedOptimizer::create(ctx, parallel::OptimizerGroups::uniform(dp.get(), nullptr), rep.params(), config(false, 40, 0.05), alloc);
+  auto b = parallel::DistributedOptimizer::create(ctx, parallel::OptimizerGroups::uniform(dp.get(), nullptr), zero.params(), config(true, 40, 0.05), alloc);
   ASSERT_TRUE(a.ok() && b.ok());
   for (int64_t t = 1; t <= 3; ++t) {
     rep.fill_grads(dp->rank(), t);
@@ -184,14 +184,14 @@ void continue_in_other_mode(bool first_zero1) {
   Allocator alloc;
   const Context ctx = test_ctx(1);
   Model a(alloc, 11), b(alloc, 99);
-  auto oa = parallel::DistributedOptimizer::create(ctx, dp.get(), nullptr, a.params(), config(first_zero1, 40), alloc);
+  auto oa = parallel::DistributedOptimizer::create(ctx, parallel::OptimizerGroups::uniform(dp.get(), nullptr), a.params(), config(first_zero1, 40), alloc);
   ASSERT_TRUE(oa.ok());
   for (int64_t t = 1; t <= 3; ++t) {
     a.fill_grads(dp->rank(), t);
     ASSERT_TRUE(oa->step(ctx, 1e-2).ok());
   }
   for (size_t i = 0; i < a.p.size(); ++i) ASSERT_TRUE(copy_(b.p[i], a.p[i]).ok());
-  auto ob = parallel::DistributedOptimizer::create(ctx, dp.get(), nullptr, b.params(), config(!first_zero1, 4), alloc);
+  auto ob = parallel::DistributedOptimizer::create(ctx, parallel::OptimizerGroups::uniform(dp.get(), nullptr), b.params(), config(!first_zero1, 4), alloc);
   ASSERT_TRUE(ob.ok());
   auto saved = oa->state(true);
   ASSERT_TRUE(saved.ok()) << saved.status().to_string();
@@ -222,7 +222,7 @@ TEST(OptimizerBadInput, NamedErrors) {
   Model m(alloc, 1);
   auto expect_error = [&](std::vector<parallel::OptimParam> p, parallel::OptimizerConfig c, comm::Communicator* g,
                           const std::string& needle) {
-    auto o = parallel::DistributedOptimizer::create(ctx, g, nullptr, std::move(p), c, alloc);
+    auto o = parallel::DistributedOptimizer::create(ctx, parallel::OptimizerGroups::uniform(g, nullptr), std::move(p), c, alloc);
     ASSERT_FALSE(o.ok()) << needle;
     EXPECT_NE(o.status().to_string().find(needle), std::string::npos) << o.status().to_string();
   };
@@ -238,7 +238,7 @@ TEST(OptimizerBadInput, NamedErrors) {
   // bf16 storage is fine with zero1 (fp32 master).
   p = m.params();
   p[0].value = bf;
-  auto ok = parallel::DistributedOptimizer::create(ctx, dp.get(), nullptr, p, config(true, 40), alloc);
+  auto ok = parallel::DistributedOptimizer::create(ctx, parallel::OptimizerGroups::uniform(dp.get(), nullptr), p, config(true, 40), alloc);
   ASSERT_TRUE(ok.ok()) << ok.status().to_string();
   EXPECT_FALSE(ok->grad_ready(4).ok());
   parallel::OptimizerState wrong;
@@ -258,25 +258,87 @@ TEST(OptimParamsFromRegistry, SkipsFrozenAndWeightsReplicas) {
   ASSERT_TRUE(reg.freeze_group("vision").ok());
   ASSERT_TRUE(reg.materialize(ctx, alloc, 1).ok());
   const std::vector<size_t> order = {2, 1, 0};
-  auto p = parallel::optim_params_from_registry(reg, order, 2);
+  auto tp = world_comm("tp");  // the norm group: n ranks, each holding half of w (rows [0, 2) of 4)
+  ASSERT_TRUE(tp);
+  const double n = tp->size();
+  const auto groups = parallel::OptimizerGroups::uniform(nullptr, tp.get());
+  auto p = parallel::optim_params_from_registry(reg, order, groups);
   ASSERT_TRUE(p.ok()) << p.status().to_string();
   ASSERT_EQ(p->size(), 2u);
   EXPECT_EQ(p.value()[0].name, "norm");
-  EXPECT_DOUBLE_EQ(p.value()[0].norm_weight, 0.5);
+  EXPECT_DOUBLE_EQ(p.value()[0].norm_weight, 1.0 / n);  // a copy on every rank of the norm group
   EXPECT_FALSE(p.value()[0].weight_decay);
   EXPECT_EQ(p.value()[1].name, "w");
-  EXPECT_DOUBLE_EQ(p.value()[1].norm_weight, 1.0);
+  EXPECT_DOUBLE_EQ(p.value()[1].norm_weight, 2.0 / n);  // half of it on each rank: n / 2 copies of each element
   EXPECT_TRUE(p.value()[1].weight_decay);
   EXPECT_EQ(p.value()[0].registry_index, 1u);
   EXPECT_EQ(p.value()[1].registry_index, 0u);
   EXPECT_EQ(parallel::optim_slots(p.value(), reg.size()), (std::vector<size_t>{1, 0, SIZE_MAX}));
   const std::vector<size_t> missing = {2, 1}, twice = {0, 1, 0}, out_of_range = {0, 1, 7};
-  auto e1 = parallel::optim_params_from_registry(reg, missing, 2);
+  auto e1 = parallel::optim_params_from_registry(reg, missing, groups);
   ASSERT_FALSE(e1.ok());
   EXPECT_NE(e1.status().to_string().find("'w'"), std::string::npos) << e1.status().to_string();
-  EXPECT_FALSE(parallel::optim_params_from_registry(reg, twice, 2).ok());
-  EXPECT_FALSE(parallel::optim_params_from_registry(reg, out_of_range, 2).ok());
+  EXPECT_FALSE(parallel::optim_params_from_registry(reg, twice, groups).ok());
+  EXPECT_FALSE(parallel::optim_params_from_registry(reg, out_of_range, groups).ok());
+  // w holds half of its elements, but no norm group says where the other half is: named.
+  auto e2 = parallel::optim_params_from_registry(reg, order, parallel::OptimizerGroups{});
+  ASSERT_FALSE(e2.ok());
+  EXPECT_NE(e2.status().to_string().find("'w' holds 6 of 12 elements, less than 1/1"), std::string::npos)
+      << e2.status().to_string();
 }
+
+// Two replica groups over different communicators: p0, p2 dense (replicas: all ranks), p1, p3 experts (replicas:
+// pairs of ranks {2k, 2k+1}, pieces over the ranks with the same position in their pair). Against plain AdamW on
+// each group's own mean gradient; the norm adds the dense Σg² and the experts' Σg² summed over the expert pieces.
+void two_replica_groups(bool zero1) {
+  auto world = world_comm("dp");
+  ASSERT_TRUE(world);
+  const int rank = world->rank();
+  auto edp_or = world->split(rank / 2, rank, test_options("edp"));
+  auto ep_or = world->split(rank % 2, rank, test_options("ep"));
+  ASSERT_TRUE(edp_or.ok() && ep_or.ok());
+  std::unique_ptr<comm::Communicator> edp = std::move(edp_or).value(), ep = std::move(ep_or).value();
+  parallel::OptimizerGroups groups = parallel::OptimizerGroups::uniform(world.get(), nullptr);
+  groups[nn::ReplicaGroup::kExpert] = {edp.get(), {ep.get()}};
+  Allocator alloc;
+  const Context ctx = test_ctx(1);
+  Model mine(alloc, 11), plain(alloc, 11);
+  std::vector<parallel::OptimParam> params = mine.params();
+  const auto is_expert = [](size_t i) { return i % 2 == 1; };
+  for (size_t i = 0; i < params.size(); ++i)
+    if (is_expert(i)) params[i].replica = nn::ReplicaGroup::kExpert;
+  const parallel::OptimizerConfig cfg = config(zero1, 40);
+  auto opt = parallel::DistributedOptimizer::create(ctx, groups, params, cfg, alloc);
+  ASSERT_TRUE(opt.ok()) << opt.status().to_string();
+  std::vector<Tensor> m, v;
+  for (const Shape& s : kShapes) {
+    m.push_back(Tensor::zeros(alloc, s, DType::kF32).value());
+    v.push_back(Tensor::zeros(alloc, s, DType::kF32).value());
+  }
+  for (int64_t t = 1; t <= 3; ++t) {
+    mine.fill_grads(rank, t);
+    plain.fill_grads(rank, t);
+    double dense_sq = 0, expert_sq = 0;
+    for (size_t i = 0; i < kShapes.size(); ++i) {  // plain: each group's mean over its own replicas
+      comm::Communicator& c = is_expert(i) ? *edp : *world;
+      ASSERT_TRUE(c.all_reduce(plain.g[i], comm::ReduceOp::kSum).ok());
+      ASSERT_TRUE(scale_(ctx, plain.g[i], 1.0f / float(c.size())).ok());
+      for (int64_t k = 0; k < plain.g[i].numel(); ++k)
+        (is_expert(i) ? expert_sq : dense_sq) += double(plain.g[i].ptr<float>()[k]) * plain.g[i].ptr<float>()[k];
+      AdamWConfig ac = cfg.adamw;
+      if (kShapes[i].ndim < 2) ac.weight_decay = 0.f;
+      ASSERT_TRUE(adamw_step(ctx, plain.p[i], {}, plain.g[i], m[i], v[i], ac, t).ok());
+    }
+    ASSERT_TRUE(ep->all_reduce(TensorView(&expert_sq, DType::kF64, {1}), comm::ReduceOp::kSum).ok());
+    for (size_t i = kShapes.size(); i-- > 0;) ASSERT_TRUE(opt->grad_ready(i).ok());
+    auto r = opt->step(ctx, 1e-2);
+    ASSERT_TRUE(r.ok()) << r.status().to_string();
+    EXPECT_NEAR(r->grad_norm, std::sqrt(dense_sq + expert_sq), 1e-12 * std::sqrt(dense_sq + expert_sq)) << "step " << t;
+  }
+  EXPECT_TRUE(same_params(zero1 ? "two groups, zero1" : "two groups, replicated", mine, plain));
+}
+TEST(ReplicaGroups, ExpertsReduceOverTheirOwnReplicasReplicated) { two_replica_groups(false); }
+TEST(ReplicaGroups, ExpertsReduceOverTheirOwnReplicasZero1) { two_replica_groups(true); }
 
 }  // namespace
 }  // namespace vlpar::test

@@ -50,9 +50,10 @@ TEST_P(RegistryOptimizer, MatchesPlainAdamWWithDecayOnMatricesAndClipping) {
   oc.zero1 = GetParam();
   oc.bucket_bytes = 4096;  // several buckets, parameters split across bucket edges
   vlpar::comm::SingleCommunicator dp;
-  auto params = vlpar::parallel::optim_params_from_registry(reg, m.backward_order(), 1);
+  auto params = vlpar::parallel::optim_params_from_registry(reg, m.backward_order(), vlpar::parallel::OptimizerGroups{});
   ASSERT_TRUE(params.ok()) << params.status().to_string();
-  auto o = vlpar::parallel::DistributedOptimizer::create(l.ctx, &dp, nullptr, std::move(params).value(), oc, l.alloc);
+  auto o = vlpar::parallel::DistributedOptimizer::create(l.ctx, vlpar::parallel::OptimizerGroups::uniform(&dp, nullptr),
+                                                        std::move(params).value(), oc, l.alloc);
   ASSERT_TRUE(o.ok()) << o.status().to_string();
   Result<vlpar::parallel::StepReport> r = o.value().step(l.ctx, lr);
   ASSERT_TRUE(r.ok()) << r.status().to_string();

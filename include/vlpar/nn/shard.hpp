@@ -8,6 +8,7 @@
 //   ParamShard             : full logical shape, shard dim and the pieces (local range ↔ full range) this rank
 //                            holds; the fused gate/up weight has two pieces (its gate rows and its up rows)
 // Test: tests/unit/test_nn_shard.cpp.
+#include <cstddef>
 #include <cstdint>
 #include <string>
 #include <vector>
@@ -56,6 +57,19 @@ struct ShardPiece {
   friend bool operator==(const ShardPiece&, const ShardPiece&) = default;
 };
 
+/// Which data-parallel replicas hold copies of a parameter: its gradient is reduced (and ZeRO-1 shards its state)
+/// over that group of ranks, and its Σg² is summed over the ranks holding its other pieces (DESIGN §5).
+///   kDense  : attention / dense MLP / embeddings / norms — replicas over dp (×cp), pieces over tp
+///   kExpert : MoE expert weights — replicas over expert-dp, pieces over etp × ep
+///   kVision : the vision tower and mergers — replicas over vision-dp, pieces over vision tp
+/// The communicators of each are parallel::OptimizerGroups (parallel/optimizer_groups.hpp).
+enum class ReplicaGroup : uint8_t { kDense = 0, kExpert = 1, kVision = 2 };
+inline constexpr size_t kNumReplicaGroups = 3;
+/// "dense", "expert", "vision"
+inline const char* replica_group_name(ReplicaGroup g) {
+  return g == ReplicaGroup::kExpert ? "expert" : g == ReplicaGroup::kVision ? "vision" : "dense";
+}
+
 /// How one parameter is laid out on this rank.
 struct ParamShard {
   std::string name;              // HF-style dotted name ("model.layers.0.self_attn.q_proj.weight")
@@ -67,6 +81,7 @@ struct ParamShard {
   /// True when every rank's gradient of this parameter is only a partial sum that backward all-reduces over
   /// the tp group (RMSNorm weights under sequence parallelism, kv projections replicated over tp > H_kv).
   bool grad_summed_over_tp = false;
+  ReplicaGroup replica = ReplicaGroup::kDense;  // the ranks holding copies (gradient reduction, ZeRO-1)
 
   /// @brief The shape this rank stores.
   Shape local_shape() const;

@@ -8,11 +8,15 @@
 //   m, v per parameter (3 × P fp32)        fp32 master, m, v of this rank's slices only (3 × P / dp)
 //   AdamW in place on the f32 values      AdamW on the slices, then the slices are all-gathered into the
 //                                          bucket buffers and unpacked into the values (any float dtype)
-// The gradient norm: Σ norm_weight · Σg² per parameter (or per slice), summed over dp (ZeRO) and over the norm
-// group (tp), so every element of the model counts once. A non-finite norm skips the update (the caller counts
-// consecutive skips); max_grad_norm > 0 clips to it.
+// Parameters are grouped by their replica group (OptimParam::replica: dense, expert, vision; optimizer_groups.hpp):
+// each group has its own buckets over its own replicas communicator (and its own ZeRO-1 shards), so expert weights
+// reduce over expert-dp and the vision tower over vision-dp while dense weights reduce over dp.
+// The gradient norm: per group, Σ norm_weight · Σg² per parameter (or per slice), summed over the group's replicas
+// (ZeRO) and over its norm groups (tp; etp and ep for experts); the groups' sums are added, so every element of the
+// model counts once. A non-finite norm skips the update (the caller counts consecutive skips); max_grad_norm > 0
+// clips to it.
 //
-// Use: params in the order the backward finishes them (optim_params_from_registry(reg, model order, tp));
+// Use: params in the order the backward finishes them (optim_params_from_registry(reg, model order, groups));
 // call grad_ready(i) from the backward of the step's last micro-batch (earlier micro-batches only accumulate),
 // then step(ctx, lr). Without grad_ready calls every bucket is reduced inside step() (no overlap, same result).
 //
@@ -22,7 +26,8 @@
 // staging tensors; for a load, state(false) gives staging to fill and load_state() takes this rank's slices and
 // re-reads the fp32 master from the (just loaded) values.
 // Tests: tests/mpi/test_distributed_optimizer.cpp (np 2, 4: both modes vs plain per-tensor AdamW, clipping,
-// odd sizes, frozen parameters, state round trip across modes), tests/mpi/test_data_parallel.cpp.
+// odd sizes, frozen parameters, state round trip across modes, two replica groups over different communicators),
+// tests/mpi/test_data_parallel.cpp.
 #include <cstdint>
 #include <optional>
 #include <span>
@@ -34,6 +39,7 @@
 #include "vlpar/kernels/optimizer.hpp"
 #include "vlpar/parallel/grad_buckets.hpp"
 #include "vlpar/parallel/optim_params.hpp"
+#include "vlpar/parallel/optimizer_groups.hpp"
 
 namespace vlpar::parallel {
 
@@ -60,10 +66,9 @@ struct OptimizerState {
 
 class DistributedOptimizer {
  public:
-  /// @param dp         the data-parallel group (null: no data parallelism)
-  /// @param norm_group the group a parameter is sharded over (tp), whose Σg² the norm sums (null: none)
-  /// @param params     in backward-completion order; their views must outlive the optimizer
-  static Result<DistributedOptimizer> create(const Context& ctx, comm::Communicator* dp, comm::Communicator* norm_group,
+  /// @param groups per replica group: the replicas communicator (gradient reduction, ZeRO-1) and the norm groups
+  /// @param params in backward-completion order; their views must outlive the optimizer
+  static Result<DistributedOptimizer> create(const Context& ctx, const OptimizerGroups& groups,
                                              std::vector<OptimParam> params, OptimizerConfig cfg, Allocator& alloc);
 
   /// @brief Parameter i's gradient is final for this step (starts its bucket's reduction when complete).
@@ -83,7 +88,8 @@ class DistributedOptimizer {
   size_t num_params() const { return params_.size(); }
   int64_t steps_taken() const { return step_; }
   void set_steps_taken(int64_t s) { step_ = s; }
-  size_t num_buckets() const { return buckets_ ? buckets_->num_buckets() : 0; }
+  /// Buckets over all replica groups.
+  size_t num_buckets() const;
   /// fp32 elements of optimizer state (master + m + v) this rank holds.
   int64_t state_elements() const;
 
@@ -99,24 +105,31 @@ class DistributedOptimizer {
     Tensor master, m, v;  // [shard] f32
     std::vector<Segment> segments;
   };
+  /// The parameters of one replica group, with their buckets and (ZeRO) shards.
+  struct Group {
+    nn::ReplicaGroup kind = nn::ReplicaGroup::kDense;
+    ReplicaComms comms;
+    std::vector<size_t> members;         // indices into params_, in backward-completion order
+    std::optional<GradBuckets> buckets;  // absent without a replicas communicator to reduce over
+    std::vector<ShardState> shards;      // ZeRO mode: per bucket
+  };
 
-  Status build_shards(Allocator& alloc);
-  Result<double> local_sum_of_squares(const Context& ctx) const;
+  Status build_shards(Group& g, Allocator& alloc);
+  Result<double> group_sum_of_squares(const Context& ctx, const Group& g) const;
   Status apply_replicated(const Context& ctx, const AdamWConfig& c, float clip);
-  Status apply_sharded(const Context& ctx, const AdamWConfig& c, float clip);
-  Status gather_into_params();
+  Status apply_sharded(const Context& ctx, Group& g, const AdamWConfig& c, float clip);
+  Status gather_into_params(Group& g);
   Status read_master_from_params();
+  Status finish_reductions();
   AdamWConfig adamw_for(size_t param, const AdamWConfig& base) const;
 
-  comm::Communicator* dp_ = nullptr;
-  comm::Communicator* norm_group_ = nullptr;
   std::vector<OptimParam> params_;
   OptimizerConfig cfg_;
   Allocator* alloc_ = nullptr;
-  std::optional<GradBuckets> buckets_;  // absent without dp
-  std::vector<Tensor> m_, v_;           // replicated mode: per parameter
-  std::vector<ShardState> shards_;      // ZeRO mode: per bucket
-  std::vector<int64_t> bucket_offset_;  // ZeRO: element offset of each parameter in its bucket's flat buffer
+  std::vector<Group> groups_;                    // the replica groups that have parameters, in enum order
+  std::vector<std::pair<size_t, size_t>> slot_;  // parameter → (its group in groups_, its index in members)
+  std::vector<Tensor> m_, v_;                    // replicated mode: per parameter
+  std::vector<int64_t> bucket_offset_;           // ZeRO: element offset of each parameter in its bucket's buffer
   int64_t step_ = 0;
 };
 

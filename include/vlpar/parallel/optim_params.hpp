@@ -3,9 +3,11 @@
 // (DESIGN §2: gradient reduction and the optimizer keep no list of their own).
 //
 //   weight_decay  AdamW's decoupled decay applies to matrices only (ndim ≥ 2), never to norms or biases;
-//   norm_weight   1 / (ranks of the norm group that hold a copy of each element): the global gradient norm sums
-//                 Σg² over the tp group, and an element held by r tp ranks (replicated norms, vision tower,
-//                 replicated kv heads) must count once. From the shard: full / (tp · local) elements.
+//   norm_weight   1 / (ranks of the norm groups that hold a copy of each element): the global gradient norm sums
+//                 Σg² over the norm groups of the parameter's replica group (tp for dense parameters), and an
+//                 element held by r of those ranks (replicated norms, replicated kv heads) must count once. From
+//                 the shard: full / (norm ranks · local) elements.
+//   replica       the parameter's replica group (ParamShard::replica): which communicators reduce its gradient.
 // Test: tests/mpi/test_distributed_optimizer.cpp (through the optimizer), tests/unit/test_optim_params.cpp.
 #include <cstdint>
 #include <span>
@@ -15,6 +17,7 @@
 #include "vlpar/core/status.hpp"
 #include "vlpar/core/tensor.hpp"
 #include "vlpar/nn/param_registry.hpp"
+#include "vlpar/parallel/optimizer_groups.hpp"
 
 namespace vlpar::parallel {
 
@@ -25,14 +28,15 @@ struct OptimParam {
   bool weight_decay = true;
   double norm_weight = 1.0;  // 1 / (norm-group ranks holding a copy of each element)
   size_t registry_index = SIZE_MAX;  // its index in the registry it came from (SIZE_MAX: not from a registry)
+  nn::ReplicaGroup replica = nn::ReplicaGroup::kDense;
 };
 
 /// @brief The trainable parameters of `reg` in `order` (registry indices, e.g. the order the model's backward
 /// finishes them: that is the bucket order). Frozen indices in `order` are skipped; a trainable parameter missing
-/// from `order`, or an index repeated or out of range, is an error naming it. `tp` = size of the group the
-/// parameters are sharded over (1 without TP).
+/// from `order`, or an index repeated or out of range, is an error naming it. `groups` gives, per replica group,
+/// the norm groups the parameters are sharded over (their sizes set norm_weight).
 Result<std::vector<OptimParam>> optim_params_from_registry(const nn::ParamRegistry& reg, std::span<const size_t> order,
-                                                           int tp);
+                                                           const OptimizerGroups& groups);
 
 /// @brief Registry index → position in `params` (what DistributedOptimizer::grad_ready takes), SIZE_MAX for a
 /// parameter the optimizer does not hold (a frozen one). `registry_size` = the registry's size().

@@ -1,0 +1,59 @@
+#pragma once
+// The communicators the data-parallel optimizer reduces over, per replica group of parameters (nn::ReplicaGroup,
+// read from each parameter's ParamShard in the registry):
+//   replicas : the ranks holding copies of the group's parameters — gradients are summed over it (÷ its size when
+//              averaging), and ZeRO-1 shards the group's optimizer state over it;
+//   norm     : the groups of ranks holding the other pieces — the group's Σg² is summed over each in turn, so the
+//              global norm counts every element of the model once (with OptimParam::norm_weight for copies
+//              inside them, e.g. replicated norms under TP).
+// From a mesh (from()): dense = dp_cp / {tp}, expert = edp / {etp, ep}, vision = vision_dp / {vision_tp}; with
+// the default layout (ep 1, etp = tp, vision tp = tp) all three reduce over the same ranks as the dense group.
+// A group's collectives run on a rank only when it holds parameters of that group, so every rank of the group's
+// communicators must hold some (true of a model: every rank builds the same layers).
+// Tests: tests/mpi/test_distributed_optimizer.cpp (ReplicaGroups.*: two groups over different communicators).
+#include <array>
+#include <vector>
+
+#include "vlpar/comm/communicator.hpp"
+#include "vlpar/nn/shard.hpp"
+#include "vlpar/parallel/process_groups.hpp"
+
+namespace vlpar::parallel {
+
+struct ReplicaComms {
+  comm::Communicator* replicas = nullptr;  // null: one replica (nothing to reduce; ZeRO-1 is then an error)
+  std::vector<comm::Communicator*> norm;   // summed over in order; null entries and size-1 groups are skipped
+
+  /// @brief Ranks over which the group's pieces are spread: the product of the norm groups' sizes (1 without).
+  int norm_ranks() const {
+    int n = 1;
+    for (const comm::Communicator* c : norm)
+      if (c != nullptr) n *= c->size();
+    return n;
+  }
+};
+
+struct OptimizerGroups {
+  std::array<ReplicaComms, nn::kNumReplicaGroups> by_group{};
+
+  ReplicaComms& operator[](nn::ReplicaGroup g) { return by_group[size_t(g)]; }
+  const ReplicaComms& operator[](nn::ReplicaGroup g) const { return by_group[size_t(g)]; }
+
+  /// @brief dense = dp_cp / {tp}, expert = edp / {etp, ep}, vision = vision_dp / {vision_tp}.
+  static OptimizerGroups from(const ProcessGroups& pg) {
+    OptimizerGroups g;
+    g[nn::ReplicaGroup::kDense] = {&pg.dp_cp(), {&pg.tp()}};
+    g[nn::ReplicaGroup::kExpert] = {&pg.edp(), {&pg.etp(), &pg.ep()}};
+    g[nn::ReplicaGroup::kVision] = {&pg.vision_dp(), {&pg.vision_tp()}};
+    return g;
+  }
+  /// @brief Every group over the same replicas and norm group (null: none): a layout without expert or vision
+  /// axes of its own, or a single process (both null).
+  static OptimizerGroups uniform(comm::Communicator* replicas, comm::Communicator* norm) {
+    OptimizerGroups g;
+    for (ReplicaComms& r : g.by_group) r = {replicas, {norm}};
+    return g;
+  }
+};
+
+}  // namespace vlpar::parallel
