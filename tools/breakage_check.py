@@ -123,6 +123,8 @@ cases = [
  ("optimizer: expert Σg² not summed over the expert pieces", "src/parallel/distributed_optimizer.cpp", "if (c != nullptr && c->size() > 1) VLPAR_RETURN_IF_ERROR(c->all_reduce(sq, comm::ReduceOp::kSum));", "if (c != nullptr && c->size() > 1 && grp.kind == nn::ReplicaGroup::kDense) VLPAR_RETURN_IF_ERROR(c->all_reduce(sq, comm::ReduceOp::kSum));", "test_distributed_optimizer:np4"),
  ("optimizer: every group's buckets over the dense replicas", "src/parallel/distributed_optimizer.cpp", "GradBuckets::create(*rep, std::move(grads), bc, alloc)", "GradBuckets::create(*groups.by_group[0].replicas, std::move(grads), bc, alloc)", "test_distributed_optimizer:np4"),
  ("optim params: norm weight ignores the group's norm ranks", "src/parallel/optim_params.cpp", "const int pieces = groups[s.replica].norm_ranks();", "const int pieces = groups[s.replica].norm_ranks() > 0 ? 1 : 0;", "test_distributed_optimizer:np2"),
+ ("placements: a shard lands on the replica axis", "include/vlpar/parallel/placement.hpp", "if (s.shard_dim >= 0) p.on(piece_axes(s.replica).front(), Shard{s.shard_dim});", "if (s.shard_dim >= 0) p.on(replica_axis(s.replica), Shard{s.shard_dim});", "test_nn_shard"),
+ ("placements: experts reduce over dp", "include/vlpar/parallel/placement.hpp", "return g == nn::ReplicaGroup::kExpert ? Axis::kEdp :", "return g == nn::ReplicaGroup::kExpert ? Axis::kDpCp :", "test_nn_shard"),
 ]
 only = sys.argv[1:] 
 # The ctest environment of tests/CMakeLists.txt (VLPAR_MPI_TEST_ENV): root in containers, more ranks than cores.

@@ -11,6 +11,7 @@
 #include "vlpar/nn/config.hpp"
 #include "vlpar/nn/decoder.hpp"
 #include "vlpar/nn/shard.hpp"
+#include "vlpar/parallel/placement.hpp"
 
 namespace vlpar::nn {
 namespace {
@@ -139,6 +140,39 @@ TEST(NnShard, LayoutMarksPartialGradients) {
     EXPECT_EQ(p.grad_summed_over_tp, norm || kv) << p.name;  // SP norms, kv heads replicated at tp 4 > 2
   }
   for (const ParamShard& p : DecoderModel::param_layout(cfg, 2, 1, false)) EXPECT_FALSE(p.grad_summed_over_tp) << p.name;
+}
+
+// The registry's shards in the placement vocabulary: every single-piece shard of a tp 2 layout is the block that
+// local_block() computes from param_placements(); replicated ones are Replicate everywhere; a gradient adds Partial
+// on its group's replica axis; expert and vision parameters live on their own axes.
+TEST(NnShard, ParamPlacementsGiveTheShardsBlock) {
+  using parallel::Axis;
+  const TransformerConfig cfg = test::tiny_decoder_config();
+  for (int rank = 0; rank < 2; ++rank) {
+    const auto size_of = [](Axis a) { return a == Axis::kTp ? 2 : 1; };
+    const auto index_of = [rank](Axis a) { return a == Axis::kTp ? rank : 0; };
+    for (const ParamShard& p : DecoderModel::param_layout(cfg, 2, rank, false)) {
+      const parallel::Placements pl = parallel::param_placements(p);
+      if (p.shard_dim < 0) {
+        EXPECT_EQ(pl, parallel::Placements{}) << p.name;
+        continue;
+      }
+      EXPECT_EQ(pl.at(Axis::kTp), parallel::Placement(parallel::Shard{p.shard_dim})) << p.name;
+      if (p.pieces.size() != 1) continue;  // the fused gate/up weight: two pieces, described by ParamShard alone
+      auto block = parallel::local_block(p.full_shape, pl, size_of, index_of);
+      ASSERT_TRUE(block.ok()) << p.name << ": " << block.status().to_string();
+      EXPECT_EQ(block->shape(), p.local_shape()) << p.name;
+      EXPECT_EQ(block->dims[size_t(p.shard_dim)].begin, p.pieces[0].full_begin) << p.name;
+    }
+  }
+  ParamShard vision = make_replicated_param("model.visual.blocks.0.norm1.weight", Shape{8}, 0, InitRule::ones());
+  vision.replica = ReplicaGroup::kVision;
+  EXPECT_EQ(parallel::param_placements(vision, true).to_string(), "vision_dp: partial");
+  ParamShard expert = make_split_param("experts.down_proj", Shape{4, 6}, 0, Range{0, 2}, 1, InitRule::ones());
+  expert.replica = ReplicaGroup::kExpert;
+  EXPECT_EQ(parallel::param_placements(expert, true).to_string(), "etp: shard(0), edp: partial");
+  EXPECT_EQ(parallel::param_placements(make_replicated_param("norm", Shape{8}, 2, InitRule::ones()), true).to_string(),
+            "dp_cp: partial");
 }
 
 // q_norm/k_norm sit between v_proj and o_proj, replicated [D], their gradient a partial sum at any tp > 1 (each rank

@@ -16,6 +16,7 @@
 
 #include "vlpar/comm/communicator.hpp"
 #include "vlpar/nn/shard.hpp"
+#include "vlpar/parallel/placement.hpp"
 #include "vlpar/parallel/process_groups.hpp"
 
 namespace vlpar::parallel {
@@ -39,12 +40,15 @@ struct OptimizerGroups {
   ReplicaComms& operator[](nn::ReplicaGroup g) { return by_group[size_t(g)]; }
   const ReplicaComms& operator[](nn::ReplicaGroup g) const { return by_group[size_t(g)]; }
 
-  /// @brief dense = dp_cp / {tp}, expert = edp / {etp, ep}, vision = vision_dp / {vision_tp}.
+  /// @brief Each group over its replica_axis() with its piece_axes() as norm groups (placement.hpp): dense =
+  /// dp_cp / {tp}, expert = edp / {etp, ep}, vision = vision_dp / {vision_tp}.
   static OptimizerGroups from(const ProcessGroups& pg) {
     OptimizerGroups g;
-    g[nn::ReplicaGroup::kDense] = {&pg.dp_cp(), {&pg.tp()}};
-    g[nn::ReplicaGroup::kExpert] = {&pg.edp(), {&pg.etp(), &pg.ep()}};
-    g[nn::ReplicaGroup::kVision] = {&pg.vision_dp(), {&pg.vision_tp()}};
+    for (size_t k = 0; k < nn::kNumReplicaGroups; ++k) {
+      const auto group = nn::ReplicaGroup(k);
+      g[group].replicas = &pg.get(replica_axis(group));
+      for (Axis a : piece_axes(group)) g[group].norm.push_back(&pg.get(a));
+    }
     return g;
   }
   /// @brief Every group over the same replicas and norm group (null: none): a layout without expert or vision

@@ -87,6 +87,31 @@ class Placements {
   std::array<Placement, kAllAxes.size()> p_{};
 };
 
+/// @brief The mesh axis holding the copies of a replica group's parameters (their gradients are reduced over it;
+/// ZeRO-1 shards their state over it): dense → dp_cp, expert → edp, vision → vision_dp.
+inline Axis replica_axis(nn::ReplicaGroup g) {
+  return g == nn::ReplicaGroup::kExpert ? Axis::kEdp : g == nn::ReplicaGroup::kVision ? Axis::kVisionDp : Axis::kDpCp;
+}
+
+/// @brief The mesh axes over which a replica group's parameters are cut into pieces (the ranks whose Σg² the norm
+/// adds): dense → tp; expert → etp, ep; vision → vision_tp.
+inline std::vector<Axis> piece_axes(nn::ReplicaGroup g) {
+  if (g == nn::ReplicaGroup::kExpert) return {Axis::kEtp, Axis::kEp};
+  return {g == nn::ReplicaGroup::kVision ? Axis::kVisionTp : Axis::kTp};
+}
+
+/// @brief A registry parameter's placements: Shard{shard_dim} (Replicate when shard_dim < 0) on its group's
+/// tensor-parallel axis (tp, etp or vision_tp), Replicate elsewhere. With `gradient`, its gradient as one rank's
+/// backward leaves it: additionally Partial on the replica axis (the sum the data-parallel reduction completes).
+/// A shard of several pieces (the fused gate/up weight: its gate rows and its up rows) is Shard{0} of each half;
+/// local_block() describes single-piece shards exactly, ParamShard::pieces every shard.
+inline Placements param_placements(const nn::ParamShard& s, bool gradient = false) {
+  Placements p;
+  if (s.shard_dim >= 0) p.on(piece_axes(s.replica).front(), Shard{s.shard_dim});
+  if (gradient) p.on(replica_axis(s.replica), Partial{});
+  return p;
+}
+
 /// A rectangular block of a tensor: [begin, end) per dim.
 struct Block {
   std::vector<nn::Range> dims;
