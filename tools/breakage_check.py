@@ -125,6 +125,8 @@ cases = [
  ("optim params: norm weight ignores the group's norm ranks", "src/parallel/optim_params.cpp", "const int pieces = groups[s.replica].norm_ranks();", "const int pieces = groups[s.replica].norm_ranks() > 0 ? 1 : 0;", "test_distributed_optimizer:np2"),
  ("placements: a shard lands on the replica axis", "include/vlpar/parallel/placement.hpp", "if (s.shard_dim >= 0) p.on(piece_axes(s.replica).front(), Shard{s.shard_dim});", "if (s.shard_dim >= 0) p.on(replica_axis(s.replica), Shard{s.shard_dim});", "test_nn_shard"),
  ("placements: experts reduce over dp", "include/vlpar/parallel/placement.hpp", "return g == nn::ReplicaGroup::kExpert ? Axis::kEdp :", "return g == nn::ReplicaGroup::kExpert ? Axis::kDpCp :", "test_nn_shard"),
+ ("grids: t·h·w multiplied without an overflow check", "src/core/batch.cpp", "const std::optional<int64_t> thw = hw ? checked_mul(g.t, *hw) : std::nullopt;", "const std::optional<int64_t> thw = hw ? std::optional<int64_t>(int64_t(uint64_t(g.t) * uint64_t(*hw))) : std::nullopt;", "test_batch test_mrope_positions test_pos_embed"),
+ ("grids: the sum of patches is not bounded", "src/core/batch.cpp", "VLPAR_CHECK(sum && *sum <= kMaxGridPatches,", "VLPAR_CHECK(sum.has_value(),", "test_pos_embed"),
 ]
 only = sys.argv[1:] 
 # The ctest environment of tests/CMakeLists.txt (VLPAR_MPI_TEST_ENV): root in containers, more ranks than cores.

@@ -1,19 +1,40 @@
 // The packed batch's checks. See include/vlpar/core/batch.hpp.
 #include "vlpar/core/batch.hpp"
 
+#include <fmt/format.h>
+
+#include "vlpar/core/checked.hpp"
+
 namespace vlpar {
+
+Status check_vision_grid(const VisionGrid& g, std::string_view what) {
+  VLPAR_CHECK(g.t >= 1 && g.h >= 1 && g.w >= 1, "{} is ({}, {}, {}): every side must be >= 1", what, g.t, g.h, g.w);
+  const std::optional<int64_t> hw = checked_mul(g.h, g.w);
+  const std::optional<int64_t> thw = hw ? checked_mul(g.t, *hw) : std::nullopt;
+  VLPAR_CHECK(thw && *thw <= kMaxGridPatches, "{} is ({}, {}, {}): t·h·w is out of range (more than {} patches)",
+              what, g.t, g.h, g.w, kMaxGridPatches);
+  return Status::Ok();
+}
+
+Result<int64_t> total_grid_patches(std::span<const VisionGrid> grids, std::string_view what) {
+  int64_t total = 0;
+  for (size_t i = 0; i < grids.size(); ++i) {
+    VLPAR_RETURN_IF_ERROR(check_vision_grid(grids[i], fmt::format("{}[{}]", what, i)));
+    const std::optional<int64_t> sum = checked_add(total, grids[i].patches());
+    VLPAR_CHECK(sum && *sum <= kMaxGridPatches, "{}: the {} grids give more than {} patches in all", what,
+                grids.size(), kMaxGridPatches);
+    total = *sum;
+  }
+  return total;
+}
+
 namespace {
 
 bool is_index(const TensorView& t) { return t.dtype == DType::kI32 || t.dtype == DType::kI64; }
 
-Status check_pixels(const char* name, const TensorView& pixels, const std::vector<VisionGrid>& grids) {
-  int64_t patches = 0;
-  for (size_t i = 0; i < grids.size(); ++i) {
-    const VisionGrid& g = grids[i];
-    VLPAR_CHECK(g.t >= 1 && g.h >= 1 && g.w >= 1, "batch: {} grid {} is ({}, {}, {}), every side must be >= 1", name,
-                i, g.t, g.h, g.w);
-    patches += g.patches();
-  }
+Status check_pixels(const char* name, const TensorView& pixels, const char* grids_name,
+                    const std::vector<VisionGrid>& grids) {
+  VLPAR_ASSIGN_OR_RETURN(const int64_t patches, total_grid_patches(grids, fmt::format("batch: {}", grids_name)));
   if (grids.empty() && pixels.empty()) return Status::Ok();
   VLPAR_CHECK(pixels.dtype == DType::kF32 && pixels.ndim() == 2 && pixels.is_contiguous(),
               "batch: {} must be a contiguous f32 [patches, patch_dim] tensor, got {}", name, pixels.to_string());
@@ -50,8 +71,8 @@ Status Batch::validate() const {
   VLPAR_CHECK(positions.dtype == DType::kI64 && positions.is_contiguous() &&
                   (mrope || (positions.ndim() == 1 && positions.numel() == N)),
               "batch: positions must be contiguous i64 [3, {}] (MRoPE) or [{}], got {}", N, N, positions.to_string());
-  VLPAR_RETURN_IF_ERROR(check_pixels("pixel_values", pixel_values, image_grids));
-  return check_pixels("pixel_values_videos", pixel_values_videos, video_grids);
+  VLPAR_RETURN_IF_ERROR(check_pixels("pixel_values", pixel_values, "image_grids", image_grids));
+  return check_pixels("pixel_values_videos", pixel_values_videos, "video_grids", video_grids);
 }
 
 }  // namespace vlpar

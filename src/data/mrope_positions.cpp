@@ -1,6 +1,8 @@
 // MRoPE position ids of a packed batch (HF get_rope_index per sample). See include/vlpar/data/mrope_positions.hpp.
 #include "vlpar/data/mrope_positions.hpp"
 
+#include <fmt/format.h>
+
 #include <algorithm>
 
 namespace vlpar::data {
@@ -22,8 +24,7 @@ struct Kind {
 Status check_grids(const Kind& k, int64_t m) {
   for (size_t r = 0; r < k.grids.size(); ++r) {
     const VisionGrid& g = k.grids[r];
-    VLPAR_CHECK(g.t >= 1 && g.h >= 1 && g.w >= 1, "mrope_positions: {}_grids[{}] = ({}, {}, {}) has a size below 1",
-                k.name, r, g.t, g.h, g.w);
+    VLPAR_RETURN_IF_ERROR(check_vision_grid(g, fmt::format("mrope_positions: {}_grids[{}]", k.name, r)));
     VLPAR_CHECK(g.h % m == 0 && g.w % m == 0,
                 "mrope_positions: {}_grids[{}] = ({}, {}, {}): h and w must be multiples of spatial_merge_size {}",
                 k.name, r, g.t, g.h, g.w, m);

@@ -6,9 +6,12 @@
 //     its own grids and pixel rows (counted through images_per_sample), and names its errors.
 #include <gtest/gtest.h>
 
+#include <limits>
+
 #include <string>
 
 #include "vlpar/core/batch.hpp"
+#include "vlpar/core/checked.hpp"
 #include "vlpar/data/packing.hpp"
 
 namespace vlpar::test {
@@ -96,6 +99,22 @@ TEST(Batch, ValidateNamesTheBadField) {
     c.input_ids = TensorView(p.pixel_values.data(), DType::kF32, Shape{12});
     expect_invalid(c, "input_ids");
   }
+  {  // a crafted grid whose t·h·w wraps to the true 8 patches: (2^61 + 1)·2·4 = 2^64 + 8
+    Batch c = b;
+    c.image_grids.back() = {(int64_t{1} << 61) + 1, 2, 4};
+    expect_invalid(c, "image_grids[2] is (2305843009213693953, 2, 4): t·h·w is out of range");
+  }
+}
+
+TEST(CheckedArithmetic, OverflowIsNulloptAndExactValuesPass) {
+  const int64_t big = std::numeric_limits<int64_t>::max();
+  EXPECT_EQ(checked_add(big - 1, 1), big);
+  EXPECT_FALSE(checked_add(big, 1).has_value());
+  EXPECT_FALSE(checked_add(-big - 1, -1).has_value());
+  EXPECT_EQ(checked_mul(int64_t{1} << 31, int64_t{1} << 31), int64_t{1} << 62);
+  EXPECT_FALSE(checked_mul(int64_t{1} << 32, int64_t{1} << 32).has_value());
+  EXPECT_FALSE(checked_mul((int64_t{1} << 61) + 1, 8).has_value());  // wraps to 8 without the check
+  EXPECT_EQ(checked_mul(-3, 7), -21);
 }
 
 TEST(Batch, SampleOfPackTakesTheSampleItsPositionsAndItsImages) {

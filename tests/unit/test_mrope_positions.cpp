@@ -213,7 +213,12 @@ TEST(MropePositions, ErrorsNameTheDefect) {
        "1 image grid rows left over: the pack has 1 image spans but 2 were given"},
       {"frames left over", {S, V, E}, {0, 3}, {}, {{3, 2, 2}},
        "2 video grid frames left over: the pack has 1 video spans but 3 were given"},
-      {"grid zero", {S, I, E}, {0, 3}, {{0, 2, 2}}, {}, "image_grids[0] = (0, 2, 2) has a size below 1"},
+      {"grid zero", {S, I, E}, {0, 3}, {{0, 2, 2}}, {}, "image_grids[0] is (0, 2, 2): every side must be >= 1"},
+      // t·h·w = 2^64 wraps to 0 in int64 arithmetic: rejected, never used as a size.
+      {"grid wraps", {S, I, E}, {0, 3}, {{int64_t{1} << 32, 1 << 16, 1 << 16}}, {},
+       "image_grids[0] is (4294967296, 65536, 65536): t·h·w is out of range"},
+      {"grid too large", {S, V, E}, {0, 3}, {}, {{1, 1 << 16, 1 << 16}},
+       "video_grids[0] is (1, 65536, 65536): t·h·w is out of range (more than 2147483647 patches)"},
       {"grid odd", {S, V, E}, {0, 3}, {}, {{1, 3, 2}},
        "video_grids[0] = (1, 3, 2): h and w must be multiples of spatial_merge_size 2"},
       {"cu empty", {10}, {}, {}, {}, "cu_seqlens is empty"},

@@ -277,7 +277,12 @@ TEST(PosEmbed, BadInputsNameTheProblem) {
   const VisionGrid odd_w{1, 6, 5}, odd_h{1, 3, 8}, no_t{0, 4, 6}, small_grid{1, 4, 4}, ok{1, 4, 6};
   EXPECT_NE(msg(odd_w, pe, table).find("w=5 is not divisible by the merge size 2"), std::string::npos);
   EXPECT_NE(msg(odd_h, pe, table).find("h=3 is not divisible"), std::string::npos);
-  EXPECT_NE(msg(no_t, pe, table).find("must have t, h, w >= 1"), std::string::npos);
+  EXPECT_NE(msg(no_t, pe, table).find("grid 0 is (0, 4, 6): every side must be >= 1"), std::string::npos);
+  const VisionGrid wraps{int64_t{1} << 32, 1 << 16, 1 << 16};  // t·h·w = 2^64: 0 after wrapping
+  EXPECT_NE(msg(wraps, pe, table).find("t·h·w is out of range"), std::string::npos);
+  const std::vector<VisionGrid> two_large{{1, 1 << 15, 1 << 15}, {1, 1 << 15, 1 << 15}};  // 2^31 in all
+  EXPECT_NE(pos_embed_forward(ctx, pe, table, two_large, d).message().find("more than 2147483647 patches in all"),
+            std::string::npos);
   EXPECT_NE(msg(small_grid, pe, table).find("pe must be [16, 4]"), std::string::npos);
   const Tensor small = random_tensor(a, {kSide * kSide - 1, 4}, DType::kF32, 62);
   EXPECT_NE(msg(ok, pe, small).find("table must be [64, 4]"), std::string::npos);

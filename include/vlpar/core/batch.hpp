@@ -17,6 +17,9 @@
 #include <span>
 #include <vector>
 
+#include <span>
+#include <string_view>
+
 #include "vlpar/core/macros.hpp"
 #include "vlpar/core/status.hpp"
 #include "vlpar/core/tensor.hpp"
@@ -25,6 +28,7 @@ namespace vlpar {
 
 /// One image or video in patch units (a row of image_grid_thw / video_grid_thw): t temporal patches (frames/2),
 /// h × w spatial patches per frame. h and w are multiples of the merge size.
+/// The products are exact once check_vision_grid() accepted the grid (every grid of a validated Batch).
 struct VisionGrid {
   int64_t t = 1;
   int64_t h = 0;
@@ -32,6 +36,17 @@ struct VisionGrid {
   VLPAR_HD int64_t frame_patches() const { return h * w; }
   VLPAR_HD int64_t patches() const { return t * h * w; }
 };
+
+/// The most patches one image or video may have: its patches are attention tokens and cu_seqlens are i32.
+inline constexpr int64_t kMaxGridPatches = int64_t{2147483647};
+
+/// @brief Every side ≥ 1 and t·h·w ≤ kMaxGridPatches, computed without overflow (a crafted grid whose product
+/// wraps is rejected, never used as a size). `what` names the grid in the message, e.g. "image_grids[3]".
+Status check_vision_grid(const VisionGrid& g, std::string_view what);
+
+/// @brief Σ patches of grids each accepted by check_vision_grid(), or an error when the sum passes
+/// kMaxGridPatches (`what` names the list).
+Result<int64_t> total_grid_patches(std::span<const VisionGrid> grids, std::string_view what);
 
 struct Batch {
   TensorView input_ids;

@@ -2,6 +2,8 @@
 // src/kernels/cpu/pos_embed.cpp; no CUDA kernel yet). Test: tests/unit/test_pos_embed.cpp.
 #include "vlpar/kernels/pos_embed.hpp"
 
+#include <fmt/format.h>
+
 #include <limits>
 
 #include "../cpu_impl.hpp"
@@ -40,22 +42,16 @@ Status check_args(const char* op, const char* pe_name, const TensorView& pe, con
 }  // namespace
 
 Status check_vision_grids(const char* who, std::span<const VisionGrid> grids, int64_t merge) {
-  int64_t total = 0;
   for (size_t i = 0; i < grids.size(); ++i) {
     const VisionGrid& g = grids[i];
-    VLPAR_CHECK(g.t >= 1 && g.h >= 1 && g.w >= 1, "{}: grid {} (t={}, h={}, w={}) must have t, h, w >= 1", who, i,
-                g.t, g.h, g.w);
+    VLPAR_RETURN_IF_ERROR(check_vision_grid(g, fmt::format("{}: grid {}", who, i)));
     VLPAR_CHECK(g.h % merge == 0, "{}: grid {} (t={}, h={}, w={}): h={} is not divisible by the merge size {}", who,
                 i, g.t, g.h, g.w, g.h, merge);
     VLPAR_CHECK(g.w % merge == 0, "{}: grid {} (t={}, h={}, w={}): w={} is not divisible by the merge size {}", who,
                 i, g.t, g.h, g.w, g.w, merge);
-    VLPAR_CHECK(g.h <= std::numeric_limits<int32_t>::max() / g.w &&
-                    g.t <= (std::numeric_limits<int32_t>::max() - total) / (g.h * g.w),
-                "{}: grid {} (t={}, h={}, w={}) takes the patch count past the i32 range of vision cu_seqlens", who,
-                i, g.t, g.h, g.w);
-    total += g.patches();
   }
-  return Status::Ok();
+  // The i32 vision cu_seqlens hold the running patch count.
+  return total_grid_patches(grids, fmt::format("{}: the grids", who)).status();
 }
 
 Status pos_embed_forward(const Context& ctx, TensorView pe, TensorView table, std::span<const VisionGrid> grids,
