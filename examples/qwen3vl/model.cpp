@@ -506,8 +506,9 @@ Status Model::backward(const Context& ctx, const Batch& batch, Stash& stash, flo
   }
   if (!reg_.grad(embed_).empty()) {
     VLPAR_RETURN_IF_ERROR(vlpar::zero_rows(ctx, dx, index_view(stash.visual_rows)));
-    VLPAR_RETURN_IF_ERROR(nn::vocab_parallel_embedding_backward(ctx, tp_, reg_.grad(embed_), dx,
-                                                                batch.input_ids, vocab_block_));
+    // text_config.pad_token_id is nn.Embedding's padding_idx in transformers: its row never gets a gradient.
+    VLPAR_RETURN_IF_ERROR(nn::vocab_parallel_embedding_backward(ctx, tp_, reg_.grad(embed_), dx, batch.input_ids,
+                                                                vocab_block_, TensorView{}, cfg_.text.pad_token_id));
     if (ready) VLPAR_RETURN_IF_ERROR(ready(embed_));
   }
   return Status::Ok();

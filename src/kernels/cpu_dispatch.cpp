@@ -40,7 +40,7 @@
   Status shift_labels_for_causal_lm(TensorView out, TensorView labels, TensorView cu_seqlens, int64_t ignore_index); \
   Status add_(const Context& ctx, TensorView dst, TensorView src); \
   Status embedding_forward(const Context& ctx, TensorView out, TensorView table, TensorView ids, VocabBlock block); \
-  Status embedding_backward(const Context& ctx, TensorView dtable, TensorView dout, TensorView ids, VocabBlock block, TensorView skip); \
+  Status embedding_backward(const Context& ctx, TensorView dtable, TensorView dout, TensorView ids, VocabBlock block, TensorView skip, int64_t padding_idx); \
   Status gemm(const Context& ctx, TensorView c, TensorView a, TensorView b, GemmDesc desc); \
   Status linear_forward(const Context& ctx, TensorView y, TensorView x, TensorView w, TensorView bias); \
   Status linear_backward(const Context& ctx, TensorView dx, TensorView dw, TensorView dbias, TensorView dy, TensorView x, TensorView w); \
@@ -301,15 +301,15 @@ Status cpu_impl::embedding_forward(const Context& ctx, TensorView out, TensorVie
   }
 }
 
-Status cpu_impl::embedding_backward(const Context& ctx, TensorView dtable, TensorView dout, TensorView ids, VocabBlock block, TensorView skip) {
+Status cpu_impl::embedding_backward(const Context& ctx, TensorView dtable, TensorView dout, TensorView ids, VocabBlock block, TensorView skip, int64_t padding_idx) {
   switch (cpu_isa_active()) {
 #if defined(VLPAR_CPU_ISA_AVX512)
-    case CpuIsa::kAvx512: return isa_avx512::embedding_backward(ctx, dtable, dout, ids, block, skip);
+    case CpuIsa::kAvx512: return isa_avx512::embedding_backward(ctx, dtable, dout, ids, block, skip, padding_idx);
 #endif
 #if defined(VLPAR_CPU_ISA_AVX2)
-    case CpuIsa::kAvx2: return isa_avx2::embedding_backward(ctx, dtable, dout, ids, block, skip);
+    case CpuIsa::kAvx2: return isa_avx2::embedding_backward(ctx, dtable, dout, ids, block, skip, padding_idx);
 #endif
-    default: return isa_base::embedding_backward(ctx, dtable, dout, ids, block, skip);
+    default: return isa_base::embedding_backward(ctx, dtable, dout, ids, block, skip, padding_idx);
   }
 }
 

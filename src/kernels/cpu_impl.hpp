@@ -37,7 +37,7 @@ Result<CrossEntropyResult> linear_cross_entropy(const Context& ctx, TensorView d
 Status shift_labels_for_causal_lm(TensorView out, TensorView labels, TensorView cu_seqlens, int64_t ignore_index);
 Status add_(const Context& ctx, TensorView dst, TensorView src);
 Status embedding_forward(const Context& ctx, TensorView out, TensorView table, TensorView ids, VocabBlock block);
-Status embedding_backward(const Context& ctx, TensorView dtable, TensorView dout, TensorView ids, VocabBlock block, TensorView skip);
+Status embedding_backward(const Context& ctx, TensorView dtable, TensorView dout, TensorView ids, VocabBlock block, TensorView skip, int64_t padding_idx);
 Status gemm(const Context& ctx, TensorView c, TensorView a, TensorView b, GemmDesc desc);
 Status linear_forward(const Context& ctx, TensorView y, TensorView x, TensorView w, TensorView bias);
 Status linear_backward(const Context& ctx, TensorView dx, TensorView dw, TensorView dbias, TensorView dy, TensorView x, TensorView w);

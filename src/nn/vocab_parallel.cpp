@@ -39,7 +39,8 @@ Status vocab_parallel_embedding_forward(const Context& ctx, const TensorParallel
 }
 
 Status vocab_parallel_embedding_backward(const Context& ctx, const TensorParallel& tp, TensorView dtable,
-                                         TensorView dout, TensorView ids, Range block, TensorView overwritten) {
+                                         TensorView dout, TensorView ids, Range block, TensorView overwritten,
+                                         int64_t padding_idx) {
   const char* kName = "vocab_parallel_embedding_backward";
   if (detail::frozen(dtable)) return Status::Ok();
   VLPAR_ASSIGN_OR_RETURN(const int64_t N, count_ids(kName, "ids", ids));
@@ -53,7 +54,8 @@ Status vocab_parallel_embedding_backward(const Context& ctx, const TensorParalle
   VLPAR_ASSIGN_OR_RETURN(Tensor dpartial, scratch(ctx, {N, H}, dout.dtype));
   VLPAR_RETURN_IF_ERROR(region_exit_backward(tp, dpartial, dout));
   // The whole vocab for the id check: this rank's block inside tp blocks of the same size.
-  return embedding_backward(ctx, dtable, dpartial, ids, vocab_block(block, block.size() * tp.size()), overwritten);
+  return embedding_backward(ctx, dtable, dpartial, ids, vocab_block(block, block.size() * tp.size()), overwritten,
+                            padding_idx);
 }
 
 Result<CrossEntropyResult> vocab_parallel_cross_entropy_forward(const Context& ctx, const TensorParallel& tp,

@@ -78,6 +78,28 @@ TEST(Embedding, VocabBlocksAddUpToTheWholeTableAndSkipMarkedRows) {
       << s.message();
 }
 
+TEST(Embedding, PaddingIdxRowGetsNoGradient) {
+  Allocator a;
+  Context ctx = test_ctx(2);
+  const int64_t V = 9, H = 4, N = 30;
+  Tensor ids = integer_tensor(a, {N}, DType::kI32, 7, 0, 8), dout = integer_tensor(a, {N, H}, DType::kF32, 8, -5, 5);
+  const int64_t pad = index_at(ids, 0);  // an id that occurs
+  Tensor with = Tensor::zeros(a, {V, H}, DType::kF32).value(), without = Tensor::zeros(a, {V, H}, DType::kF32).value();
+  ASSERT_TRUE(embedding_backward(ctx, without, dout, ids).ok());
+  ASSERT_TRUE(embedding_backward(ctx, with, dout, ids, VocabBlock{}, TensorView{}, pad).ok());
+  for (int64_t r = 0; r < V; ++r)
+    for (int64_t h = 0; h < H; ++h)
+      ASSERT_EQ(with.ptr<float>()[r * H + h], r == pad ? 0.f : without.ptr<float>()[r * H + h]) << r << ", " << h;
+  // In a vocab block that does not hold it, padding_idx changes nothing; outside the vocabulary it is an error.
+  Tensor block = Tensor::zeros(a, {4, H}, DType::kF32).value();
+  const int64_t other_pad = pad < 4 ? 8 : 0;
+  ASSERT_TRUE(embedding_backward(ctx, block, dout, ids, VocabBlock{0, V}, TensorView{}, other_pad).ok());
+  for (int64_t i = 0; i < 4 * H; ++i) ASSERT_EQ(block.ptr<float>()[i], (other_pad == 0 && i < H) ? 0.f : without.ptr<float>()[i]);
+  const Status s = embedding_backward(ctx, with, dout, ids, VocabBlock{}, TensorView{}, V);
+  EXPECT_NE(s.message().find("padding_idx 9 is neither -1 nor an id of the vocabulary [0, 9)"), std::string::npos)
+      << s.message();
+}
+
 TEST(CrossEntropyVocabShard, BlocksGiveTheWholeVocabularysLossAndGradient) {
   Allocator a;
   Context ctx = test_ctx(2);

@@ -3,6 +3,8 @@
 // unfrozen run (the same kernels see the same inputs; only work is removed). The backward's ready hook reports
 // every trainable parameter exactly once, in Model::backward_order(), and never a frozen one (the data-parallel
 // optimizer has no slot for it: a frozen MoE layer once reported its weights and failed the trainer).
+#include <cmath>
+
 #include "model_test_util.hpp"
 
 namespace qwen3vl {
@@ -57,6 +59,47 @@ TEST(Freeze, VisionTower) { check_freeze("dense", {"vision", {true, false, false
 TEST(Freeze, VisionAndMergers) { check_freeze("dense", {"vision+merger", {true, true, false}}); }
 TEST(Freeze, LanguageModel) { check_freeze("moe", {"language_model", {false, false, true}}); }
 TEST(Freeze, MergersOnlyTrainable) { check_freeze("moe", {"vision+lm", {true, false, true}}); }
+
+// text_config.pad_token_id is nn.Embedding's padding_idx in transformers: the row of that id in embed_tokens gets
+// no gradient, every other gradient is bitwise the one of the run without it (issue 18: it was parsed and ignored).
+TEST(PadTokenId, ItsEmbeddingRowGetsNoGradientAndNothingElseChanges) {
+  test::Loaded plain;
+  test::load(plain, "dense");
+  const Config& cfg = plain.model->config();
+  const TensorView ids = plain.batch->view().input_ids;
+  int64_t pad = -1;  // a text token of the batch (visual pad rows get no embedding gradient anyway)
+  for (int64_t i = 0; i < ids.numel() && pad < 0; ++i) {
+    const int64_t id = vlpar::index_at(ids, i);
+    if (id != cfg.image_token_id && id != cfg.video_token_id) pad = id;
+  }
+  ASSERT_GE(pad, 0);
+  test::Loaded padded;
+  test::load(padded, "dense", {}, [pad](Config& c) { c.text.pad_token_id = pad; });
+  run_step(plain);
+  run_step(padded);
+  const nn::ParamRegistry& a = plain.model->registry();
+  const nn::ParamRegistry& b = padded.model->registry();
+  for (size_t i = 0; i < a.size(); ++i) {
+    if (a.name(i) != "model.language_model.embed_tokens.weight") {
+      EXPECT_TRUE(test::bitwise(a.grad(i), b.grad(i))) << a.name(i);
+      continue;
+    }
+    const TensorView ga = a.grad(i), gb = b.grad(i);
+    const int64_t H = ga.size(1);
+    double row_plain = 0.0;
+    for (int64_t r = 0; r < ga.size(0); ++r)
+      for (int64_t c = 0; c < H; ++c) {
+        const float va = ga.ptr<float>()[r * H + c], vb = gb.ptr<float>()[r * H + c];
+        if (r == pad) {
+          row_plain += std::abs(double(va));
+          ASSERT_EQ(vb, 0.f) << "row " << pad << " (pad_token_id) has a gradient";
+        } else {
+          ASSERT_EQ(va, vb) << "embed_tokens row " << r;
+        }
+      }
+    EXPECT_GT(row_plain, 0.0) << "the pad id's row has no gradient even without pad_token_id: the test shows nothing";
+  }
+}
 
 }  // namespace
 }  // namespace qwen3vl

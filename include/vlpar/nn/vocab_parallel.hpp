@@ -40,9 +40,11 @@ Status vocab_parallel_embedding_forward(const Context& ctx, const TensorParallel
 /// @param overwritten i32/i64 [N_tok] or an empty view: a non-zero entry marks a token whose embedding the caller
 ///                    replaced after the lookup (Qwen3-VL masked_scatter of visual embeddings, spec §4.1); its row
 ///                    of dout then adds nothing to dtable. (Zeroing those rows of dout before the call is equivalent.)
+/// @param padding_idx an id whose row never gets a gradient (torch's nn.Embedding padding_idx, HF's
+///                    text_config.pad_token_id), on whichever rank's block holds it; −1 for none
 Status vocab_parallel_embedding_backward(const Context& ctx, const TensorParallel& tp, TensorView dtable,
                                          TensorView dout, TensorView ids, Range block,
-                                         TensorView overwritten = TensorView{});
+                                         TensorView overwritten = TensorView{}, int64_t padding_idx = -1);
 
 /// @brief Mean (over labels != ignore_index) cross-entropy of logits split by vocab over tp.
 /// @param lse    [N_tok] f32 written: the full-vocab log-sum-exp of each row (stash for backward)

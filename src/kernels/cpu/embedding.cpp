@@ -32,15 +32,15 @@ Status embedding_forward(const Context& ctx, TensorView out, TensorView table, T
 }
 
 Status embedding_backward(const Context& ctx, TensorView dtable, TensorView dout, TensorView ids, VocabBlock block,
-                          TensorView skip) {
+                          TensorView skip, int64_t padding_idx) {
   const char* op = "embedding_backward";
   const int64_t rows = dtable.size(0);
   VLPAR_FLOAT_SWITCH(dtable.dtype, D, op, {
     VLPAR_FLOAT_SWITCH(dout.dtype, G, op, {
       parallel_for(ctx, dtable.size(1), [&](int64_t c0, int64_t c1) {
         for (int64_t n = 0; n < dout.size(0); ++n) {
-          const int64_t local = block.local(index_at(ids, n), rows);
-          if (local < 0 || (!skip.empty() && index_at(skip, n) != 0)) continue;
+          const int64_t id = index_at(ids, n), local = block.local(id, rows);
+          if (local < 0 || id == padding_idx || (!skip.empty() && index_at(skip, n) != 0)) continue;
           D* dst = dtable.ptr<D>() + local * dtable.stride(0);
           const G* src = dout.ptr<G>() + n * dout.stride(0);
           for (int64_t i = c0; i < c1; ++i) dst[i] = from_float<D>(to_float(dst[i]) + to_float(src[i]));

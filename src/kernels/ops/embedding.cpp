@@ -54,7 +54,7 @@ Status embedding_forward(const Context& ctx, TensorView out, TensorView table, T
 }
 
 Status embedding_backward(const Context& ctx, TensorView dtable, TensorView dout, TensorView ids, VocabBlock block,
-                          TensorView skip) {
+                          TensorView skip, int64_t padding_idx) {
   const char* op = "embedding_backward";
   VLPAR_RETURN_IF_ERROR(check_2d(op, "dtable", dtable));
   VLPAR_RETURN_IF_ERROR(check_2d(op, "dout", dout));
@@ -62,7 +62,10 @@ Status embedding_backward(const Context& ctx, TensorView dtable, TensorView dout
               dout.to_string(), dtable.to_string());
   VLPAR_RETURN_IF_ERROR(check_ids(op, ids, dout.size(0), dtable.size(0), block));
   if (!skip.empty()) VLPAR_RETURN_IF_ERROR(check_index_vector(op, "skip", skip, dout.size(0)));
-  return cpu_impl::embedding_backward(ctx, dtable, dout, ids, block, skip);
+  VLPAR_CHECK(padding_idx >= -1 && padding_idx < block.full(dtable.size(0)),
+              "{}: padding_idx {} is neither -1 nor an id of the vocabulary [0, {})", op, padding_idx,
+              block.full(dtable.size(0)));
+  return cpu_impl::embedding_backward(ctx, dtable, dout, ids, block, skip, padding_idx);
 }
 
 }  // namespace vlpar
