@@ -27,6 +27,14 @@ Status check_vector(const char* op, const char* name, const TensorView& v, int64
   return Status::Ok();
 }
 
+Status check_index_vector(const char* op, const char* name, const TensorView& v, int64_t n) {
+  VLPAR_CHECK(v.dtype == DType::kI32 || v.dtype == DType::kI64, "{}: {} must be i32 or i64, got {}", op, name,
+              v.to_string());
+  VLPAR_RETURN_IF_ERROR(check_vector(op, name, v, n, v.dtype));
+  VLPAR_CHECK(v.device.is_cpu(), "{}: {} must be on the CPU, got {}", op, name, v.to_string());
+  return Status::Ok();
+}
+
 Status check_float_vector(const char* op, const char* name, const TensorView& v, int64_t n) {
   VLPAR_CHECK(v.ndim() == 1 && v.size(0) == n, "{}: {} must have shape [{}], got {}", op, name, n, v.to_string());
   VLPAR_RETURN_IF_ERROR(check_storage_dtype(op, name, v));

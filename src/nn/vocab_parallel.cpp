@@ -1,11 +1,6 @@
 // Vocab-parallel embedding, LM head and cross-entropy. See include/vlpar/nn/vocab_parallel.hpp.
 #include "vlpar/nn/vocab_parallel.hpp"
 
-#include <cmath>
-#include <cstring>
-#include <limits>
-#include <vector>
-
 #include "nn_util.hpp"
 #include "vlpar/kernels/embedding.hpp"
 #include "vlpar/kernels/gemm.hpp"
@@ -82,8 +77,8 @@ Result<CrossEntropyResult> vocab_parallel_cross_entropy_forward(const Context& c
 }
 
 Status vocab_parallel_cross_entropy_backward(const Context& ctx, const TensorParallel& tp, TensorView dlogits,
-                                             TensorView logits, TensorView labels, TensorView lse, Range block, int64_t ignore_index,
-                                             int64_t num_valid, float grad_loss) {
+                                             TensorView logits, TensorView labels, TensorView lse, Range block,
+                                             int64_t ignore_index, int64_t num_valid, float grad_loss) {
   const char* kName = "vocab_parallel_cross_entropy_backward";
   VLPAR_ASSIGN_OR_RETURN(const int64_t N, count_ids(kName, "labels", labels));
   const int64_t Vl = block.size();

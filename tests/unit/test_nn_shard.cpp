@@ -10,6 +10,7 @@
 #include "test_util.hpp"
 #include "vlpar/nn/config.hpp"
 #include "vlpar/nn/decoder.hpp"
+#include "vlpar/kernels/vocab_block.hpp"
 #include "vlpar/nn/shard.hpp"
 #include "vlpar/parallel/placement.hpp"
 
@@ -60,7 +61,7 @@ TEST(NnShard, VocabOwnershipAndLocalIndex) {
       int owners = 0;
       for (int r = 0; r < tp; ++r) {
         const Range b = even_shard(V, tp, r);
-        const int64_t local = vocab_local_index(id, b);
+        const int64_t local = VocabBlock{b.begin, V}.local(id, b.size());
         if (local < 0) continue;
         ++owners;
         EXPECT_EQ(r, vocab_owner(id, V, tp));
@@ -70,7 +71,7 @@ TEST(NnShard, VocabOwnershipAndLocalIndex) {
       EXPECT_EQ(owners, 1) << "id " << id << " tp " << tp;
     }
     // ignore_index never maps to a row.
-    EXPECT_EQ(vocab_local_index(-100, even_shard(V, tp, 0)), -1);
+    EXPECT_EQ((VocabBlock{0, V}.local(-100, V / tp)), -1);
   }
 }
 

@@ -15,10 +15,8 @@
 // Test: tests/unit/test_batch.cpp.
 #include <cstdint>
 #include <span>
-#include <vector>
-
-#include <span>
 #include <string_view>
+#include <vector>
 
 #include "vlpar/core/macros.hpp"
 #include "vlpar/core/status.hpp"

@@ -6,8 +6,8 @@
 //   scatter_add_rows: dst[index[i], :] += src[i, :]   (fp32 math, one rounding to dst's dtype)
 //   zero_rows       : dst[index[i], :] = 0
 // index is i32 or i64 [n] with every entry in [0, N) (checked: a named error, never an out-of-bounds access);
-// scatter (and zero) indices must be distinct, so each destination row is written once and the result does not depend on
-// the thread count. Rows need a contiguous last dim; src and dst share H (any float storage dtypes).
+// scatter (and zero) indices must be distinct, so each destination row is written once and the result does not
+// depend on the thread count. Rows need a contiguous last dim; src and dst share H (any float storage dtypes).
 // Checks: src/kernels/ops/index_rows.cpp; CPU: src/kernels/cpu/index_rows.cpp; no CUDA kernel yet.
 // Test: tests/unit/test_index_rows.cpp.
 #include "vlpar/core/context.hpp"

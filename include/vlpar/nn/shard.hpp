@@ -4,7 +4,8 @@
 //   even_shard(n, tp, r)   : block r of [0, n) split into tp equal blocks (column/row-parallel dims, vocab)
 //   kv_head_shard(...)     : GQA kv heads a rank keeps: its even block when tp ≤ H_kv, else the one kv head its
 //                            query heads read (replicated on tp / H_kv ranks)
-//   vocab_local_index(...) : the row of a token id in this rank's vocab block, or −1 when another rank owns it
+//   vocab_owner(...)       : the rank whose vocab block holds a token id (the block's row of an id:
+//                            VocabBlock::local, kernels/vocab_block.hpp)
 //   ParamShard             : full logical shape, shard dim and the pieces (local range ↔ full range) this rank
 //                            holds; the fused gate/up weight has two pieces (its gate rows and its up rows)
 // Test: tests/unit/test_nn_shard.cpp.
@@ -42,9 +43,6 @@ inline Range kv_head_shard(int kv_heads, int tp, int rank) {
 
 /// @brief Number of ranks holding a copy of each kv head (1 unless tp > H_kv).
 inline int kv_head_replicas(int kv_heads, int tp) { return tp > kv_heads ? tp / kv_heads : 1; }
-
-/// @brief Row of token `id` in the vocab block `block` of this rank, or −1 if the id belongs to another rank.
-inline int64_t vocab_local_index(int64_t id, Range block) { return block.contains(id) ? id - block.begin : -1; }
 
 /// @brief The rank whose vocab block holds `id` (vocab split evenly over tp ranks).
 inline int vocab_owner(int64_t id, int64_t vocab, int tp) { return int(id / (vocab / tp)); }

@@ -15,7 +15,8 @@
 // weight-gradient GEMM, no communication for it). The final RMSNorm + LM head + loss as one block: nn/lm_head.hpp.
 // Storage f32 (CPU); the per-row math is the embedding and cross-entropy ops' (kernels/embedding.hpp,
 // kernels/cross_entropy.hpp: vocab_shard_*, with a VocabBlock), so nothing here loops over tensor data.
-// Test: tests/unit/test_nn_shard.cpp (index arithmetic), tests/unit/test_nn_stack.cpp, tests/mpi/test_tp_equivalence.cpp.
+// Test: tests/unit/test_nn_shard.cpp (index arithmetic), tests/unit/test_nn_stack.cpp,
+// tests/mpi/test_tp_equivalence.cpp.
 #include <cstddef>
 #include <cstdint>
 
@@ -56,8 +57,8 @@ Result<CrossEntropyResult> vocab_parallel_cross_entropy_forward(const Context& c
 /// @brief dlogits [N_tok, V/tp] = grad_loss·(softmax − onehot)/num_valid on this rank's block (no communication);
 /// zero rows for ignored labels. dlogits may alias logits. tp gives the vocabulary's size (tp blocks).
 Status vocab_parallel_cross_entropy_backward(const Context& ctx, const TensorParallel& tp, TensorView dlogits,
-                                             TensorView logits, TensorView labels, TensorView lse, Range block, int64_t ignore_index,
-                                             int64_t num_valid, float grad_loss);
+                                             TensorView logits, TensorView labels, TensorView lse, Range block,
+                                             int64_t ignore_index, int64_t num_valid, float grad_loss);
 
 /// What lm_head_loss_backward needs.
 struct LmHeadLossStash {

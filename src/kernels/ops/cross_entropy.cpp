@@ -13,10 +13,7 @@ namespace {
 
 /// Labels i32/i64 [n] on the CPU, each in [0, vocab) or ignore_index.
 Status check_labels(const char* op, const TensorView& labels, int64_t n, int64_t vocab, int64_t ignore) {
-  VLPAR_CHECK(labels.dtype == DType::kI32 || labels.dtype == DType::kI64, "{}: labels must be i32 or i64, got {}",
-              op, labels.to_string());
-  VLPAR_RETURN_IF_ERROR(check_vector(op, "labels", labels, n, labels.dtype));
-  VLPAR_CHECK(labels.device.is_cpu(), "{}: labels must be on the CPU", op);
+  VLPAR_RETURN_IF_ERROR(check_index_vector(op, "labels", labels, n));
   for (int64_t i = 0; i < n; ++i) {
     const int64_t y = index_at(labels, i);
     VLPAR_CHECK(y == ignore || (y >= 0 && y < vocab),
@@ -50,14 +47,19 @@ Status check_logits(const char* op, const TensorView& logits) {
   return check_cpu_float(logits, op);
 }
 
+/// sums [2, n] f32 on the CPU, contiguous (row 0 Σ exp, row 1 the target logits).
+Status check_sums(const char* op, const TensorView& sums, int64_t n) {
+  VLPAR_CHECK(sums.dtype == DType::kF32 && sums.is_contiguous() && sums.shape == Shape({2, n}) && sums.device.is_cpu(),
+              "{}: sums must be a contiguous f32 CPU [2, {}], got {}", op, n, sums.to_string());
+  return Status::Ok();
+}
+
 }  // namespace
 
 Result<CrossEntropyResult> cross_entropy_forward(const Context& ctx, TensorView lse, TensorView logits,
                                                  TensorView labels, const CrossEntropyDesc& desc) {
   const char* op = "cross_entropy_forward";
-  VLPAR_CHECK(logits.ndim() == 2 && logits.stride(1) == 1, "{}: logits must be [N, V] with contiguous V, got {}",
-              op, logits.to_string());
-  VLPAR_RETURN_IF_ERROR(check_cpu_float(logits, op));
+  VLPAR_RETURN_IF_ERROR(check_logits(op, logits));
   const int64_t N = logits.size(0), V = logits.size(1);
   VLPAR_RETURN_IF_ERROR(check_whole_vocab(op, desc, V));
   VLPAR_RETURN_IF_ERROR(check_labels(op, labels, N, V, desc.ignore_index));
@@ -93,8 +95,7 @@ Status vocab_shard_sums(const Context& ctx, TensorView sums, TensorView logits, 
   VLPAR_RETURN_IF_ERROR(check_logits(op, logits));
   const int64_t N = logits.size(0);
   VLPAR_RETURN_IF_ERROR(check_vector(op, "row_max", row_max, N, DType::kF32));
-  VLPAR_CHECK(sums.dtype == DType::kF32 && sums.is_contiguous() && sums.shape == Shape({2, N}) && sums.device.is_cpu(),
-              "{}: sums must be a contiguous f32 CPU [2, {}], got {}", op, N, sums.to_string());
+  VLPAR_RETURN_IF_ERROR(check_sums(op, sums, N));
   VLPAR_RETURN_IF_ERROR(check_block_labels(op, labels, N, logits.size(1), desc));
   return cpu_impl::vocab_shard_sums(ctx, sums, logits, row_max, labels, desc);
 }
@@ -105,8 +106,7 @@ Result<CrossEntropyResult> vocab_shard_loss(const Context& ctx, TensorView lse, 
   const int64_t N = row_max.numel();
   VLPAR_RETURN_IF_ERROR(check_vector(op, "row_max", row_max, N, DType::kF32));
   VLPAR_RETURN_IF_ERROR(check_vector(op, "lse", lse, N, DType::kF32));
-  VLPAR_CHECK(sums.dtype == DType::kF32 && sums.is_contiguous() && sums.shape == Shape({2, N}) && sums.device.is_cpu(),
-              "{}: sums must be a contiguous f32 CPU [2, {}], got {}", op, N, sums.to_string());
+  VLPAR_RETURN_IF_ERROR(check_sums(op, sums, N));
   VLPAR_RETURN_IF_ERROR(check_labels(op, labels, N, INT64_MAX, desc.ignore_index));
   return cpu_impl::vocab_shard_loss(ctx, lse, row_max, sums, labels, desc);
 }

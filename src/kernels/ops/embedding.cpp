@@ -10,15 +10,6 @@
 namespace vlpar {
 namespace {
 
-/// i32/i64 [n] on the CPU.
-Status check_index_vector(const char* op, const char* name, const TensorView& ids, int64_t n) {
-  VLPAR_CHECK(ids.dtype == DType::kI32 || ids.dtype == DType::kI64, "{}: {} must be i32 or i64, got {}", op, name,
-              ids.to_string());
-  VLPAR_RETURN_IF_ERROR(check_vector(op, name, ids, n, ids.dtype));
-  VLPAR_CHECK(ids.device.is_cpu(), "{}: {} must be on the CPU, got {}", op, name, ids.to_string());
-  return Status::Ok();
-}
-
 /// ids [n] each in [0, vocab) of the whole vocabulary; the block lies inside it.
 Status check_ids(const char* op, const TensorView& ids, int64_t n, int64_t rows, const VocabBlock& block) {
   VLPAR_RETURN_IF_ERROR(check_index_vector(op, "ids", ids, n));

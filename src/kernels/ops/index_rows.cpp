@@ -20,10 +20,7 @@ Status check_matrix(const char* op, const char* name, const TensorView& v) {
 
 /// index i32/i64 [n] on the host, entries in [0, rows), distinct when `distinct`.
 Status check_index(const char* op, const TensorView& index, int64_t n, int64_t rows, bool distinct) {
-  VLPAR_CHECK(index.dtype == DType::kI32 || index.dtype == DType::kI64, "{}: index must be i32 or i64, got {}", op,
-              index.to_string());
-  VLPAR_RETURN_IF_ERROR(check_vector(op, "index", index, n, index.dtype));
-  VLPAR_CHECK(index.device.is_cpu() || n == 0, "{}: index must be on the CPU, got {}", op, index.to_string());
+  VLPAR_RETURN_IF_ERROR(check_index_vector(op, "index", index, n));
   std::vector<bool> seen(distinct ? size_t(rows) : 0, false);
   for (int64_t i = 0; i < n; ++i) {
     const int64_t r = index_at(index, i);
