@@ -4,7 +4,6 @@
 #include <fmt/format.h>
 
 #include <algorithm>
-#include <cstring>
 
 #include "vlpar/kernels/cross_entropy.hpp"
 #include "vlpar/kernels/gemm.hpp"
@@ -307,9 +306,10 @@ Result<StepLoss> Model::forward(const Context& ctx, const Batch& batch, Stash& s
   VLPAR_RETURN_IF_ERROR(batch.validate());
   const TensorView ids = batch.input_ids;
   const int64_t N = ids.numel(), H = t.hidden;
-  for (int64_t i = 0; i < N; ++i)
-    VLPAR_CHECK(vlpar::index_at(ids, i) >= 0 && vlpar::index_at(ids, i) < t.vocab, "input_ids[{}] = {} is outside the vocabulary [0, {})",
-                i, vlpar::index_at(ids, i), t.vocab);
+  for (int64_t i = 0; i < N; ++i) {
+    const int64_t id = vlpar::index_at(ids, i);
+    VLPAR_CHECK(id >= 0 && id < t.vocab, "input_ids[{}] = {} is outside the vocabulary [0, {})", i, id, t.vocab);
+  }
   VLPAR_CHECK(batch.positions.ndim() == 2, "Qwen3-VL needs MRoPE positions [3, {}] in the batch, got {}", N,
               batch.positions.to_string());
 
