@@ -38,9 +38,10 @@ endif()
 # the ops answer kNotSupported "this build of vlpar was compiled without <dtype> CUDA kernels" at runtime.
 set(VLPAR_DTYPES "f32;bf16;f16" CACHE STRING "Storage dtypes of the CUDA kernels to build (subset of f32;bf16;f16)")
 
-# Adds the CUDA kernels to `target` (src/kernels/cuda/*.cu, instantiation files filtered by VLPAR_DTYPES) and
-# defines the ptxas_report target over the same files.
-function(vlpar_add_cuda_kernels target)
+# The CUDA kernel sources of this build: src/kernels/cuda/*.cu with the instantiation files of the dtypes in
+# VLPAR_DTYPES, and the VLPAR_CUDA_DTYPE_<DT>=1 definitions that tell cuda_ops.cu which dtypes exist. Shared by
+# the nvcc build (vlpar_add_cuda_kernels) and the emulated build (cmake/VlparCudaEmu.cmake).
+function(vlpar_cuda_kernel_sources sources_var defs_var)
   set(known_dtypes f32 bf16 f16)
   if(NOT VLPAR_DTYPES)
     message(FATAL_ERROR "VLPAR_DTYPES is empty; list at least one of: ${known_dtypes}")
@@ -53,7 +54,6 @@ function(vlpar_add_cuda_kernels target)
     string(TOUPPER "${dt}" DT)
     list(APPEND dtype_defs VLPAR_CUDA_DTYPE_${DT}=1)
   endforeach()
-
   file(GLOB all_cu CONFIGURE_DEPENDS ${PROJECT_SOURCE_DIR}/src/kernels/cuda/*.cu)
   set(cu_sources "")
   foreach(src IN LISTS all_cu)
@@ -65,7 +65,14 @@ function(vlpar_add_cuda_kernels target)
   endforeach()
   list(LENGTH cu_sources n_cu)
   message(STATUS "vlpar: CUDA kernel dtypes ${VLPAR_DTYPES} (${n_cu} .cu files)")
+  set(${sources_var} ${cu_sources} PARENT_SCOPE)
+  set(${defs_var} ${dtype_defs} PARENT_SCOPE)
+endfunction()
 
+# Adds the CUDA kernels to `target` (src/kernels/cuda/*.cu, instantiation files filtered by VLPAR_DTYPES) and
+# defines the ptxas_report target over the same files.
+function(vlpar_add_cuda_kernels target)
+  vlpar_cuda_kernel_sources(cu_sources dtype_defs)
   target_sources(${target} PRIVATE ${cu_sources})
   set_target_properties(${target} PROPERTIES CUDA_ARCHITECTURES "${VLPAR_CUDA_ARCHS}" CUDA_SEPARABLE_COMPILATION OFF)
   # FMT_USE_CONSTEXPR=1: fmt 9 switches constexpr off when it sees nvcc, which leaves its consteval format-string

@@ -27,6 +27,17 @@ namespace vlpar {
 namespace {
 using namespace vlpar::test;
 
+// Suite names: Cuda* in a CUDA build (ctest label gpu), Emu* in the emulated build (VLPAR_CUDA_EMULATION, label
+// emu), where the same kernels run on the CPU. The wrappers expand the name before gtest stringifies it.
+#ifdef VLPAR_TEST_EMULATED
+#define VLPAR_SUITE(name) Emu##name
+#else
+#define VLPAR_SUITE(name) Cuda##name
+#endif
+#define VLPAR_TEST(suite, name) TEST(suite, name)
+#define VLPAR_TEST_P(suite, name) TEST_P(suite, name)
+#define VLPAR_INSTANTIATE(prefix, suite, ...) INSTANTIATE_TEST_SUITE_P(prefix, suite, __VA_ARGS__)
+
 #define VLPAR_REQUIRE_GPU() \
   if (cuda_device_count() == 0) GTEST_SKIP() << "no CUDA device"
 
@@ -126,9 +137,9 @@ std::string rms_case_name(const RmsCase& c) {
                      layouts[int(c.layout)]);
 }
 
-class CudaRmsNorm : public ::testing::TestWithParam<RmsCase> {};
+class VLPAR_SUITE(RmsNorm) : public ::testing::TestWithParam<RmsCase> {};
 
-TEST_P(CudaRmsNorm, ForwardBackwardMatchReferenceAndCpu) {
+VLPAR_TEST_P(VLPAR_SUITE(RmsNorm), ForwardBackwardMatchReferenceAndCpu) {
   VLPAR_REQUIRE_GPU();
   const RmsCase c = GetParam();
   const int64_t R = c.rows, H = c.H;
@@ -195,8 +206,7 @@ TEST_P(CudaRmsNorm, ForwardBackwardMatchReferenceAndCpu) {
   }
 }
 
-INSTANTIATE_TEST_SUITE_P(
-    Shapes, CudaRmsNorm,
+VLPAR_INSTANTIATE(Shapes, VLPAR_SUITE(RmsNorm),
     ::testing::Values(
         // warp per row (H ≤ 1024): q/k-norm head rows, vectorised
         RmsCase{256, 128, DType::kF32, DType::kF32, Layout::kContiguous},
@@ -215,7 +225,7 @@ INSTANTIATE_TEST_SUITE_P(
         RmsCase{5003, 256, DType::kBF16, DType::kBF16, Layout::kHalfOfFused}),
     [](const auto& info) { return rms_case_name(info.param); });
 
-TEST(CudaRmsNormProps, BackwardIsBitwiseDeterministicAcrossWorkspaceSources) {
+VLPAR_TEST(VLPAR_SUITE(RmsNormProps), BackwardIsBitwiseDeterministicAcrossWorkspaceSources) {
   VLPAR_REQUIRE_GPU();
   const int64_t R = 3001, H = 2048;
   Allocator a;
@@ -239,7 +249,7 @@ TEST(CudaRmsNormProps, BackwardIsBitwiseDeterministicAcrossWorkspaceSources) {
   EXPECT_EQ(a.stats(Device::cuda(0)).num_allocs, 9) << "the allocator's workspace was not returned";
 }
 
-TEST(CudaRmsNormProps, FrozenWeightAndRstdNotStashed) {
+VLPAR_TEST(VLPAR_SUITE(RmsNormProps), FrozenWeightAndRstdNotStashed) {
   VLPAR_REQUIRE_GPU();
   const int64_t R = 64, H = 512;
   Allocator a;
@@ -263,9 +273,9 @@ struct SwiCase {
   DType dtype;
 };
 
-class CudaSwiglu : public ::testing::TestWithParam<SwiCase> {};
+class VLPAR_SUITE(Swiglu) : public ::testing::TestWithParam<SwiCase> {};
 
-TEST_P(CudaSwiglu, FusedHalvesForwardBackwardMatchReferenceAndCpu) {
+VLPAR_TEST_P(VLPAR_SUITE(Swiglu), FusedHalvesForwardBackwardMatchReferenceAndCpu) {
   VLPAR_REQUIRE_GPU();
   const auto [N, I, dt] = GetParam();
   Allocator a;
@@ -306,7 +316,7 @@ TEST_P(CudaSwiglu, FusedHalvesForwardBackwardMatchReferenceAndCpu) {
   expect_gpu_close("swiglu_dup", du_gpu, gather_f64(up_of(dgu)), du64, duf, s, TolOp::kActivation, dt);
 }
 
-INSTANTIATE_TEST_SUITE_P(Shapes, CudaSwiglu,
+VLPAR_INSTANTIATE(Shapes, VLPAR_SUITE(Swiglu),
                          ::testing::Values(SwiCase{37, 768, DType::kF32},    // vectorised
                                            SwiCase{37, 768, DType::kBF16},   // vectorised
                                            SwiCase{29, 100, DType::kBF16},   // I % 8 != 0: scalar
@@ -330,9 +340,9 @@ std::string rot_case_name(const RotCase& c) {
   return fmt::format("{}_hd{}_{}_pos{}", kinds[int(c.kind)], c.head_dim, dtype_name(c.dtype), dtype_name(c.pos_dtype));
 }
 
-class CudaRotary : public ::testing::TestWithParam<RotCase> {};
+class VLPAR_SUITE(Rotary) : public ::testing::TestWithParam<RotCase> {};
 
-TEST_P(CudaRotary, ForwardBackwardInPlaceMatchReferenceAndCpu) {
+VLPAR_TEST_P(VLPAR_SUITE(Rotary), ForwardBackwardInPlaceMatchReferenceAndCpu) {
   VLPAR_REQUIRE_GPU();
   const RotCase c = GetParam();
   const RotaryDesc d{c.kind, c.head_dim, c.theta, {24, 20, 20}};
@@ -381,8 +391,7 @@ TEST_P(CudaRotary, ForwardBackwardInPlaceMatchReferenceAndCpu) {
   expect_gpu_close("rotary_bwd", back_gpu, to_f64(back), rinv64, to_double(rinvf), s, TolOp::kRotary, c.dtype);
 }
 
-INSTANTIATE_TEST_SUITE_P(
-    Kinds, CudaRotary,
+VLPAR_INSTANTIATE(Kinds, VLPAR_SUITE(Rotary),
     ::testing::Values(RotCase{RotaryKind::k1D, 128, 1e6f, DType::kF32, DType::kI64},
                       RotCase{RotaryKind::k1D, 64, 1e4f, DType::kBF16, DType::kI32},
                       RotCase{RotaryKind::kMRoPE, 128, 5e6f, DType::kF32, DType::kI32},

@@ -6,7 +6,7 @@
 // The public ops check shapes, dtypes and devices before they call in here; this file re-derives only what the
 // kernels index with. cmake/VlparCuda.cmake defines VLPAR_CUDA_DTYPE_<DT> for every dtype in VLPAR_DTYPES.
 // Test: tests/gpu/test_cuda_kernels.cpp (ctest -L gpu)
-#include <cuda_runtime.h>
+#include "cuda_compat.cuh"  // first: the prelude of every CUDA source
 
 #include <cstdint>
 #include <initializer_list>

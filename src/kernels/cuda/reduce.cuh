@@ -2,6 +2,7 @@
 // Deterministic fp32 sums across a warp or a block (butterfly shuffles, fixed order: the same inputs give the
 // same bits on every run, DESIGN §7). Every thread receives the total.
 // Used by rmsnorm_kernel.cuh. Test: tests/gpu/test_cuda_kernels.cpp (ctest -L gpu)
+#include "cuda_compat.cuh"  // first: the prelude of every CUDA source
 
 namespace vlpar::cuda_kernels {
 

@@ -14,11 +14,9 @@ constexpr int kDwSplit = 8;
 Status rmsnorm_dw_reduce_run(const RmsNormBackwardParams& p, void* stream) {
   if (p.cols == 0 || p.dw == nullptr) return Status::Ok();
   const int64_t grid = ceil_div(p.cols, kWarpSize);
-  const auto s = static_cast<cudaStream_t>(stream);
-  rmsnorm_dw_reduce_kernel<kDwSplit><<<unsigned(grid), dim3(kWarpSize, kDwSplit), 0, s>>>(p.dw, p.dw_partial,
-                                                                                        p.num_blocks, int(p.cols));
-  VLPAR_CUDA_CHECK(cudaGetLastError());
-  return Status::Ok();
+  const LaunchConfig lc{dim3(unsigned(grid)), dim3(kWarpSize, kDwSplit), 0, stream};
+  return launch<rmsnorm_dw_reduce_kernel<kDwSplit>>(lc, p.dw, static_cast<const float*>(p.dw_partial), p.num_blocks,
+                                                    int(p.cols));
 }
 
 }  // namespace vlpar::cuda_kernels

@@ -8,6 +8,8 @@
 // aligned, else 1). Statistics accumulate in fp32; each output element is rounded once. The fp32 expressions
 // follow the CPU kernel (src/kernels/cpu/norm.cpp) term for term, so the two differ only by summation order
 // and FMA contraction. Test: tests/gpu/test_cuda_kernels.cpp (ctest -L gpu)
+#include "cuda_compat.cuh"  // first: the prelude of every CUDA source
+
 #include <cstdint>
 
 #include "reduce.cuh"
@@ -70,7 +72,7 @@ __device__ __forceinline__ void row_scale(T* y, const T* x, const W* w, float rs
 template <class T, class W, int kVec, bool kBlockPerRow>
 __global__ void __launch_bounds__(kBlockPerRow ? 1024 : kWarpRowThreads)
     rmsnorm_forward_kernel(const RmsNormForwardParams p) {
-  __shared__ float red[kWarpSize];
+  VLPAR_SHARED(float, red, [kWarpSize]);
   const int tid = int(threadIdx.x), nthreads = int(blockDim.x);
   const RowGroup g = make_row_group<kBlockPerRow>(tid, nthreads);
   const int cols = int(p.cols);
@@ -130,8 +132,8 @@ __device__ __forceinline__ void row_backward(T* dx, float* acc, const T* dy, con
 template <class T, class W, int kVec, bool kBlockPerRow>
 __global__ void __launch_bounds__(kBlockPerRow ? 1024 : kWarpRowThreads)
     rmsnorm_backward_kernel(const RmsNormBackwardParams p) {
-  extern __shared__ float acc_smem[];  // [row groups, H] f32 when p.dw is set
-  __shared__ float red[kWarpSize];
+  VLPAR_DYN_SMEM(float, acc_smem);  // [row groups, H] f32 when p.dw is set
+  VLPAR_SHARED(float, red, [kWarpSize]);
   const int tid = int(threadIdx.x), nthreads = int(blockDim.x);
   const RowGroup g = make_row_group<kBlockPerRow>(tid, nthreads);
   const int cols = int(p.cols);
@@ -180,7 +182,7 @@ __device__ __forceinline__ float dw_column_part(const float* partial, int num_bl
 template <int kSplit>
 __global__ void __launch_bounds__(32 * kSplit)
     rmsnorm_dw_reduce_kernel(float* dw, const float* partial, int num_blocks, int cols) {
-  __shared__ float sums[kSplit][kWarpSize + 1];  // +1: no bank conflicts when part 0 reads a column
+  VLPAR_SHARED(float, sums, [kSplit][kWarpSize + 1]);  // +1: no bank conflicts when part 0 reads a column
   const int lane = int(threadIdx.x), part = int(threadIdx.y);
   const int col = int(blockIdx.x) * kWarpSize + lane;
   sums[part][lane] = col < cols ? dw_column_part<kSplit>(partial, num_blocks, cols, col, part) : 0.f;

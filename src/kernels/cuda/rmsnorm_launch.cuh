@@ -4,12 +4,13 @@
 // below are explicitly instantiated per (T, W) in the generated src/kernels/cuda/rmsnorm_<dtype>.cu
 // (tools/gen_instantiations.py); rmsnorm_dw_reduce_run lives in rmsnorm_dw_reduce.cu.
 // Test: tests/gpu/test_cuda_kernels.cpp (ctest -L gpu)
-#include <cuda_runtime.h>
+#include "cuda_compat.cuh"  // first: the prelude of every CUDA source
 
 #include <cstdint>
 #include <initializer_list>
 #include <utility>
 
+#include "launch.cuh"
 #include "launch_utils.hpp"
 #include "rmsnorm_heuristics.hpp"
 #include "rmsnorm_kernel.cuh"
@@ -20,9 +21,6 @@
 #include "vlpar/kernels/cuda/rmsnorm_params.hpp"
 
 namespace vlpar::cuda_kernels {
-
-/// Default dynamic shared memory a kernel may use without opting in.
-inline constexpr size_t kDefaultSmemBytes = 48 * 1024;
 
 /// True when 16-byte packs of T (and the matching packs of W) are aligned on every row of every operand.
 template <class T, class W>
@@ -50,15 +48,12 @@ Status rmsnorm_forward_run(const RmsNormForwardParams& p, void* stream) {
     log_info("rmsnorm_forward x {} w {}: rows {} H {} vec {} {} threads {} grid {}", dtype_name(dtype_of_v<T>),
              dtype_name(dtype_of_v<W>), p.rows, p.cols, vec ? kVec16<T> : 1,
              cfg.block_per_row ? "block-per-row" : "warp-per-row", cfg.threads, cfg.grid);
-  const auto s = static_cast<cudaStream_t>(stream);
+  const LaunchConfig lc{dim3(unsigned(cfg.grid)), dim3(unsigned(cfg.threads)), 0, stream};
   VLPAR_BOOL_SWITCH(vec, kVectorized, {
     VLPAR_BOOL_SWITCH(cfg.block_per_row, kBlockPerRow, {
-      rmsnorm_forward_kernel<T, W, kVectorized ? kVec16<T> : 1, kBlockPerRow>
-          <<<unsigned(cfg.grid), unsigned(cfg.threads), 0, s>>>(p);
+      return launch<rmsnorm_forward_kernel<T, W, kVectorized ? kVec16<T> : 1, kBlockPerRow>>(lc, p);
     });
   });
-  VLPAR_CUDA_CHECK(cudaGetLastError());
-  return Status::Ok();
 }
 
 template <class T, class W>
@@ -77,24 +72,14 @@ Status rmsnorm_backward_run(const RmsNormBackwardParams& p, void* stream) {
     log_info("rmsnorm_backward x {} w {}: rows {} H {} vec {} {} threads {} grid {} smem {} B dw {}",
              dtype_name(dtype_of_v<T>), dtype_name(dtype_of_v<W>), p.rows, p.cols, vec ? kVec16<T> : 1,
              cfg.block_per_row ? "block-per-row" : "warp-per-row", cfg.threads, cfg.grid, cfg.smem_bytes, with_dw);
-  const auto s = static_cast<cudaStream_t>(stream);
+  // Above 48 KiB of dw accumulators launch() opts in, or names the device's limit (H too large for this GPU).
+  const LaunchConfig lc{dim3(unsigned(cfg.grid)), dim3(unsigned(cfg.threads)), cfg.smem_bytes, stream};
   VLPAR_BOOL_SWITCH(vec, kVectorized, {
     VLPAR_BOOL_SWITCH(cfg.block_per_row, kBlockPerRow, {
-      auto* kernel = rmsnorm_backward_kernel<T, W, kVectorized ? kVec16<T> : 1, kBlockPerRow>;
-      if (cfg.smem_bytes > kDefaultSmemBytes) {
-        int device = 0, max_optin = 0;
-        VLPAR_CUDA_CHECK(cudaGetDevice(&device));
-        VLPAR_CUDA_CHECK(cudaDeviceGetAttribute(&max_optin, cudaDevAttrMaxSharedMemoryPerBlockOptin, device));
-        VLPAR_CHECK_CODE(cfg.smem_bytes <= size_t(max_optin), StatusCode::kNotSupported,
-                         "rmsnorm_backward: H = {} needs {} bytes of shared memory for the dw accumulators, "
-                         "this device allows {}", p.cols, cfg.smem_bytes, max_optin);
-        VLPAR_CUDA_CHECK(
-            cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, int(cfg.smem_bytes)));
-      }
-      kernel<<<unsigned(cfg.grid), unsigned(cfg.threads), cfg.smem_bytes, s>>>(p);
+      VLPAR_RETURN_IF_ERROR(
+          (launch<rmsnorm_backward_kernel<T, W, kVectorized ? kVec16<T> : 1, kBlockPerRow>>(lc, p)));
     });
   });
-  VLPAR_CUDA_CHECK(cudaGetLastError());
   if (with_dw) return rmsnorm_dw_reduce_run(p, stream);
   return Status::Ok();
 }

@@ -7,6 +7,8 @@
 // is rotate_pair() from rotary_math.hpp, shared with the CPU. Angles and cos/sin are fp32 with the accurate
 // sincosf (≤ 2 ulp from glibc's), never __sinf/__cosf, whose error grows with |θ| (θ reaches 3e4 rad).
 // Test: tests/gpu/test_cuda_kernels.cpp (ctest -L gpu)
+#include "cuda_compat.cuh"  // first: the prelude of every CUDA source
+
 #include <cstdint>
 
 #include "vlpar/core/dtype.hpp"
@@ -43,8 +45,8 @@ template <class T>
 __global__ void __launch_bounds__(kRotaryThreads) rotary_kernel(const __grid_constant__ RotaryParams p) {
   // The (axis, inv_freq) table sits in the constant bank, where lanes reading different entries serialise;
   // one staged copy per block turns those reads into conflict-free shared-memory loads.
-  __shared__ float inv_freq[kRotaryMaxPairs];
-  __shared__ uint8_t axis[kRotaryMaxPairs];
+  VLPAR_SHARED(float, inv_freq, [kRotaryMaxPairs]);
+  VLPAR_SHARED(uint8_t, axis, [kRotaryMaxPairs]);
   for (int k = int(threadIdx.x); k < p.half; k += int(blockDim.x)) {
     inv_freq[k] = p.inv_freq[k];
     axis[k] = p.axis[k];

@@ -2,10 +2,11 @@
 // Host launch code of the CUDA rotary family: one thread per (token, pair), 256 threads per block (the
 // per-thread work is H heads, so the block size only needs to fill warps). Explicitly instantiated per T in
 // the generated src/kernels/cuda/rotary_<dtype>.cu. Test: tests/gpu/test_cuda_kernels.cpp (ctest -L gpu)
-#include <cuda_runtime.h>
+#include "cuda_compat.cuh"  // first: the prelude of every CUDA source
 
 #include <cstdint>
 
+#include "launch.cuh"
 #include "launch_utils.hpp"
 #include "rotary_kernel.cuh"
 #include "vlpar/core/dtype.hpp"
@@ -25,9 +26,7 @@ Status rotary_run(const RotaryParams& p, void* stream) {
   if (print_configs())
     log_info("rotary {} sign {:+}: N_tok {} H {} D {} threads {} grid {}", dtype_name(dtype_of_v<T>), p.sign,
              p.n_tok, p.n_heads, 2 * p.half, kRotaryThreads, grid);
-  rotary_kernel<T><<<grid, kRotaryThreads, 0, static_cast<cudaStream_t>(stream)>>>(p);
-  VLPAR_CUDA_CHECK(cudaGetLastError());
-  return Status::Ok();
+  return launch<rotary_kernel<T>>(LaunchConfig{dim3(grid), dim3(kRotaryThreads), 0, stream}, p);
 }
 
 }  // namespace vlpar::cuda_kernels

@@ -7,6 +7,8 @@
 // activation.cpp): σ(x) = 1/(1 + exp(−x)) with the accurate expf, not __expf. Each pack is read completely
 // before its outputs are stored, so outputs may alias inputs element for element.
 // Test: tests/gpu/test_cuda_kernels.cpp (ctest -L gpu)
+#include "cuda_compat.cuh"  // first: the prelude of every CUDA source
+
 #include <cstdint>
 
 #include "vector_io.cuh"

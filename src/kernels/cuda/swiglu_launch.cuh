@@ -4,12 +4,13 @@
 // (an elementwise kernel: the block size only needs to fill warps, and one pack per thread keeps every load in
 // flight without a loop-carried dependence). Explicitly instantiated per T in the generated
 // src/kernels/cuda/swiglu_<dtype>.cu. Test: tests/gpu/test_cuda_kernels.cpp (ctest -L gpu)
-#include <cuda_runtime.h>
+#include "cuda_compat.cuh"  // first: the prelude of every CUDA source
 
 #include <cstdint>
 #include <initializer_list>
 #include <utility>
 
+#include "launch.cuh"
 #include "launch_utils.hpp"
 #include "swiglu_kernel.cuh"
 #include "vector_io.cuh"
@@ -44,12 +45,8 @@ Status swiglu_forward_run(const SwigluForwardParams& p, void* stream) {
   if (print_configs())
     log_info("swiglu_forward {}: rows {} I {} vec {} threads {} grid {}", dtype_name(dtype_of_v<T>), p.rows, p.cols,
              kv, kSwigluThreads, grid);
-  const auto s = static_cast<cudaStream_t>(stream);
-  VLPAR_BOOL_SWITCH(vec, kVectorized, {
-    swiglu_forward_kernel<T, kVectorized ? kVec16<T> : 1><<<grid, kSwigluThreads, 0, s>>>(p);
-  });
-  VLPAR_CUDA_CHECK(cudaGetLastError());
-  return Status::Ok();
+  const LaunchConfig lc{dim3(grid), dim3(kSwigluThreads), 0, stream};
+  VLPAR_BOOL_SWITCH(vec, kVectorized, { return launch<swiglu_forward_kernel<T, kVectorized ? kVec16<T> : 1>>(lc, p); });
 }
 
 template <class T>
@@ -65,12 +62,8 @@ Status swiglu_backward_run(const SwigluBackwardParams& p, void* stream) {
   if (print_configs())
     log_info("swiglu_backward {}: rows {} I {} vec {} threads {} grid {}", dtype_name(dtype_of_v<T>), p.rows,
              p.cols, kv, kSwigluThreads, grid);
-  const auto s = static_cast<cudaStream_t>(stream);
-  VLPAR_BOOL_SWITCH(vec, kVectorized, {
-    swiglu_backward_kernel<T, kVectorized ? kVec16<T> : 1><<<grid, kSwigluThreads, 0, s>>>(p);
-  });
-  VLPAR_CUDA_CHECK(cudaGetLastError());
-  return Status::Ok();
+  const LaunchConfig lc{dim3(grid), dim3(kSwigluThreads), 0, stream};
+  VLPAR_BOOL_SWITCH(vec, kVectorized, { return launch<swiglu_backward_kernel<T, kVectorized ? kVec16<T> : 1>>(lc, p); });
 }
 
 }  // namespace vlpar::cuda_kernels

@@ -4,6 +4,8 @@
 //   load_pack/store_pack : device, convert on the fly (one rounding per stored element)
 //   is_aligned        : host, decides whether a launcher may pick the vectorised instantiation
 // Used by rmsnorm_kernel.cuh and swiglu_kernel.cuh. Test: tests/gpu/test_cuda_kernels.cpp (ctest -L gpu)
+#include "cuda_compat.cuh"  // first: the prelude of every CUDA source
+
 #include <cstddef>
 #include <cstdint>
 
@@ -23,6 +25,7 @@ struct alignas(sizeof(T) * N) Pack {
 /// out[k] = float(p[k]) for k < N; p must be aligned to N·sizeof(T) bytes.
 template <class T, int N>
 __device__ __forceinline__ void load_pack(float (&out)[N], const T* p) {
+  VLPAR_EMU_CHECK_ALIGNED(p, sizeof(Pack<T, N>));
   const Pack<T, N> pk = *reinterpret_cast<const Pack<T, N>*>(p);
 #pragma unroll
   for (int k = 0; k < N; ++k) out[k] = to_float(pk.v[k]);
@@ -31,6 +34,7 @@ __device__ __forceinline__ void load_pack(float (&out)[N], const T* p) {
 /// p[k] = round_T(in[k]) for k < N; p must be aligned to N·sizeof(T) bytes.
 template <class T, int N>
 __device__ __forceinline__ void store_pack(T* p, const float (&in)[N]) {
+  VLPAR_EMU_CHECK_ALIGNED(p, sizeof(Pack<T, N>));
   Pack<T, N> pk;
 #pragma unroll
   for (int k = 0; k < N; ++k) pk.v[k] = from_float<T>(in[k]);

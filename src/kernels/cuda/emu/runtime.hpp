@@ -1,0 +1,111 @@
+#pragma once
+// Internal state of the fiber runtime (not seen by kernels): one Block per running thread block, its Threads
+// (one boost.context fiber each) and Warps, the block barrier and the open warp collectives, the shared-memory
+// arena with its shadow (emu/shared_memory.hpp). A block runs on exactly one OS thread; `tls_block` points at it
+// while it runs. Design: ../shared/spec/cuda-emulation.md §2. Test: tests/emu/test_emu_runtime.cpp
+#include <boost/context/fiber.hpp>
+
+#include <cstdint>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "device_api.hpp"
+#include "shared_memory.hpp"
+
+namespace vlpar::emu {
+
+struct Options {
+  bool strict = true;        // call-site checks of barriers and collectives, exit-while-waiting errors
+  bool random_order = true;  // fibers resumed in a seeded random order each pass
+  uint64_t seed = 1;
+  size_t stack_bytes = 256 * 1024;
+  int arch = 90;
+  size_t smem_limit = 232448;  // opt-in shared memory per block of `arch` (sm_90: 227 KiB, sm_80: 163 KiB)
+  double timeout_s = 600;
+};
+Options options_from_env();
+
+enum class ThreadState : uint8_t { kRunnable, kBarrier, kCollective, kExited, kFaulted };
+
+enum class CollectiveKind : uint8_t { kShflIdx, kShflUp, kShflDown, kShflXor, kBallot, kAny, kAll, kSyncwarp };
+const char* collective_name(CollectiveKind k);
+
+struct Thread {
+  ThreadCoords coords{};
+  int tid = 0, lane = 0, warp = 0;
+  ThreadState state = ThreadState::kRunnable;
+  boost::context::fiber self;   // this thread's continuation while it is suspended
+  boost::context::fiber sched;  // the scheduler's continuation while this thread runs
+  Loc site;                     // where it waits (barrier or collective)
+  uint32_t value = 0;           // collective operand
+  int arg = 0;
+  uint32_t result = 0;          // collective / barrier result
+};
+
+/// A warp collective that some lanes have entered and others not yet.
+struct Collective {
+  CollectiveKind kind;
+  unsigned mask;
+  unsigned arrived;
+  int width;
+  Loc site;
+};
+
+struct Warp {
+  unsigned lanes = 0;     // lanes that exist (the last warp of a block may be partial)
+  unsigned exited = 0;
+  uint32_t clock = 1;     // advanced by a full-warp __syncwarp: orders shared-memory accesses within the warp
+  std::vector<Collective> open;
+};
+
+struct BlockBarrier {
+  int arrived = 0;
+  Loc site;
+  BarrierReduce reduce = BarrierReduce::kNone;
+  int acc = 0;
+};
+
+struct LaunchInfo {
+  std::string_view name;
+  dim3 grid, block;
+  size_t dynamic_smem = 0;
+  Options opt;
+};
+
+struct Block {
+  const LaunchInfo* launch = nullptr;
+  uint3 idx{};
+  std::vector<Thread> threads;
+  std::vector<Warp> warps;
+  BlockBarrier bar;
+  uint32_t epoch = 1;  // advanced by each completed __syncthreads
+  int exited = 0;
+  Thread* current = nullptr;
+  SmemArena* smem = nullptr;
+  std::string fault;   // first rule broken in this block ("" = none)
+};
+
+/// The block running on this OS thread (null outside run_kernel).
+extern thread_local Block* tls_block;
+
+/// Suspends the current fiber; returns when the scheduler resumes it.
+void yield(Thread& t);
+
+/// Records a fault of thread t (not necessarily the running one), then parks the running fiber for good.
+[[noreturn]] void fail_thread(const Thread& t, std::string_view rule, std::string_view detail, Loc loc);
+
+/// fail_thread with a location already formatted (file:line, or a code address from the access hooks).
+[[noreturn]] void fail_at(const Thread& t, std::string_view rule, std::string_view detail, std::string_view source);
+
+/// Checks one load or store of kernel code (shared memory: bounds, initialisation, races; global memory:
+/// inside an allocation). Faults the running thread on a violation; no-op outside emulated kernels.
+void on_access(uintptr_t addr, size_t n, bool write, const void* pc);
+
+/// "pc 0x… = module+offset (addr2line …)" for a code address.
+std::string code_location(const void* pc);
+
+/// "block (x,y,z) thread (x,y,z)" of t in b.
+std::string where(const Block& b, const Thread& t);
+
+}  // namespace vlpar::emu

@@ -1,0 +1,147 @@
+// Shared-memory arena and shadow of one emulated block (see shared_memory.hpp).
+#include "shared_memory.hpp"
+
+#include <fmt/format.h>
+
+#include <algorithm>
+#include <cstring>
+
+namespace vlpar::emu {
+namespace {
+
+constexpr size_t kGuard = 4096;      // unallocated bytes before the base and after the last variable
+constexpr size_t kRedzone = 64;      // unallocated bytes after the dynamic region and each static variable
+constexpr size_t kBaseAlign = 1024;  // 128B-swizzle atoms need 1024-byte aligned buffers
+constexpr size_t kSlack = 64 * 1024; // room for redzones beyond the limit
+
+enum : uint8_t { kAllocated = 1, kWritten = 2, kRead = 4, kMultiReader = 8, kMultiWarp = 16 };
+
+size_t align_up(size_t x, size_t a) { return (x + a - 1) / a * a; }
+
+/// prev (thread, epoch, clock) happens before the accessor: same thread, a barrier since, or a warp sync since.
+bool ordered(uint32_t prev_tid, uint32_t prev_epoch, uint32_t prev_clock, const Accessor& a) {
+  return prev_tid == a.tid || a.epoch > prev_epoch || (prev_tid / 32 == a.warp && a.clock > prev_clock);
+}
+
+}  // namespace
+
+SmemArena::SmemArena(size_t limit) : limit_(limit) {
+  storage_.assign(kGuard + kBaseAlign + limit + kSlack + kGuard, 0xFF);
+  const auto raw = reinterpret_cast<uintptr_t>(storage_.data());
+  base_ = reinterpret_cast<unsigned char*>(align_up(raw + kGuard, kBaseAlign));
+  lo_ = raw;
+  hi_ = raw + storage_.size();
+  shadow_.assign(storage_.size(), ShadowByte{});
+}
+
+std::string SmemArena::begin_block(size_t dynamic_bytes) {
+  const size_t base_off = size_t(reinterpret_cast<uintptr_t>(base_) - lo_);
+  std::memset(base_, 0xFF, high_water_);
+  std::fill_n(shadow_.begin() + ptrdiff_t(base_off), high_water_, ShadowByte{});
+  vars_.clear();
+  if (dynamic_bytes > limit_)
+    return fmt::format("{} bytes of dynamic shared memory exceed the limit of {} bytes per block", dynamic_bytes,
+                       limit_);
+  dynamic_ = dynamic_bytes;
+  gpu_bytes_ = dynamic_bytes;
+  mark(0, dynamic_bytes);
+  top_ = dynamic_bytes + kRedzone;
+  high_water_ = std::max(high_water_, top_);
+  return {};
+}
+
+void SmemArena::mark(size_t offset, size_t bytes) {
+  const size_t base_off = size_t(reinterpret_cast<uintptr_t>(base_) - lo_);
+  for (size_t i = 0; i < bytes; ++i) shadow_[base_off + offset + i].state = kAllocated;
+}
+
+void* SmemArena::static_var(const void* key, size_t bytes, size_t align, std::source_location loc,
+                            std::string* error) {
+  for (const Var& v : vars_)
+    if (v.key == key) return base_ + v.offset;
+  const size_t offset = align_up(top_, std::max<size_t>(align, 16));
+  const size_t gpu = align_up(gpu_bytes_, align) + bytes;
+  if (gpu > limit_ || offset + bytes + kRedzone > limit_ + kSlack) {
+    *error = fmt::format("the block needs {} bytes of shared memory ({} dynamic, the rest static; the variable "
+                         "declared at {}:{} takes {}), more than the limit of {} bytes per block",
+                         gpu, dynamic_, loc.file_name(), loc.line(), bytes, limit_);
+    return nullptr;
+  }
+  vars_.push_back(Var{key, offset, bytes, loc});
+  gpu_bytes_ = gpu;
+  mark(offset, bytes);
+  top_ = offset + bytes + kRedzone;
+  high_water_ = std::max(high_water_, top_);
+  return base_ + offset;
+}
+
+std::string SmemArena::describe(size_t offset) const {
+  if (offset < dynamic_) return fmt::format("dynamic shared memory byte {} of {}", offset, dynamic_);
+  for (const Var& v : vars_)
+    if (offset >= v.offset && offset < v.offset + v.bytes)
+      return fmt::format("byte {} of the {}-byte shared variable declared at {}:{}", offset - v.offset, v.bytes,
+                         v.loc.file_name(), v.loc.line());
+  return "shared memory";
+}
+
+const char* SmemArena::check_byte(size_t off, bool write, const Accessor& a, std::string* detail) {
+  const size_t base_off = size_t(reinterpret_cast<uintptr_t>(base_) - lo_);
+  ShadowByte& s = shadow_[base_off + off];
+  if (!(s.state & kWritten) && !write) {
+    *detail = fmt::format("thread {} reads {}, which no thread of the block has written", a.tid, describe(off));
+    return "read of uninitialised shared memory";
+  }
+  if ((s.state & kWritten) && !ordered(s.writer, s.w_epoch, s.w_clock, a)) {
+    *detail = fmt::format("thread {} {} {} that thread {} wrote in the same barrier interval (missing "
+                          "__syncthreads()?)", a.tid, write ? "writes" : "reads", describe(off), s.writer);
+    return write ? "shared-memory race (write after write)" : "shared-memory race (read after write)";
+  }
+  if (!write) {
+    if (!(s.state & kRead) || s.r_epoch != a.epoch) {
+      s.state = uint8_t((s.state & ~(kMultiReader | kMultiWarp)) | kRead);
+      s.reader = a.tid;
+      s.r_epoch = a.epoch;
+      s.r_clock = a.clock;
+    } else if (s.reader != a.tid) {
+      s.state |= kMultiReader;
+      if (s.reader / 32 != a.warp) s.state |= kMultiWarp;
+      s.r_clock = std::max(s.r_clock, a.clock);
+    }
+    return "";
+  }
+  if ((s.state & kRead) && s.r_epoch == a.epoch) {
+    const bool racy = (s.state & kMultiReader)
+                          ? ((s.state & kMultiWarp) || s.reader / 32 != a.warp || a.clock <= s.r_clock)
+                          : !ordered(s.reader, s.r_epoch, s.r_clock, a);
+    if (racy) {
+      *detail = fmt::format("thread {} writes {} that thread {}{} read in the same barrier interval (missing "
+                            "__syncthreads()?)", a.tid, describe(off), s.reader,
+                            (s.state & kMultiReader) ? " and others" : "");
+      return "shared-memory race (write after read)";
+    }
+  }
+  s.state = uint8_t((s.state & kAllocated) | kWritten);
+  s.writer = a.tid;
+  s.w_epoch = a.epoch;
+  s.w_clock = a.clock;
+  return "";
+}
+
+const char* SmemArena::on_access(uintptr_t p, size_t n, bool write, const Accessor& a, std::string* detail) {
+  const auto base = reinterpret_cast<uintptr_t>(base_);
+  const size_t base_off = size_t(base - lo_);
+  for (size_t i = 0; i < n; ++i) {
+    const uintptr_t q = p + i;
+    if (q < base || q >= hi_ || !(shadow_[base_off + (q - base)].state & kAllocated)) {
+      const ptrdiff_t off = ptrdiff_t(p) - ptrdiff_t(base);
+      *detail = fmt::format("thread {} {} {} bytes at shared offset {}; the block has {} bytes of dynamic shared "
+                            "memory and {} static variables", a.tid, write ? "writes" : "reads", n, off, dynamic_,
+                            vars_.size());
+      return "shared-memory access out of bounds";
+    }
+    if (const char* rule = check_byte(size_t(q - base), write, a, detail); *rule != '\0') return rule;
+  }
+  return "";
+}
+
+}  // namespace vlpar::emu

@@ -1,0 +1,77 @@
+#pragma once
+// The shared memory of one emulated thread block, with a shadow byte per byte that makes wrong uses errors:
+//   layout  : [guard][dynamic bytes][redzone][static var][redzone][static var]...[guard], base aligned to 1024;
+//             redzones and guards are never "allocated", so an access there is out of bounds
+//   poison  : every byte is 0xFF at block start (NaN in every float format), and a read of a byte that no thread
+//             of the block wrote is an error
+//   races   : each byte remembers its last writer (thread, barrier epoch, warp clock) and its readers since; an
+//             access by another thread in the same barrier interval that conflicts (read/write, write/read,
+//             write/write) is an error. Accesses are ordered by a __syncthreads between them (the block epoch)
+//             or, within one warp, by a full-warp __syncwarp (the warp clock).
+// Accesses reach on_access through the compiler's instrumentation of the kernel sources (emu/access_hooks.cpp).
+// Design: ../shared/spec/cuda-emulation.md §3. Test: tests/emu/test_emu_runtime.cpp (EmuFaults.*)
+#include <cstddef>
+#include <cstdint>
+#include <source_location>
+#include <string>
+#include <vector>
+
+namespace vlpar::emu {
+
+/// Who accesses: linear thread id in the block, its warp, the block epoch and its warp's clock.
+struct Accessor {
+  uint32_t tid;
+  uint32_t warp;
+  uint32_t epoch;
+  uint32_t clock;
+};
+
+struct ShadowByte {
+  uint32_t w_epoch, w_clock, r_epoch, r_clock;
+  uint32_t writer, reader;
+  uint8_t state;
+};
+
+class SmemArena {
+ public:
+  /// limit = the architecture's shared memory per block (what a kernel may use in all).
+  explicit SmemArena(size_t limit);
+
+  /// Starts a block: poisons what the previous block used, allocates `dynamic_bytes` at the base.
+  /// Returns "" or why the launch cannot run (more dynamic memory than the limit).
+  std::string begin_block(size_t dynamic_bytes);
+
+  /// The static variable `key` of this block (allocated at its first use); null and *error set when the
+  /// block's static plus dynamic shared memory would exceed the limit.
+  void* static_var(const void* key, size_t bytes, size_t align, std::source_location loc, std::string* error);
+  void* dynamic_base() const { return base_; }
+  size_t dynamic_bytes() const { return dynamic_; }
+  /// Bytes the block uses as a GPU would count them (dynamic + static with alignment, no redzones).
+  size_t gpu_bytes() const { return gpu_bytes_; }
+
+  /// True when p lies in the arena or its guard zones (an access there is checked here).
+  bool contains(uintptr_t p) const { return p - lo_ < hi_ - lo_; }
+
+  /// Checks and records an access of n bytes at p; returns "" or the broken rule, with *detail set.
+  const char* on_access(uintptr_t p, size_t n, bool write, const Accessor& a, std::string* detail);
+
+ private:
+  struct Var {
+    const void* key;
+    size_t offset, bytes;
+    std::source_location loc;
+  };
+  std::string describe(size_t offset) const;
+  const char* check_byte(size_t off, bool write, const Accessor& a, std::string* detail);
+  void mark(size_t offset, size_t bytes);
+
+  size_t limit_;
+  std::vector<unsigned char> storage_;
+  std::vector<ShadowByte> shadow_;  // one per byte from lo_
+  unsigned char* base_ = nullptr;
+  uintptr_t lo_ = 0, hi_ = 0;
+  size_t dynamic_ = 0, top_ = 0, gpu_bytes_ = 0, high_water_ = 0;
+  std::vector<Var> vars_;
+};
+
+}  // namespace vlpar::emu
