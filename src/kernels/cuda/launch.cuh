@@ -51,12 +51,16 @@ inline Status prepare_launch(std::string_view name, const void* func, const Laun
               cfg.grid.y, cfg.grid.z);
   if (cfg.smem_bytes <= 48 * 1024) return Status::Ok();
   int device = 0, max_optin = 0;
-  VLPAR_CUDA_CHECK(cudaGetDevice(&device));
-  VLPAR_CUDA_CHECK(cudaDeviceGetAttribute(&max_optin, cudaDevAttrMaxSharedMemoryPerBlockOptin, device));
+  cudaError_t err = cudaGetDevice(&device);
+  if (err == cudaSuccess) err = cudaDeviceGetAttribute(&max_optin, cudaDevAttrMaxSharedMemoryPerBlockOptin, device);
+  VLPAR_CHECK_CODE(err == cudaSuccess, StatusCode::kCudaError, "kernel {}: reading the shared-memory limit failed: {}",
+                   name, cudaGetErrorString(err));
   VLPAR_CHECK_CODE(cfg.smem_bytes <= size_t(max_optin), StatusCode::kNotSupported,
                    "kernel {}: needs {} bytes of dynamic shared memory, this device allows {} per block", name,
                    cfg.smem_bytes, max_optin);
-  VLPAR_CUDA_CHECK(cudaFuncSetAttribute(func, cudaFuncAttributeMaxDynamicSharedMemorySize, int(cfg.smem_bytes)));
+  err = cudaFuncSetAttribute(func, cudaFuncAttributeMaxDynamicSharedMemorySize, int(cfg.smem_bytes));
+  VLPAR_CHECK_CODE(err == cudaSuccess, StatusCode::kCudaError, "kernel {}: opting in to {} bytes of shared memory "
+                   "failed: {}", name, cfg.smem_bytes, cudaGetErrorString(err));
   return Status::Ok();
 }
 

@@ -8,7 +8,10 @@
 #include <sys/mman.h>
 #include <unistd.h>
 
+#include <algorithm>
+#include <cstdlib>
 #include <cstring>
+#include <deque>
 #include <map>
 #include <mutex>
 #include <shared_mutex>
@@ -26,7 +29,16 @@ struct CUevent_st {
 namespace vlpar::emu {
 namespace {
 
-constexpr size_t kReserve = size_t(64) << 30;  // address space for all device allocations (not committed)
+int64_t env_int(const char* name, int64_t fallback) {
+  const char* v = std::getenv(name);
+  if (v == nullptr || *v == '\0') return fallback;
+  char* end = nullptr;
+  const long long x = std::strtoll(v, &end, 10);
+  return (end != nullptr && *end == '\0') ? int64_t(x) : fallback;
+}
+
+constexpr size_t kReserve = size_t(64) << 30;     // address space for all device allocations (not committed)
+constexpr size_t kQuarantine = size_t(4) << 30;   // freed address space held back from reuse
 
 /// First-fit allocator over one reserved range; allocations are page aligned with a guard page after each.
 class DeviceHeap {
@@ -44,6 +56,17 @@ class DeviceHeap {
     const size_t page = size_t(sysconf(_SC_PAGESIZE));
     const size_t span = (bytes + page - 1) / page * page + page;  // + the guard page
     std::unique_lock lock(mu_);
+    void* p = first_fit(bytes, span, page);
+    if (p == nullptr && !quarantine_.empty()) {  // out of address space: give the quarantine back first
+      for (const auto& [off, len] : quarantine_) insert_free(off, len);
+      quarantine_.clear();
+      quarantined_ = 0;
+      p = first_fit(bytes, span, page);
+    }
+    return p;
+  }
+
+  void* first_fit(size_t bytes, size_t span, size_t page) {
     for (auto it = free_.begin(); it != free_.end(); ++it) {
       if (it->second < span) continue;
       const size_t off = it->first, len = it->second;
@@ -67,19 +90,16 @@ class DeviceHeap {
     const size_t span = it->second.span;
     (void)mprotect(p, span, PROT_NONE);
     (void)madvise(p, span, MADV_DONTNEED);
-    size_t off = it->first - base_, len = span;
     live_.erase(it);
-    auto next = free_.find(off + len);  // coalesce with the free neighbours
-    if (next != free_.end()) {
-      len += next->second;
-      free_.erase(next);
-    }
-    auto prev = free_.lower_bound(off);
-    if (prev != free_.begin() && std::prev(prev)->first + std::prev(prev)->second == off) {
-      --prev;
-      prev->second += len;
-    } else {
-      free_[off] = len;
+    // Quarantine: freed ranges are reused only after kQuarantine bytes more have been freed, so that a kernel
+    // using a freed pointer finds no live allocation there (a use after free) instead of the next owner's data.
+    quarantine_.push_back({reinterpret_cast<uintptr_t>(p) - base_, span});
+    quarantined_ += span;
+    while (quarantined_ > kQuarantine) {
+      const auto [off, len] = quarantine_.front();
+      quarantine_.pop_front();
+      quarantined_ -= len;
+      insert_free(off, len);
     }
     return true;
   }
@@ -98,10 +118,29 @@ class DeviceHeap {
   struct Alloc {
     size_t bytes, span;
   };
+
+  /// Returns [off, off+len) to the free map, merged with its free neighbours (mu_ held).
+  void insert_free(size_t off, size_t len) {
+    auto next = free_.find(off + len);  // coalesce with the free neighbours
+    if (next != free_.end()) {
+      len += next->second;
+      free_.erase(next);
+    }
+    auto prev = free_.lower_bound(off);
+    if (prev != free_.begin() && std::prev(prev)->first + std::prev(prev)->second == off) {
+      --prev;
+      prev->second += len;
+    } else {
+      free_[off] = len;
+    }
+  }
+
   mutable std::shared_mutex mu_;
   uintptr_t base_ = 0;
   std::map<size_t, size_t> free_;      // offset → length
   std::map<uintptr_t, Alloc> live_;    // address → allocation
+  std::deque<std::pair<size_t, size_t>> quarantine_;  // freed (offset, length), oldest first
+  size_t quarantined_ = 0;
 };
 
 /// Process-wide state of the emulated CUDA runtime (a real runtime is process-wide too).
@@ -150,6 +189,19 @@ int device_attribute(cudaDeviceAttr attr) {
 }
 
 }  // namespace
+
+Options options_from_env() {
+  Options o;
+  const char* sched = std::getenv("VLPAR_EMU_SCHED");
+  o.random_order = sched == nullptr || std::strcmp(sched, "rr") != 0;
+  o.seed = uint64_t(env_int("VLPAR_EMU_SEED", 1));
+  o.stack_bytes = size_t(std::clamp<int64_t>(env_int("VLPAR_EMU_STACK_KB", 256), 16, 1 << 20)) * 1024;
+  o.arch = env_int("VLPAR_EMU_ARCH", 90) == 80 ? 80 : 90;
+  o.smem_limit = o.arch == 80 ? 166912 : 232448;
+  o.strict = env_int("VLPAR_EMU_STRICT", 1) != 0;
+  o.timeout_s = double(env_int("VLPAR_EMU_TIMEOUT_S", 600));
+  return o;
+}
 
 std::string check_global_access(uintptr_t addr, size_t n) {
   RuntimeState& s = state();

@@ -9,6 +9,7 @@
 #include <fcntl.h>
 #include <fmt/format.h>
 #include <signal.h>
+#include <ucontext.h>
 #include <sys/mman.h>
 #include <unistd.h>
 
@@ -32,14 +33,6 @@ namespace {
 
 namespace ctx = boost::context;
 
-int64_t env_int(const char* name, int64_t fallback) {
-  const char* v = std::getenv(name);
-  if (v == nullptr || *v == '\0') return fallback;
-  char* end = nullptr;
-  const long long x = std::strtoll(v, &end, 10);
-  return (end != nullptr && *end == '\0') ? int64_t(x) : fallback;
-}
-
 // ---- fiber stacks ------------------------------------------------------------------------------------------
 
 /// Fiber stacks of one size with a PROT_NONE guard page below each; freed stacks are reused.
@@ -62,30 +55,28 @@ class StackPool {
     void* p = mmap(nullptr, bytes_ + page_, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
     if (p == MAP_FAILED) throw std::bad_alloc();
     mprotect(p, page_, PROT_NONE);
-    guards_.push_back(reinterpret_cast<uintptr_t>(p));
     ctx::stack_context s;
     s.size = bytes_;
     s.sp = static_cast<char*>(p) + page_ + bytes_;
     return s;
   }
-  void deallocate(ctx::stack_context& s) noexcept { free_.push_back(s); }
-
-  /// True when addr lies in the guard page of one of this pool's stacks.
-  bool in_guard(uintptr_t addr) const {
-    for (uintptr_t g : guards_)
-      if (addr - g < page_) return true;
-    return false;
+  ctx::stack_context take() {
+    last_ = allocate();
+    return last_;
   }
+  void deallocate(ctx::stack_context& s) noexcept { free_.push_back(s); }
+  /// Lowest usable address of the stack handed out last.
+  uintptr_t last_lo() const { return reinterpret_cast<uintptr_t>(last_.sp) - last_.size; }
 
  private:
   size_t bytes_, page_;
   std::vector<ctx::stack_context> free_;
-  std::vector<uintptr_t> guards_;
+  ctx::stack_context last_{};
 };
 
 struct PoolAllocator {
   StackPool* pool;
-  ctx::stack_context allocate() { return pool->allocate(); }
+  ctx::stack_context allocate() { return pool->take(); }
   void deallocate(ctx::stack_context& s) noexcept { pool->deallocate(s); }
 };
 
@@ -102,12 +93,25 @@ thread_local Worker tls_worker;
 
 struct sigaction g_previous_segv, g_previous_bus;  // the handlers before ours, restored to crash for real
 
-void on_fatal_signal(int sig, siginfo_t* info, void*) {
+/// The faulting thread's stack pointer (0 where the architecture is not known here).
+uintptr_t stack_pointer(void* uctx) {
+#if defined(__x86_64__)
+  return uintptr_t(static_cast<ucontext_t*>(uctx)->uc_mcontext.gregs[REG_RSP]);
+#elif defined(__aarch64__)
+  return uintptr_t(static_cast<ucontext_t*>(uctx)->uc_mcontext.sp);
+#else
+  (void)uctx;
+  return 0;
+#endif
+}
+
+void on_fatal_signal(int sig, siginfo_t* info, void* uctx) {
   const Block* b = tls_block;
-  const auto addr = reinterpret_cast<uintptr_t>(info->si_addr);
   if (b != nullptr && b->current != nullptr) {
     const Thread& t = *b->current;
-    const bool overflow = tls_worker.stacks != nullptr && tls_worker.stacks->in_guard(addr);
+    // Overflow: the stack pointer went below the usable stack (a large frame skips the guard page entirely).
+    const uintptr_t sp = stack_pointer(uctx), fault = reinterpret_cast<uintptr_t>(info->si_addr);
+    const bool overflow = (sp != 0 && sp < t.stack_lo + 256) || (fault < t.stack_lo && fault + 8192 >= t.stack_lo);
     char msg[768];
     const int n = std::snprintf(
         msg, sizeof msg,
@@ -270,6 +274,7 @@ void create_fibers(Block& b, KernelBody body, StackPool& pool) {
       on_exit(b, t);
       return std::move(t.sched);
     });
+    t.stack_lo = pool.last_lo();
   }
 }
 
@@ -332,19 +337,6 @@ Worker& worker(const Options& o) {
 }
 
 }  // namespace
-
-Options options_from_env() {
-  Options o;
-  const char* sched = std::getenv("VLPAR_EMU_SCHED");
-  o.random_order = sched == nullptr || std::strcmp(sched, "rr") != 0;
-  o.seed = uint64_t(env_int("VLPAR_EMU_SEED", 1));
-  o.stack_bytes = size_t(std::clamp<int64_t>(env_int("VLPAR_EMU_STACK_KB", 256), 16, 1 << 20)) * 1024;
-  o.arch = env_int("VLPAR_EMU_ARCH", 90) == 80 ? 80 : 90;
-  o.smem_limit = o.arch == 80 ? 166912 : 232448;
-  o.strict = env_int("VLPAR_EMU_STRICT", 1) != 0;
-  o.timeout_s = double(env_int("VLPAR_EMU_TIMEOUT_S", 600));
-  return o;
-}
 
 Status run_kernel(std::string_view name, const void* func, dim3 grid, dim3 block, size_t dynamic_smem,
                   KernelBody body) {

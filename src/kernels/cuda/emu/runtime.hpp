@@ -41,6 +41,7 @@ struct Thread {
   uint32_t value = 0;           // collective operand
   int arg = 0;
   uint32_t result = 0;          // collective / barrier result
+  uintptr_t stack_lo = 0;       // lowest usable byte of this fiber's stack (the guard page lies below)
 };
 
 /// A warp collective that some lanes have entered and others not yet.
