@@ -37,12 +37,18 @@ function(vlpar_add_cuda_emulation)
   target_compile_definitions(vlpar_cuda_emu PRIVATE VLPAR_CUDA_EMU=1)
 
   vlpar_cuda_kernel_sources(cu_sources dtype_defs)
-  set_source_files_properties(${cu_sources} PROPERTIES LANGUAGE CXX
-    COMPILE_OPTIONS "-xc++;-fsanitize=thread;--param=tsan-instrument-func-entry-exit=0;-Wno-tsan;-Wno-unknown-pragmas")
+  # How a .cu file becomes an emulated kernel source (also tests/emu/*.cu): C++, every load and store
+  # instrumented for the checks, no FMA contraction (docs/cuda-emulation.md, "Floating point").
+  set(VLPAR_EMU_CU_OPTIONS -xc++ -fsanitize=thread --param=tsan-instrument-func-entry-exit=0 -ffp-contract=off
+                           -Wno-tsan -Wno-unknown-pragmas CACHE INTERNAL "compile options of emulated .cu files")
+  set_source_files_properties(${cu_sources} PROPERTIES LANGUAGE CXX COMPILE_OPTIONS "${VLPAR_EMU_CU_OPTIONS}")
   target_sources(vlpar_kernels PRIVATE ${cu_sources})
   target_include_directories(vlpar_kernels PRIVATE ${PROJECT_SOURCE_DIR}/src/kernels/cuda)
   target_compile_definitions(vlpar_kernels PRIVATE VLPAR_WITH_CUDA=1 VLPAR_CUDA_EMU=1 VLPAR_CUDA_RUNTIME_INCLUDED=1
                                                    ${dtype_defs})
   target_link_libraries(vlpar_kernels PUBLIC vlpar_cuda_emu)
+  # pkg-config (cmake/vlpar.pc.in): the emulator libraries go after what uses them.
+  set(VLPAR_PC_EMU_KERNELS "-lvlpar_cuda_emu " PARENT_SCOPE)
+  set(VLPAR_PC_EMU_CORE "-lvlpar_cudart_emu -lboost_context -ldl " PARENT_SCOPE)
   message(STATUS "vlpar: CUDA emulation on (kernels run on the CPU; CUDA headers ${VLPAR_CUDA_HEADERS})")
 endfunction()

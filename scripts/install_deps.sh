@@ -8,6 +8,7 @@ packages=(
   libeigen3-dev libfmt-dev nlohmann-json3-dev
   libjpeg62-turbo-dev libpng-dev libpcre2-dev libyaml-cpp-dev libtomlplusplus-dev
   libgtest-dev libgmock-dev libbenchmark-dev
+  libboost-context-dev      # fibers of the CUDA emulation tier (preset emu)
   libopenmpi-dev openmpi-bin
   lomiri-wallpapers-16.04   # real photographs for the demo VQA data (scripts/demo.sh) and its CI test
 )

@@ -3,15 +3,19 @@
 # stage prints `== stage <name>: <seconds> s` and fails CI when it overruns its budget in .ci/stage_budget.txt
 # (the budgets add up to the cold-machine limit, so a new suite has to make room instead of silently growing CI).
 #   deps      Debian packages (scripts/install_deps.sh)
-#   generated the generated sources are up to date (CUDA instantiations, CPU dispatch), the layering of #includes
+#   generated the generated sources are up to date (CUDA instantiations, CPU dispatch), the layering of #includes,
+#             the rules of CUDA sources (prelude first, VLPAR_SHARED, launch<Kernel>: tools/check_cuda_sources.py)
 #   cuda      where nvcc exists: vlpar::kernels and vlpar::comm of the CUDA build (host code, NCCL backend), and
 #             every CUDA kernel per architecture with the ptxas report (registers, spills; fails on any spill).
 #             The gpu tests are not built here: without a device they could only skip (a GPU machine runs them).
-#   build     CPU-only build of everything (CUDA off), every CPU path of vlpar::kernels
+#   build     the CPU build of everything with the CUDA kernels emulated (preset emu: the same .cu sources
+#             compiled by g++ and run on the CPU, docs/cuda-emulation.md), every CPU path of vlpar::kernels
 #   package   `cmake --install`, then tests/consumer against it (find_package, all components) and
 #             tests/consumer_core (COMPONENTS core kernels comm nn: no image, regex or YAML library on its link
 #             line), and the add_subdirectory consumer (core targets only)
-#   tests     every CPU ctest (labels unit, isa, mpi), last, so the final summary is the run that executes the tests
+#   tests     every ctest (labels unit, isa, mpi, emu), last, so the final summary is the run that executes the
+#             tests; then the proof that every CUDA kernel of the nvcc build ran under emulation
+#             (tools/check_emu_coverage.py: `emulated kernels launched: N of M`)
 # Usage: scripts/test.sh            (from any directory)
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -45,6 +49,7 @@ generated() {
   python3 tools/gen_instantiations.py --check
   python3 tools/gen_cpu_dispatch.py --check
   python3 tools/check_layering.py
+  python3 tools/check_cuda_sources.py
 }
 
 cuda() {
@@ -61,13 +66,13 @@ cuda() {
 }
 
 build() {
-  cmake --preset cpu
-  cmake --build --preset cpu -j"$jobs"
+  cmake --preset emu
+  cmake --build --preset emu -j"$jobs"
 }
 
 package() {
   rm -rf build/install build/consumer build/consumer-core build/consumer-subdir
-  cmake --install build/cpu --prefix "$(pwd)/build/install" > /dev/null
+  cmake --install build/emu --prefix "$(pwd)/build/install" > /dev/null
   if [ -z "$(find build/install -name vlparConfig.cmake)" ] || [ -z "$(find build/install -name vlpar.pc)" ]; then
     echo "cmake --install wrote no vlparConfig.cmake or vlpar.pc" >&2
     exit 1
@@ -103,7 +108,11 @@ package() {
   ./build/consumer-subdir/vlpar_consumer
 }
 
-tests() { ctest --preset cpu -j"$jobs"; }
+tests() {
+  rm -f build/emu/emu_launches.txt  # appended to by every emulated kernel launch of this run
+  ctest --preset emu -j"$jobs"
+  python3 tools/check_emu_coverage.py --report build/cuda/ptxas_report.txt --log build/emu/emu_launches.txt
+}
 
 stage deps deps
 stage generated generated

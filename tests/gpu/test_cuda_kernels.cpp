@@ -225,6 +225,23 @@ VLPAR_INSTANTIATE(Shapes, VLPAR_SUITE(RmsNorm),
         RmsCase{5003, 256, DType::kBF16, DType::kBF16, Layout::kHalfOfFused}),
     [](const auto& info) { return rms_case_name(info.param); });
 
+/// One small case per compiled kernel instantiation: every (x dtype, weight dtype) pair the launchers take, each
+/// vectorised and scalar (misaligned rows), each warp-per-row (H = 64) and block-per-row (H = 1536). The
+/// emulated CI run must launch every kernel of the real build (tools/check_emu_coverage.py).
+std::vector<RmsCase> every_rmsnorm_instantiation() {
+  std::vector<RmsCase> cases;
+  const std::pair<DType, DType> types[] = {{DType::kF32, DType::kF32},  {DType::kBF16, DType::kBF16},
+                                           {DType::kBF16, DType::kF32}, {DType::kF16, DType::kF16},
+                                           {DType::kF16, DType::kF32}};
+  for (const auto& [x, w] : types)
+    for (int64_t H : {64, 1536})
+      for (Layout layout : {Layout::kContiguous, Layout::kMisaligned}) cases.push_back(RmsCase{5, H, x, w, layout});
+  return cases;
+}
+
+VLPAR_INSTANTIATE(EveryInstantiation, VLPAR_SUITE(RmsNorm), ::testing::ValuesIn(every_rmsnorm_instantiation()),
+                  [](const auto& info) { return rms_case_name(info.param); });
+
 VLPAR_TEST(VLPAR_SUITE(RmsNormProps), BackwardIsBitwiseDeterministicAcrossWorkspaceSources) {
   VLPAR_REQUIRE_GPU();
   const int64_t R = 3001, H = 2048;
@@ -320,7 +337,9 @@ VLPAR_INSTANTIATE(Shapes, VLPAR_SUITE(Swiglu),
                          ::testing::Values(SwiCase{37, 768, DType::kF32},    // vectorised
                                            SwiCase{37, 768, DType::kBF16},   // vectorised
                                            SwiCase{29, 100, DType::kBF16},   // I % 8 != 0: scalar
-                                           SwiCase{13, 257, DType::kF32}),   // odd I: scalar
+                                           SwiCase{13, 257, DType::kF32},    // odd I: scalar
+                                           SwiCase{11, 64, DType::kF16},     // vectorised
+                                           SwiCase{11, 63, DType::kF16}),    // scalar
                          [](const auto& info) {
                            return fmt::format("n{}_i{}_{}", info.param.N, info.param.I, dtype_name(info.param.dtype));
                          });
@@ -397,7 +416,8 @@ VLPAR_INSTANTIATE(Kinds, VLPAR_SUITE(Rotary),
                       RotCase{RotaryKind::kMRoPE, 128, 5e6f, DType::kF32, DType::kI32},
                       RotCase{RotaryKind::kMRoPE, 128, 5e6f, DType::kBF16, DType::kI64},
                       RotCase{RotaryKind::kVision2D, 72, 1e4f, DType::kF32, DType::kI64},
-                      RotCase{RotaryKind::kVision2D, 80, 1e4f, DType::kBF16, DType::kI32}),
+                      RotCase{RotaryKind::kVision2D, 80, 1e4f, DType::kBF16, DType::kI32},
+                      RotCase{RotaryKind::k1D, 64, 1e4f, DType::kF16, DType::kI32}),
     [](const auto& info) { return rot_case_name(info.param); });
 
 // ---- builds without CUDA -----------------------------------------------------------------------------------

@@ -1,6 +1,8 @@
 // Second stage of the RMSNorm backward: dw[c] += Σ_b dw_partial[b][c] over the per-block partials written by
 // rmsnorm_backward_kernel, in a fixed order (no float atomics, DESIGN §7). Independent of the storage dtype,
 // so it is compiled once whatever VLPAR_DTYPES holds. Test: tests/gpu/test_cuda_kernels.cpp (ctest -L gpu)
+#include "cuda_compat.cuh"  // first: the prelude of every CUDA source
+
 #include "rmsnorm_launch.cuh"
 
 namespace vlpar::cuda_kernels {

@@ -1,0 +1,47 @@
+#!/usr/bin/env python3
+"""Proof that every CUDA kernel ran: compares the kernels the emulated test run launched (the log the emulator
+appends to, $VLPAR_EMU_LAUNCH_LOG; tests/CMakeLists.txt sets it for every `emu` test) with every __global__ kernel
+the real nvcc build compiled (the ptxas report of the `cuda` stage, cmake/ptxas_report.cmake). Prints
+`emulated kernels launched: N of M` and fails, listing them, when a compiled kernel never ran.
+Names are compared without the vlpar:: namespaces, as the ptxas report prints them.
+Usage: tools/check_emu_coverage.py --report build/cuda/ptxas_report.txt --log build/emu/emu_launches.txt"""
+import argparse, pathlib, re, sys
+
+
+def normalise(name):
+    return re.sub(r"\bvlpar::(cuda_kernels::)?", "", name.strip())
+
+
+def compiled_kernels(report):
+    names = set()
+    for line in pathlib.Path(report).read_text().splitlines():
+        m = re.match(r"^sm_\w+\s+\d+\s+\d+\s+\d+\s+\d+/\d+\s+(.+?)\s+\[[^]]+\]$", line)
+        if m:
+            names.add(normalise(m.group(1)))
+    return names
+
+
+def main():
+    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    ap.add_argument("--report", required=True, help="ptxas report of the nvcc build")
+    ap.add_argument("--log", required=True, help="kernel launch log of the emulated test run")
+    args = ap.parse_args()
+    if not pathlib.Path(args.report).is_file():
+        print(f"check_emu_coverage: no ptxas report at {args.report} (no nvcc on this machine): skipped")
+        return 0
+    compiled = compiled_kernels(args.report)
+    if not compiled:
+        print(f"check_emu_coverage: {args.report} lists no kernels", file=sys.stderr)
+        return 1
+    log = pathlib.Path(args.log)
+    launched = {normalise(l) for l in log.read_text().splitlines() if l.strip()} if log.is_file() else set()
+    ran = compiled & launched
+    print(f"emulated kernels launched: {len(ran)} of {len(compiled)}")
+    missing = sorted(compiled - launched)
+    for name in missing:
+        print(f"  never launched under emulation: {name}", file=sys.stderr)
+    return 1 if missing else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
