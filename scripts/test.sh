@@ -63,9 +63,17 @@ cuda() {
   cmake --preset cuda -DVLPAR_BUILD_TESTS=OFF -DVLPAR_BUILD_EXAMPLES=OFF -DVLPAR_CPU_ISAS= > /dev/null
   cmake --build build/cuda -j"$jobs" --target vlpar_kernels vlpar_comm
   cmake --build build/cuda --target ptxas_report
+  # The PTX wrappers (src/kernels/cuda/ptx/) through the emulator's warp-matrix test kernels: the inline PTX must
+  # assemble for both architectures (the emulated build never sees it).
+  /usr/local/cuda/bin/nvcc -std=c++20 -O3 --expt-relaxed-constexpr -DFMT_USE_CONSTEXPR=1 -Iinclude \
+    -Isrc/kernels/cuda -Itests/emu -gencode arch=compute_80,code=sm_80 -gencode arch=compute_90a,code=sm_90a \
+    -Xptxas=--warn-on-spills -Werror=all-warnings -c tests/emu/warp_matrix_kernels.cu -o build/cuda/warp_matrix_kernels.o
+  echo "nvcc: tests/emu/warp_matrix_kernels.cu (mma.sync, ldmatrix, cp.async) assembles for sm_80 and sm_90a"
 }
 
 build() {
+  # CuTe headers for the fragment-layout cross-check (test only; without them CMake says the check is left out)
+  python3 tools/fetch_cute.py build/third_party || echo "fetch_cute failed: no CuTe layout cross-check"
   cmake --preset emu
   cmake --build --preset emu -j"$jobs"
 }

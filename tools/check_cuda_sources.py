@@ -22,7 +22,7 @@ def check(path):
     rel = path.relative_to(ROOT)
     code = strip_comments(path.read_text())
     includes = re.findall(r'^\s*#\s*include\s*[<"]([^>"]+)[>"]', code, re.M)
-    if path.name not in EXEMPT and (not includes or includes[0] != "cuda_compat.cuh"):
+    if path.name not in EXEMPT and (not includes or includes[0].split("/")[-1] != "cuda_compat.cuh"):
         bad.append(f"{rel}: the first #include must be \"cuda_compat.cuh\" (found {includes[:1] or 'none'})")
     if path.name not in EXEMPT and re.search(r"\b__shared__\b", code):
         bad.append(f"{rel}: raw __shared__; declare shared memory with VLPAR_SHARED / VLPAR_DYN_SMEM")
@@ -48,7 +48,7 @@ def check(path):
 
 
 def main():
-    files = [p for d in DIRS if d.is_dir() for p in sorted(d.iterdir()) if p.suffix in (".cu", ".cuh")]
+    files = [p for d in DIRS if d.is_dir() for p in sorted(d.rglob("*")) if p.suffix in (".cu", ".cuh")]
     bad = [b for p in files for b in check(p)]
     for b in bad:
         print(b)

@@ -18,6 +18,10 @@
 #include <cuda_runtime.h>
 
 #include "emu/device_api.hpp"
+// The caller's source location, an extra defaulted parameter of the PTX wrappers (src/kernels/cuda/ptx/) in the
+// emulated build, so that the emulator's reports name the kernel line: `f(int x VLPAR_EMU_LOC)`, `g(VLPAR_EMU_LOC1)`.
+#define VLPAR_EMU_LOC , ::vlpar::emu::Loc loc = ::vlpar::emu::Loc::current()
+#define VLPAR_EMU_LOC1 ::vlpar::emu::Loc loc = ::vlpar::emu::Loc::current()
 #else
 #include <cuda_runtime.h>
 
@@ -26,4 +30,6 @@
 // typed extern __shared__ arrays of one name).
 #define VLPAR_DYN_SMEM(T, name) extern __shared__ __align__(16) T name[]
 #define VLPAR_EMU_CHECK_ALIGNED(p, bytes) ((void)0)
+#define VLPAR_EMU_LOC
+#define VLPAR_EMU_LOC1
 #endif

@@ -59,6 +59,17 @@ void threadfence(Loc loc);
 void* static_smem(const void* key, size_t bytes, size_t align, Loc loc);
 void* dynamic_smem(size_t align, Loc loc);
 
+/// Warp-level matrix instructions (emu/warp_matrix.cpp), full-warp collectives; operands as the PTX registers.
+void mma_m16n8k16(bool bf16, float (&d)[4], const uint32_t (&a)[4], const uint32_t (&b)[2], const float (&c)[4],
+                  Loc loc);
+/// ldmatrix .x`count` (1, 2, 4), .trans or not: this lane's row address in, `count` registers out.
+void ldmatrix(int count, bool trans, uint32_t* regs, const void* row, Loc loc);
+
+/// cp.async (emu/async_copy.cpp): cp_size 4/8/16 bytes, src_size ≤ cp_size (the rest zero-filled).
+void cp_async(void* dst, const void* src, int cp_size, int src_size, bool cache_global, Loc loc);
+void cp_async_commit(Loc loc);
+void cp_async_wait(int newest_pending, Loc loc);
+
 /// Reports a rule violation of the current thread (kernel, block, thread, seed) and abandons the launch.
 [[noreturn]] void fail(const char* rule, const char* detail, Loc loc);
 

@@ -219,6 +219,7 @@ void on_exit(Block& b, Thread& t) {
     fail_thread(t, "thread exited while others wait at __syncthreads",
                 fmt::format("{} threads wait at the barrier at {}:{}", b.bar.arrived, b.bar.site.file_name(),
                             b.bar.site.line()), b.bar.site);
+  check_async_copies_at_exit(t);
   for (const Collective& c : w.open)
     if (c.mask >> t.lane & 1u)
       fail_thread(t, "lane exited while its warp waits for it in a collective",

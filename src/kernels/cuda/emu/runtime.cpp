@@ -42,6 +42,9 @@ int shfl_source(CollectiveKind k, int lane, int arg, int width) {
 /// The last lane of collective c arrived: computes every participant's result and makes them runnable.
 void complete(Block& b, Warp& w, const Collective& c, int warp_index) {
   Thread* lanes = &b.threads[size_t(warp_index) * 32];
+  if (c.kind == CollectiveKind::kMmaBf16 || c.kind == CollectiveKind::kMmaF16)
+    complete_mma(lanes, c.kind == CollectiveKind::kMmaBf16);
+  if (c.kind == CollectiveKind::kLdmatrix) complete_ldmatrix(b, lanes, c.variant & 15, (c.variant >> 4) != 0, c.site);
   unsigned ballot = 0;
   for (int l = 0; l < 32; ++l)
     if ((c.mask >> l & 1u) && lanes[l].value != 0) ballot |= 1u << l;
@@ -53,6 +56,7 @@ void complete(Block& b, Warp& w, const Collective& c, int warp_index) {
       case CollectiveKind::kAny: t.result = ballot != 0; break;
       case CollectiveKind::kAll: t.result = ballot == c.mask; break;
       case CollectiveKind::kSyncwarp: t.result = 0; break;
+      case CollectiveKind::kMmaBf16: case CollectiveKind::kMmaF16: case CollectiveKind::kLdmatrix: break;
       default: {
         const int src = shfl_source(c.kind, l, t.arg, c.width);
         if (!(c.mask >> src & 1u)) {
@@ -71,10 +75,11 @@ void complete(Block& b, Warp& w, const Collective& c, int warp_index) {
 }
 
 /// Finds or opens the collective of this warp that the calling lane joins; faults on divergent ones.
-Collective& join(Block& b, Thread& t, Warp& w, CollectiveKind kind, unsigned mask, int width, Loc loc) {
+Collective& join(Block& b, Thread& t, Warp& w, CollectiveKind kind, unsigned mask, int width, Loc loc,
+                 int variant) {
   for (Collective& c : w.open) {
     if (c.mask == mask) {
-      if (b.launch->opt.strict && (c.kind != kind || !same_site(c.site, loc)))
+      if (c.kind != kind || c.variant != variant || (b.launch->opt.strict && !same_site(c.site, loc)))
         fail_thread(t, "divergent warp collective",
                     fmt::format("lane {} entered {} at {} while lanes {:#010x} of mask {:#010x} wait in {} at {}",
                                 t.lane, collective_name(kind), site(loc), c.arrived, mask, collective_name(c.kind),
@@ -87,11 +92,13 @@ Collective& join(Block& b, Thread& t, Warp& w, CollectiveKind kind, unsigned mas
                               "{:#010x} at {}", t.lane, collective_name(kind), mask, c.arrived,
                               collective_name(c.kind), c.mask, site(c.site)), loc);
   }
-  w.open.push_back(Collective{kind, mask, 0u, width, loc});
+  w.open.push_back(Collective{kind, mask, 0u, width, loc, variant});
   return w.open.back();
 }
 
-uint32_t collective(CollectiveKind kind, unsigned mask, uint32_t value, int arg, int width, Loc loc) {
+}  // namespace
+
+uint32_t collective(CollectiveKind kind, unsigned mask, uint32_t value, int arg, int width, Loc loc, int variant) {
   Block& b = block();
   Thread& t = self();
   Warp& w = b.warps[size_t(t.warp)];
@@ -103,12 +110,13 @@ uint32_t collective(CollectiveKind kind, unsigned mask, uint32_t value, int arg,
     fail_thread(t, "invalid shuffle width", fmt::format("width {} is not a power of two in [1, 32]", width), loc);
   if (mask & ~w.lanes)
     fail_thread(t, "collective mask names lanes that do not exist",
-                fmt::format("mask {:#010x}, the warp has lanes {:#010x}", mask, w.lanes), loc);
+                fmt::format("{} with mask {:#010x}, the warp has lanes {:#010x}", collective_name(kind), mask,
+                            w.lanes), loc);
   if (mask & w.exited)
     fail_thread(t, "collective mask names exited lanes",
                 fmt::format("{} with mask {:#010x}: lanes {:#010x} have exited", collective_name(kind), mask,
                             mask & w.exited), loc);
-  Collective& c = join(b, t, w, kind, mask, width, loc);
+  Collective& c = join(b, t, w, kind, mask, width, loc, variant);
   t.value = value;
   t.arg = arg;
   t.site = loc;
@@ -124,15 +132,15 @@ uint32_t collective(CollectiveKind kind, unsigned mask, uint32_t value, int arg,
   return t.result;
 }
 
-Accessor accessor(const Block& b, const Thread& t) {
+Accessor accessor_of(const Block& b, const Thread& t) {
   return Accessor{uint32_t(t.tid), uint32_t(t.warp), b.epoch, b.warps[size_t(t.warp)].clock};
 }
 
-}  // namespace
 
 const char* collective_name(CollectiveKind k) {
-  static constexpr const char* kNames[] = {"__shfl_sync",  "__shfl_up_sync", "__shfl_down_sync", "__shfl_xor_sync",
-                                           "__ballot_sync", "__any_sync",     "__all_sync",       "__syncwarp"};
+  static constexpr const char* kNames[] = {
+      "__shfl_sync", "__shfl_up_sync", "__shfl_down_sync", "__shfl_xor_sync", "__ballot_sync", "__any_sync",
+      "__all_sync",  "__syncwarp",     "mma.sync.m16n8k16 (bf16)", "mma.sync.m16n8k16 (f16)", "ldmatrix"};
   return kNames[int(k)];
 }
 
@@ -255,7 +263,7 @@ T atomic_add(T* p, T v, Loc loc) {
   if (b.smem->contains(addr)) {
     std::string detail;
     // Atomics of different threads do not race: read and write the value as the accessing thread only.
-    if (const char* rule = b.smem->on_access(addr, sizeof(T), false, accessor(b, t), &detail); *rule != '\0')
+    if (const char* rule = b.smem->on_access(addr, sizeof(T), false, accessor_of(b, t), &detail); *rule != '\0')
       fail_thread(t, rule, detail, loc);
     old = *p;
     *p = old + v;
@@ -278,7 +286,7 @@ void on_access(uintptr_t addr, size_t n, bool write, const void* pc) {
   if (b == nullptr || b->current == nullptr) return;
   if (b->smem->contains(addr)) {
     std::string detail;
-    if (const char* rule = b->smem->on_access(addr, n, write, accessor(*b, *b->current), &detail); *rule != '\0')
+    if (const char* rule = b->smem->on_access(addr, n, write, accessor_of(*b, *b->current), &detail); *rule != '\0')
       fail_at(*b->current, rule, detail, code_location(pc));
     return;
   }

@@ -28,8 +28,19 @@ Options options_from_env();
 
 enum class ThreadState : uint8_t { kRunnable, kBarrier, kCollective, kExited, kFaulted };
 
-enum class CollectiveKind : uint8_t { kShflIdx, kShflUp, kShflDown, kShflXor, kBallot, kAny, kAll, kSyncwarp };
+enum class CollectiveKind : uint8_t {
+  kShflIdx, kShflUp, kShflDown, kShflXor, kBallot, kAny, kAll, kSyncwarp,
+  kMmaBf16, kMmaF16,  // mma.sync.aligned.m16n8k16.row.col.f32.{bf16,f16}.{bf16,f16}.f32 (emu/warp_matrix.cpp)
+  kLdmatrix,          // ldmatrix.sync.aligned.m8n8.{x1,x2,x4}{.trans}.shared.b16 (variant = count | trans << 4)
+};
 const char* collective_name(CollectiveKind k);
+
+/// One cp.async of a thread: [dst, dst+size) ← src_size bytes of src, the rest zero-filled.
+struct AsyncCopy {
+  uintptr_t dst;
+  const void* src;
+  int size, src_size;
+};
 
 struct Thread {
   ThreadCoords coords{};
@@ -41,6 +52,11 @@ struct Thread {
   uint32_t value = 0;           // collective operand
   int arg = 0;
   uint32_t result = 0;          // collective / barrier result
+  uint32_t frag_in[10] = {};    // warp-matrix operands: mma a[4], b[2], c[4] (c as f32 bits)
+  uint32_t frag_out[4] = {};    // warp-matrix results: mma d[4], ldmatrix registers
+  const void* addr = nullptr;   // ldmatrix: the row address this lane supplies
+  std::vector<AsyncCopy> uncommitted;             // cp.async issued since the last commit_group
+  std::vector<std::vector<AsyncCopy>> groups;     // committed groups, oldest first (emu/async_copy.cpp)
   uintptr_t stack_lo = 0;       // lowest usable byte of this fiber's stack (the guard page lies below)
 };
 
@@ -51,6 +67,7 @@ struct Collective {
   unsigned arrived;
   int width;
   Loc site;
+  int variant = 0;  // ldmatrix: matrices | trans << 4
 };
 
 struct Warp {
@@ -105,6 +122,20 @@ void on_access(uintptr_t addr, size_t n, bool write, const void* pc);
 
 /// "pc 0x… = module+offset (addr2line …)" for a code address.
 std::string code_location(const void* pc);
+
+/// Enters a warp collective (the calling fiber waits for the lanes of `mask`); the last lane to arrive computes
+/// every participant's result. Returns the caller's scalar result.
+uint32_t collective(CollectiveKind kind, unsigned mask, uint32_t value, int arg, int width, Loc loc, int variant = 0);
+
+/// Results of the warp-matrix collectives for the 32 lanes of a warp (emu/warp_matrix.cpp).
+void complete_mma(Thread* lanes, bool bf16);
+void complete_ldmatrix(Block& b, Thread* lanes, int count, bool trans, Loc loc);
+
+/// A thread returns with cp.async copies it never waited for: an error in strict mode (emu/async_copy.cpp).
+void check_async_copies_at_exit(const Thread& t);
+
+/// Shared-memory checks as the given thread (for accesses the emulator performs on a lane's behalf).
+Accessor accessor_of(const Block& b, const Thread& t);
 
 /// "block (x,y,z) thread (x,y,z)" of t in b.
 std::string where(const Block& b, const Thread& t);

@@ -14,7 +14,7 @@ constexpr size_t kRedzone = 64;      // unallocated bytes after the dynamic regi
 constexpr size_t kBaseAlign = 1024;  // 128B-swizzle atoms need 1024-byte aligned buffers
 constexpr size_t kSlack = 64 * 1024; // room for redzones beyond the limit
 
-enum : uint8_t { kAllocated = 1, kWritten = 2, kRead = 4, kMultiReader = 8, kMultiWarp = 16 };
+enum : uint8_t { kAllocated = 1, kWritten = 2, kRead = 4, kMultiReader = 8, kMultiWarp = 16, kPending = 32 };
 
 size_t align_up(size_t x, size_t a) { return (x + a - 1) / a * a; }
 
@@ -87,6 +87,12 @@ std::string SmemArena::describe(size_t offset) const {
 const char* SmemArena::check_byte(size_t off, bool write, const Accessor& a, std::string* detail) {
   const size_t base_off = size_t(reinterpret_cast<uintptr_t>(base_) - lo_);
   ShadowByte& s = shadow_[base_off + off];
+  if (s.state & kPending) {
+    *detail = fmt::format("thread {} {} {}, the destination of a cp.async that thread {} has not waited for "
+                          "(cp.async.wait_group, then __syncthreads, before other threads use it)", a.tid,
+                          write ? "writes" : "reads", describe(off), s.writer);
+    return write ? "write to a cp.async destination in flight" : "read of a cp.async destination before its wait";
+  }
   if (!(s.state & kWritten) && !write) {
     *detail = fmt::format("thread {} reads {}, which no thread of the block has written", a.tid, describe(off));
     return "read of uninitialised shared memory";
@@ -142,6 +148,27 @@ const char* SmemArena::on_access(uintptr_t p, size_t n, bool write, const Access
     if (const char* rule = check_byte(size_t(q - base), write, a, detail); *rule != '\0') return rule;
   }
   return "";
+}
+
+const char* SmemArena::begin_async_write(uintptr_t p, size_t n, const Accessor& a, std::string* detail) {
+  if (const char* rule = on_access(p, n, true, a, detail); *rule != '\0') return rule;
+  const auto base = reinterpret_cast<uintptr_t>(base_);
+  const size_t base_off = size_t(base - lo_);
+  for (size_t i = 0; i < n; ++i) shadow_[base_off + (p + i - base)].state |= kPending;
+  std::memset(reinterpret_cast<void*>(p), 0xFF, n);  // poison until the copy lands
+  return "";
+}
+
+void SmemArena::complete_async_write(uintptr_t p, size_t n, const Accessor& a) {
+  const auto base = reinterpret_cast<uintptr_t>(base_);
+  const size_t base_off = size_t(base - lo_);
+  for (size_t i = 0; i < n; ++i) {
+    ShadowByte& s = shadow_[base_off + (p + i - base)];
+    s.state = uint8_t(kAllocated | kWritten);
+    s.writer = a.tid;
+    s.w_epoch = a.epoch;
+    s.w_clock = a.clock;
+  }
 }
 
 }  // namespace vlpar::emu

@@ -55,6 +55,12 @@ class SmemArena {
   /// Checks and records an access of n bytes at p; returns "" or the broken rule, with *detail set.
   const char* on_access(uintptr_t p, size_t n, bool write, const Accessor& a, std::string* detail);
 
+  /// cp.async: issue checks [p, p+n) like a write, then marks it pending and poisons it (any access before the
+  /// issuing thread's wait_group is an error); complete writes the data's shadow as the issuing thread's write
+  /// at the time of its wait and clears the pending state.
+  const char* begin_async_write(uintptr_t p, size_t n, const Accessor& a, std::string* detail);
+  void complete_async_write(uintptr_t p, size_t n, const Accessor& a);
+
  private:
   struct Var {
     const void* key;
