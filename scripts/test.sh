@@ -6,7 +6,9 @@
 #   generated the generated sources are up to date (CUDA instantiations, CPU dispatch), the layering of #includes,
 #             the rules of CUDA sources (prelude first, VLPAR_SHARED, launch<Kernel>: tools/check_cuda_sources.py)
 #   cuda      where nvcc exists: vlpar::kernels and vlpar::comm of the CUDA build (host code, NCCL backend), and
-#             every CUDA kernel per architecture with the ptxas report (registers, spills; fails on any spill).
+#             every CUDA kernel per architecture with the ptxas report (registers, spills; fails on any spill),
+#             the PTX wrappers assembled for sm_80/sm_90a, and the SASS of every kernel checked against the
+#             instructions its family promises (tools/check_sass.py; cuobjdump from PyPI).
 #             The gpu tests are not built here: without a device they could only skip (a GPU machine runs them).
 #   build     the CPU build of everything with the CUDA kernels emulated (preset emu: the same .cu sources
 #             compiled by g++ and run on the CPU, docs/cuda-emulation.md), every CPU path of vlpar::kernels
@@ -69,11 +71,24 @@ cuda() {
     -Isrc/kernels/cuda -Itests/emu -gencode arch=compute_80,code=sm_80 -gencode arch=compute_90a,code=sm_90a \
     -Xptxas=--warn-on-spills -Werror=all-warnings -c tests/emu/warp_matrix_kernels.cu -o build/cuda/warp_matrix_kernels.o
   echo "nvcc: tests/emu/warp_matrix_kernels.cu (mma.sync, ldmatrix, cp.async) assembles for sm_80 and sm_90a"
+  if grep -n "Potential Performance Loss: wgmma" build/cuda/ptxas_report.txt; then
+    echo "ptxas serializes wgmma (above)" >&2
+    exit 1
+  fi
+  # SASS of every kernel per architecture against the promises in its family's source (tools/check_sass.py).
+  if python3 tools/fetch_test_tools.py sass > /dev/null; then
+    python3 tools/check_sass.py --cuobjdump build/third_party/sass-13.5.37/bin/cuobjdump \
+      --sources 'src/kernels/cuda/*.cuh' 'src/kernels/cuda/*.cu' tests/emu/warp_matrix_kernels.cu \
+      --objects build/cuda/CMakeFiles/vlpar_kernels.dir/src/kernels/cuda/*.cu.o build/cuda/warp_matrix_kernels.o \
+      --table build/cuda/sass_table.md
+  else
+    echo "SASS CHECK SKIPPED: cuobjdump/nvdisasm could not be fetched from PyPI (tools/fetch_test_tools.py sass)"
+  fi
 }
 
 build() {
   # CuTe headers for the fragment-layout cross-check (test only; without them CMake says the check is left out)
-  python3 tools/fetch_cute.py build/third_party || echo "fetch_cute failed: no CuTe layout cross-check"
+  python3 tools/fetch_test_tools.py cute || echo "no CuTe headers: the layout cross-check is left out"
   cmake --preset emu
   cmake --build --preset emu -j"$jobs"
 }

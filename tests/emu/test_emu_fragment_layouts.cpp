@@ -2,7 +2,7 @@
 // CuTe, which encodes the same PTX tables as (thread, value) → index layouts: MMA_Traits of
 // SM80_16x8x16_F32{BF16BF16,F16F16}F32_TN (A, B, C) and Copy_Traits of the ldmatrix atoms SM75_U32x{1,2,4}_LDSM_N
 // and SM75_U16x{2,4,8}_LDSM_T. Every (lane, element) of every variant is compared. CuTe's headers come from the
-// PyPI wheel nvidia-cutlass (tools/fetch_cute.py); they are used by this test only, never by the library.
+// PyPI wheel nvidia-cutlass (tools/fetch_test_tools.py cute); used by this test only, never by the library.
 // Reading CuTe's layouts (../shared/spec/cuda-emulation.md §8): MMA operands are indexed column-major
 // (A: m + 16k, B: n + 8k, C: m + 16n); ldmatrix layouts are in bits of the stacked row-major 8×8 b16 matrices that
 // the address lanes supply (lanes 8j..8j+7 = rows of matrix j), 1024 bits per matrix.

@@ -8,6 +8,14 @@
 // aligned, else 1). Statistics accumulate in fp32; each output element is rounded once. The fp32 expressions
 // follow the CPU kernel (src/kernels/cpu/norm.cpp) term for term, so the two differ only by summation order
 // and FMA contraction. Test: tests/gpu/test_cuda_kernels.cpp (ctest -L gpu)
+// What the SASS of every architecture must show (tools/check_sass.py, CI stage cuda): butterfly shuffles for the
+// row sums, a block barrier where a row spans the block, 16-byte global accesses on the vectorised paths;
+// registers: ≤ 64 for block-per-row (1024-thread blocks need it), ≤ 128 for warp-per-row (128-thread blocks).
+// SASS rmsnorm_forward_kernel<*> rmsnorm_backward_kernel<*>: SHFL.BFLY regs<=128
+// SASS rmsnorm_forward_kernel<*, true> rmsnorm_backward_kernel<*, true>: BAR.SYNC regs<=64
+// SASS rmsnorm_forward_kernel<*, 4, *> rmsnorm_forward_kernel<*, 8, *>: LDG.E.128 STG.E.128
+// SASS rmsnorm_backward_kernel<*, 4, *> rmsnorm_backward_kernel<*, 8, *>: LDG.E.128 STG.E.128
+// SASS rmsnorm_dw_reduce_kernel<*>: BAR.SYNC regs<=32
 #include "cuda_compat.cuh"  // first: the prelude of every CUDA source
 
 #include <cstdint>

@@ -1,0 +1,126 @@
+#!/usr/bin/env python3
+"""Instruction-level checks of the real (nvcc) build: dumps the SASS and resource usage of every kernel in the given
+objects with cuobjdump (tools/fetch_test_tools.py sass) and checks, per kernel and architecture, what its design
+promises. The promises are a table in the kernel family's source, one comment line per rule:
+    // SASS <kernel pattern> [<kernel pattern> ...]: <INSTR> ... [regs<=N] [stack<=B]
+A pattern is an fnmatch pattern over the kernel name as `cu++filt` prints it without vlpar:: namespaces and
+parameters (e.g. `rmsnorm_forward_kernel<*, true>`); an instruction is an opcode prefix (`HMMA.16816.F32.BF16`,
+`LDSM.16.MT88.4`, `LDGSTS.E.BYPASS.128`, `BAR.SYNC`; `=OPCODE` asks for exactly that opcode). Every rule that matches a kernel applies; every kernel must
+match at least one rule (a new kernel without promises fails). Also, for every kernel: no local memory (LDL/STL)
+beyond its declared stack<=B (default 0), registers within the smallest regs<=N that applies.
+Prints `SASS <arch> <kernel>: <instructions found> regs=<n> smem=<bytes> stack=<bytes> ok` (or FAIL and why), and
+writes the table as markdown with --table. Exit 1 on any FAIL.
+Usage: tools/check_sass.py --cuobjdump DIR/cuobjdump --sources 'src/kernels/cuda/*.cuh' ... --objects a.o b.o
+       [--table out.md]"""
+import argparse, fnmatch, glob, os, re, subprocess, sys
+
+RULE = re.compile(r"^\s*//\s*SASS\s+([A-Za-z_][^:]*?):\s*(.*)$")
+
+
+def load_rules(patterns):
+    rules = []
+    for pat in patterns:
+        for path in sorted(glob.glob(pat)):
+            for line in open(path, encoding="utf-8"):
+                m = RULE.match(line)
+                if not m:
+                    continue
+                kernels = re.findall(r"\S+<[^>]*>|\S+", m.group(1))
+                instrs, regs, stack = [], None, None
+                for tok in m.group(2).split():
+                    if tok.startswith("regs<="):
+                        regs = int(tok[6:])
+                    elif tok.startswith("stack<="):
+                        stack = int(tok[7:])
+                    else:
+                        instrs.append(tok)
+                rules.append({"kernels": kernels, "instrs": instrs, "regs": regs, "stack": stack, "src": path})
+    return rules
+
+
+def demangle(names):
+    out = subprocess.run(["c++filt"], input="\n".join(names), capture_output=True, text=True).stdout.splitlines()
+    clean = []
+    for n in out:
+        n = re.sub(r"^void ", "", n.replace("(anonymous namespace)::", ""))
+        n = n[: n.find("(")] if "(" in n else n
+        clean.append(re.sub(r"\bvlpar::(cuda_kernels::|emu_test::)?", "", n))
+    return dict(zip(names, clean))
+
+
+def dump(cuobjdump, obj):
+    """{(arch, mangled): {"ops": set, "regs", "stack", "smem"}} for one object."""
+    env = dict(os.environ, PATH=os.path.dirname(cuobjdump) + os.pathsep + os.environ.get("PATH", ""))
+    kernels, arch, fn = {}, None, None
+    sass = subprocess.run([cuobjdump, "-sass", obj], capture_output=True, text=True, env=env, check=True).stdout
+    for line in sass.splitlines():
+        if m := re.match(r"\s*code for (sm_\w+)", line):
+            arch = m.group(1)
+        elif m := re.match(r"\s*Function : (\S+)", line):
+            fn = (arch, m.group(1))
+            kernels[fn] = {"ops": set(), "regs": None, "stack": None, "smem": None}
+        elif fn and (m := re.match(r"\s*/\*[0-9a-f]+\*/\s+(?:@!?U?P\w+\s+)?([A-Z][A-Z0-9_.]*)", line)):
+            kernels[fn]["ops"].add(m.group(1))
+    res = subprocess.run([cuobjdump, "-res-usage", obj], capture_output=True, text=True, env=env, check=True).stdout
+    arch = None
+    lines = res.splitlines()
+    for i, line in enumerate(lines):
+        if m := re.match(r"arch = (sm_\w+)", line):
+            arch = m.group(1)
+        elif (m := re.match(r"\s*Function (\S+):", line)) and i + 1 < len(lines):
+            u = dict(re.findall(r"(\w+(?:\[\d+\])?):(\d+)", lines[i + 1]))
+            k = kernels.setdefault((arch, m.group(1)), {"ops": set(), "regs": None, "stack": None, "smem": None})
+            k.update(regs=int(u.get("REG", 0)), stack=int(u.get("STACK", 0)), smem=int(u.get("SHARED", 0)))
+    return kernels
+
+
+def check_kernel(name, arch, k, rules):
+    applied = [r for r in rules if any(fnmatch.fnmatchcase(name, p) for p in r["kernels"])]
+    if not applied:
+        return [], "FAIL: no `// SASS` rule names this kernel"
+    need = sorted({i for r in applied for i in r["instrs"]})
+    found = [i for i in need
+             if any(op == i.lstrip("=") or (not i.startswith("=") and op.startswith(i + ".")) for op in k["ops"])]
+    errors = [f"missing {i}" for i in need if i not in found]
+    budgets = [r["regs"] for r in applied if r["regs"] is not None]
+    if budgets and k["regs"] is not None and k["regs"] > min(budgets):
+        errors.append(f"{k['regs']} registers > budget {min(budgets)}")
+    stack_ok = max([r["stack"] for r in applied if r["stack"] is not None] or [0])
+    if (k["stack"] or 0) > stack_ok:
+        errors.append(f"stack frame {k['stack']} B > {stack_ok} B")
+    local = sorted(op for op in k["ops"] if op.split(".")[0] in ("LDL", "STL"))
+    if local and stack_ok == 0:
+        errors.append(f"local memory ({', '.join(local)})")
+    return found, ("FAIL: " + "; ".join(errors)) if errors else "ok"
+
+
+def main():
+    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    ap.add_argument("--cuobjdump", required=True)
+    ap.add_argument("--sources", nargs="+", required=True)
+    ap.add_argument("--objects", nargs="+", required=True)
+    ap.add_argument("--table")
+    args = ap.parse_args()
+    rules = load_rules(args.sources)
+    kernels = {}
+    for obj in args.objects:
+        kernels.update(dump(args.cuobjdump, obj))
+    names = demangle(sorted({m for _, m in kernels}))
+    rows, failed = [], 0
+    for (arch, mangled), k in sorted(kernels.items(), key=lambda kv: (names[kv[0][1]], kv[0][0])):
+        found, verdict = check_kernel(names[mangled], arch, k, rules)
+        failed += verdict != "ok"
+        print(f"SASS {arch} {names[mangled]}: {' '.join(found) or '-'} regs={k['regs']} smem={k['smem']} "
+              f"stack={k['stack']} {verdict}")
+        rows.append(f"| `{names[mangled]}` | {arch} | {k['regs']} | {k['smem']} | {k['stack']} | "
+                    f"{' '.join(found) or '—'} |")
+    print(f"check_sass: {len(kernels)} kernel builds, {failed} failed")
+    if args.table:
+        with open(args.table, "w", encoding="utf-8") as f:
+            f.write("| kernel | arch | registers | static smem (B) | stack (B) | instructions checked |\n")
+            f.write("|---|---|---|---|---|---|\n" + "\n".join(rows) + "\n")
+    return 1 if failed or not kernels else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
