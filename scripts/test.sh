@@ -80,7 +80,7 @@ cuda() {
     python3 tools/check_sass.py --cuobjdump build/third_party/sass-13.5.37/bin/cuobjdump \
       --sources 'src/kernels/cuda/*.cuh' 'src/kernels/cuda/*.cu' tests/emu/warp_matrix_kernels.cu \
       --objects build/cuda/CMakeFiles/vlpar_kernels.dir/src/kernels/cuda/*.cu.o build/cuda/warp_matrix_kernels.o \
-      --table build/cuda/sass_table.md
+      --table build/cuda/sass_table.md --cuda-include /usr/local/cuda/include
   else
     echo "SASS CHECK SKIPPED: cuobjdump/nvdisasm could not be fetched from PyPI (tools/fetch_test_tools.py sass)"
   fi

@@ -2,12 +2,14 @@
 """Instruction-level checks of the real (nvcc) build: dumps the SASS and resource usage of every kernel in the given
 objects with cuobjdump (tools/fetch_test_tools.py sass) and checks, per kernel and architecture, what its design
 promises. The promises are a table in the kernel family's source, one comment line per rule:
-    // SASS <kernel pattern> [<kernel pattern> ...]: <INSTR> ... [regs<=N] [stack<=B]
+    // SASS <kernel pattern> [<kernel pattern> ...]: <INSTR> ... [regs<=N] [stack<=B] [threads=T] [dynsmem=B]
 A pattern is an fnmatch pattern over the kernel name as `cu++filt` prints it without vlpar:: namespaces and
 parameters (e.g. `rmsnorm_forward_kernel<*, true>`); an instruction is an opcode prefix (`HMMA.16816.F32.BF16`,
 `LDSM.16.MT88.4`, `LDGSTS.E.BYPASS.128`, `BAR.SYNC`; `=OPCODE` asks for exactly that opcode). Every rule that matches a kernel applies; every kernel must
 match at least one rule (a new kernel without promises fails). Also, for every kernel: no local memory (LDL/STL)
-beyond its declared stack<=B (default 0), registers within the smallest regs<=N that applies.
+beyond its declared stack<=B (default 0), registers within the smallest regs<=N that applies. threads= (the
+largest block its launcher uses) and dynsmem= give the occupancy per SM from NVIDIA's calculator
+(tools/occupancy.cpp over cuda_occupancy.h, built on the fly when --cuda-include is given).
 Prints `SASS <arch> <kernel>: <instructions found> regs=<n> smem=<bytes> stack=<bytes> ok` (or FAIL and why), and
 writes the table as markdown with --table. Exit 1 on any FAIL.
 Usage: tools/check_sass.py --cuobjdump DIR/cuobjdump --sources 'src/kernels/cuda/*.cuh' ... --objects a.o b.o
@@ -26,15 +28,15 @@ def load_rules(patterns):
                 if not m:
                     continue
                 kernels = re.findall(r"\S+<[^>]*>|\S+", m.group(1))
-                instrs, regs, stack = [], None, None
+                rule = {"kernels": kernels, "instrs": [], "regs": None, "stack": None, "threads": None,
+                        "dynsmem": None, "src": path}
                 for tok in m.group(2).split():
-                    if tok.startswith("regs<="):
-                        regs = int(tok[6:])
-                    elif tok.startswith("stack<="):
-                        stack = int(tok[7:])
+                    key = next((k for k in ("regs<=", "stack<=", "threads=", "dynsmem=") if tok.startswith(k)), None)
+                    if key:
+                        rule[key.rstrip("<=")] = int(tok[len(key):])
                     else:
-                        instrs.append(tok)
-                rules.append({"kernels": kernels, "instrs": instrs, "regs": regs, "stack": stack, "src": path})
+                        rule["instrs"].append(tok)
+                rules.append(rule)
     return rules
 
 
@@ -74,8 +76,21 @@ def dump(cuobjdump, obj):
     return kernels
 
 
+def applied_rules(name, rules):
+    return [r for r in rules if any(fnmatch.fnmatchcase(name, p) for p in r["kernels"])]
+
+
+def occupancy(tool, jobs):
+    """[(arch, regs, smem, threads, dynsmem)] -> ["<blocks>/SM <pct>% (<limiter>)"] via tools/occupancy.cpp."""
+    if not tool or not jobs:
+        return ["-"] * len(jobs)
+    lines = "".join(f"{a} {r} {s} {t} {d}\n" for a, r, s, t, d in jobs)
+    out = subprocess.run([tool], input=lines, capture_output=True, text=True, check=True).stdout.split("\n")
+    return [f"{b}/SM {p}% ({lim})" for b, p, lim in (o.split() for o in out if o.strip())]
+
+
 def check_kernel(name, arch, k, rules):
-    applied = [r for r in rules if any(fnmatch.fnmatchcase(name, p) for p in r["kernels"])]
+    applied = applied_rules(name, rules)
     if not applied:
         return [], "FAIL: no `// SASS` rule names this kernel"
     need = sorted({i for r in applied for i in r["instrs"]})
@@ -100,25 +115,45 @@ def main():
     ap.add_argument("--sources", nargs="+", required=True)
     ap.add_argument("--objects", nargs="+", required=True)
     ap.add_argument("--table")
+    ap.add_argument("--cuda-include", help="directory of cuda_occupancy.h: adds occupancy per kernel")
     args = ap.parse_args()
+    tool = None
+    if args.cuda_include:
+        tool = os.path.join(os.path.dirname(os.path.abspath(args.table or "build")), "occupancy")
+        subprocess.run(["g++", "-std=c++17", "-O1", f"-I{args.cuda_include}",
+                        os.path.join(os.path.dirname(os.path.abspath(__file__)), "occupancy.cpp"), "-o", tool],
+                       check=True)
     rules = load_rules(args.sources)
     kernels = {}
     for obj in args.objects:
         kernels.update(dump(args.cuobjdump, obj))
     names = demangle(sorted({m for _, m in kernels}))
     rows, failed = [], 0
-    for (arch, mangled), k in sorted(kernels.items(), key=lambda kv: (names[kv[0][1]], kv[0][0])):
+    order = sorted(kernels.items(), key=lambda kv: (names[kv[0][1]], kv[0][0]))
+    jobs, launch = [], []
+    for (arch, mangled), k in order:  # occupancy at the block size the rules give (sm_90a: SHARED has 1 KiB system)
+        applied = applied_rules(names[mangled], rules)
+        threads = next((r["threads"] for r in reversed(applied) if r["threads"]), None)
+        dyn = next((r["dynsmem"] for r in reversed(applied) if r["dynsmem"] is not None), 0)
+        static = max(0, (k["smem"] or 0) - (1024 if arch.startswith("sm_9") else 0))
+        launch.append((threads, dyn))
+        if threads:
+            jobs.append((arch, k["regs"] or 0, static, threads, dyn))
+    occ = iter(occupancy(tool, jobs))
+    for ((arch, mangled), k), (threads, dyn) in zip(order, launch):
         found, verdict = check_kernel(names[mangled], arch, k, rules)
         failed += verdict != "ok"
+        o = f"{next(occ)} at {threads} threads" + (f" + {dyn} B dynamic smem" if dyn else "") if threads else "-"
         print(f"SASS {arch} {names[mangled]}: {' '.join(found) or '-'} regs={k['regs']} smem={k['smem']} "
-              f"stack={k['stack']} {verdict}")
-        rows.append(f"| `{names[mangled]}` | {arch} | {k['regs']} | {k['smem']} | {k['stack']} | "
+              f"stack={k['stack']} occupancy={o} {verdict}")
+        rows.append(f"| `{names[mangled]}` | {arch} | {k['regs']} | {k['smem']} | {k['stack']} | {o} | "
                     f"{' '.join(found) or '—'} |")
     print(f"check_sass: {len(kernels)} kernel builds, {failed} failed")
     if args.table:
         with open(args.table, "w", encoding="utf-8") as f:
-            f.write("| kernel | arch | registers | static smem (B) | stack (B) | instructions checked |\n")
-            f.write("|---|---|---|---|---|---|\n" + "\n".join(rows) + "\n")
+            f.write("| kernel | arch | registers | static smem (B) | stack (B) | occupancy per SM | instructions "
+                    "checked |\n")
+            f.write("|---|---|---|---|---|---|---|\n" + "\n".join(rows) + "\n")
     return 1 if failed or not kernels else 0
 
 

@@ -2,9 +2,9 @@
 // sources in the emulated build, and by nvcc in the cuda stage (scripts/test.sh) so the PTX of the wrappers
 // assembles for sm_80 and sm_90a. Test: tests/emu/test_emu_warp_matrix.cpp
 // SASS (tools/check_sass.py, CI stage cuda: the wrappers must compile to the instructions they name):
-// SASS mma_tile_kernel: HMMA.16816.F32.BF16 =HMMA.16816.F32 LDSM.16.M88.4 LDSM.16.M88.2 LDSM.16.MT88.2 LDGSTS.E.BYPASS.128 LDGDEPBAR DEPBAR.LE
-// SASS mma_block_tile_kernel: HMMA.16816.F32.BF16 LDSM.16.M88.4 LDSM.16.MT88.2 LDGSTS.E.BYPASS.128 regs<=255
-// SASS cp_async_roundtrip_kernel cp_async_refill_race_kernel: LDGSTS.E.BYPASS.128 LDGDEPBAR DEPBAR.LE
+// SASS mma_tile_kernel: HMMA.16816.F32.BF16 =HMMA.16816.F32 LDSM.16.M88.4 LDSM.16.M88.2 LDSM.16.MT88.2 LDGSTS.E.BYPASS.128 LDGDEPBAR DEPBAR.LE threads=32
+// SASS mma_block_tile_kernel: HMMA.16816.F32.BF16 LDSM.16.M88.4 LDSM.16.MT88.2 LDGSTS.E.BYPASS.128 regs<=255 threads=128 dynsmem=65536
+// SASS cp_async_roundtrip_kernel cp_async_refill_race_kernel: LDGSTS.E.BYPASS.128 LDGDEPBAR DEPBAR.LE threads=64
 #include "cuda_compat.cuh"  // first: the prelude of every CUDA source
 
 #include "launch.cuh"

@@ -10,12 +10,13 @@
 // and FMA contraction. Test: tests/gpu/test_cuda_kernels.cpp (ctest -L gpu)
 // What the SASS of every architecture must show (tools/check_sass.py, CI stage cuda): butterfly shuffles for the
 // row sums, a block barrier where a row spans the block, 16-byte global accesses on the vectorised paths;
-// registers: ≤ 64 for block-per-row (1024-thread blocks need it), ≤ 128 for warp-per-row (128-thread blocks).
-// SASS rmsnorm_forward_kernel<*> rmsnorm_backward_kernel<*>: SHFL.BFLY regs<=128
-// SASS rmsnorm_forward_kernel<*, true> rmsnorm_backward_kernel<*, true>: BAR.SYNC regs<=64
+// registers: ≤ 64 for block-per-row (1024-thread blocks need it), ≤ 128 for warp-per-row (128-thread blocks);
+// occupancy at the largest block each launches (rmsnorm_heuristics.hpp).
+// SASS rmsnorm_forward_kernel<*> rmsnorm_backward_kernel<*>: SHFL.BFLY regs<=128 threads=128
+// SASS rmsnorm_forward_kernel<*, true> rmsnorm_backward_kernel<*, true>: BAR.SYNC regs<=64 threads=1024
 // SASS rmsnorm_forward_kernel<*, 4, *> rmsnorm_forward_kernel<*, 8, *>: LDG.E.128 STG.E.128
 // SASS rmsnorm_backward_kernel<*, 4, *> rmsnorm_backward_kernel<*, 8, *>: LDG.E.128 STG.E.128
-// SASS rmsnorm_dw_reduce_kernel<*>: BAR.SYNC regs<=32
+// SASS rmsnorm_dw_reduce_kernel<*>: BAR.SYNC regs<=32 threads=256
 #include "cuda_compat.cuh"  // first: the prelude of every CUDA source
 
 #include <cstdint>

@@ -9,7 +9,7 @@
 // Test: tests/gpu/test_cuda_kernels.cpp (ctest -L gpu)
 // SASS (tools/check_sass.py): the barrier after the frequency table is staged in shared memory. stack<=32: the
 // accurate sincosf keeps its Payne-Hanek reduction table (7 words) in local memory, used only for |θ| > 105615.
-// SASS rotary_kernel<*>: BAR.SYNC regs<=64 stack<=32
+// SASS rotary_kernel<*>: BAR.SYNC regs<=64 stack<=32 threads=256
 #include "cuda_compat.cuh"  // first: the prelude of every CUDA source
 
 #include <cstdint>

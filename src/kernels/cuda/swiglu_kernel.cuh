@@ -8,7 +8,7 @@
 // before its outputs are stored, so outputs may alias inputs element for element.
 // Test: tests/gpu/test_cuda_kernels.cpp (ctest -L gpu)
 // SASS (tools/check_sass.py): 16-byte loads and stores on the vectorised paths.
-// SASS swiglu_forward_kernel<*> swiglu_backward_kernel<*>: LDG.E STG.E regs<=64
+// SASS swiglu_forward_kernel<*> swiglu_backward_kernel<*>: LDG.E STG.E regs<=64 threads=256
 // SASS swiglu_forward_kernel<*, 4> swiglu_forward_kernel<*, 8>: LDG.E.128 STG.E.128
 // SASS swiglu_backward_kernel<*, 4> swiglu_backward_kernel<*, 8>: LDG.E.128 STG.E.128
 #include "cuda_compat.cuh"  // first: the prelude of every CUDA source
