@@ -1,8 +1,14 @@
 # Third-party dependencies, all from Debian packages (scripts/install_deps.sh installs them).
 find_package(Eigen3 3.4 REQUIRED NO_MODULE)
 find_package(fmt REQUIRED)
-find_package(nlohmann_json 3.10 REQUIRED)   # JSON headers of safetensors, config.json, index files (src/ only)
 find_package(OpenMP REQUIRED COMPONENTS CXX)
+if(VLPAR_GPU_CHECKS_ONLY)  # core + kernels only (bench/gpu/validate.sh): none of the libraries below
+  if(VLPAR_BUILD_TESTS)
+    find_package(GTest REQUIRED)
+  endif()
+  return()
+endif()
+find_package(nlohmann_json 3.10 REQUIRED)   # JSON headers of safetensors, config.json, index files (src/ only)
 # data/: JPEG through libjpeg-turbo (libjpeg62-turbo-dev provides libjpeg), PNG through libpng, the tokenizer's
 # split regex through PCRE2 (8-bit), Energon's YAML metadata through yaml-cpp. Linked privately (src/data only).
 find_package(JPEG REQUIRED)

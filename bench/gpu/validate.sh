@@ -1,0 +1,102 @@
+#!/usr/bin/env bash
+# GPU day, one command: builds the real CUDA preset (core + kernels + the gpu tests only: VLPAR_GPU_CHECKS_ONLY),
+# records the device's facts, runs every `gpu` test on the device, runs compute-sanitizer memcheck, racecheck and
+# synccheck over them, runs the CUDA kernel benchmarks, and writes one report, bench/gpu/reports/<date>-<device>.md
+# (keep the latest in the repository). Works on a bare GPU machine without network or Debian -dev packages: run
+# bench/gpu/prepare.sh on a networked machine first and bring bench/gpu/deps/ along. Every step has a 10-minute
+# limit; a failed step is reported and the script goes on, exiting non-zero at the end if any step failed.
+# compute-sanitizer may refuse virtualised devices ("Device not supported"): reported, not a failure.
+# Usage: bench/gpu/validate.sh [build dir, default build/gpu]
+set -uo pipefail
+cd "$(dirname "$0")/../.."
+
+# ---- steps (each runs as `validate.sh --step <name>` under timeout) -------------------------------------------
+
+deps() {  # the -dev packages from prepare.sh, unpacked into a private prefix when the machine lacks them
+  local prefix=$build/deps
+  rm -rf "$prefix" && mkdir -p "$prefix"
+  if ls bench/gpu/deps/*.deb > /dev/null 2>&1; then
+    for d in bench/gpu/deps/*.deb; do dpkg -x "$d" "$prefix"; done
+    echo "unpacked $(ls bench/gpu/deps/*.deb | wc -l) packages into $prefix"
+  else
+    echo "no bench/gpu/deps (bench/gpu/prepare.sh): using the system's packages"
+  fi
+}
+
+configure() {
+  local cc arch gen=()
+  cc=$(nvidia-smi --query-gpu=compute_cap --format=csv,noheader | head -1 | tr -d '.')
+  arch=$cc
+  [ "$cc" = "90" ] && arch=90a  # the kernels' sm_90a paths
+  command -v ninja > /dev/null && gen=(-G Ninja)
+  cmake -S . -B "$build" "${gen[@]}" -DCMAKE_BUILD_TYPE=Release -DVLPAR_ENABLE_CUDA=ON -DVLPAR_GPU_CHECKS_ONLY=ON \
+    -DCMAKE_CUDA_COMPILER="$(command -v nvcc)" -DVLPAR_CUDA_ARCHS="$arch" -DVLPAR_CPU_ISAS= \
+    -DCMAKE_PREFIX_PATH="$PWD/$build/deps/usr;$PWD/$build/deps/usr/lib/x86_64-linux-gnu/cmake"
+}
+
+build_tests() { cmake --build "$build" -j"$(nproc)" --target test_cuda_kernels; }
+device_query() { nvcc -o "$build/device_query" bench/gpu/device_query.cu && "$build/device_query"; }
+gpu_tests() { ctest --test-dir "$build" -L gpu --output-on-failure --no-tests=error; }
+
+sanitize() {  # sanitize <tool>: the gpu tests under compute-sanitizer
+  local out rc
+  out=$(compute-sanitizer --tool "$1" --error-exitcode 1 "$build/tests/test_cuda_kernels" --gtest_brief=1 2>&1)
+  rc=$?
+  echo "$out" | tail -60
+  if echo "$out" | grep -q "Device not supported"; then
+    echo "compute-sanitizer $1: device not supported (virtualised GPU?): reported, not a failure"
+    return 0
+  fi
+  return $rc
+}
+memcheck() { sanitize memcheck; }
+racecheck() { sanitize racecheck; }
+synccheck() { sanitize synccheck; }
+
+benchmarks() {
+  local found=0
+  for b in "$build"/bench/bench_cuda_*; do
+    [ -x "$b" ] || continue
+    found=1
+    "$b" --benchmark_min_time=0.2s
+  done
+  [ "$found" -eq 1 ] || echo "no CUDA kernel benchmarks in this tree yet (the attention/GEMM kernels of issue 14)"
+}
+
+if [ "${1:-}" = "--step" ]; then
+  build=$VALIDATE_BUILD
+  "$2"
+  exit $?
+fi
+
+# ---- driver ----------------------------------------------------------------------------------------------------
+
+build=${1:-build/gpu}
+export VALIDATE_BUILD=$build
+mkdir -p bench/gpu/reports "$build"
+device=$(nvidia-smi --query-gpu=name --format=csv,noheader 2>/dev/null | head -1 | tr -c 'A-Za-z0-9\n' '_')
+report="bench/gpu/reports/$(date +%F)-${device:-no_gpu}.md"
+log="$build/validate.log"
+: > "$log"
+failed=()
+
+step() {  # step <name>: runs it with a 10-minute limit, appends its output to the log and the report
+  local name=$1 t0 rc out
+  t0=$(date +%s)
+  echo "== $name"
+  out=$(timeout 600 "$0" --step "$name" 2>&1)
+  rc=$?
+  echo "$out" >> "$log"
+  echo "== $name: exit $rc in $(( $(date +%s) - t0 )) s"
+  { echo "## $name"; echo; echo "exit $rc after $(( $(date +%s) - t0 )) s"; echo; echo '```';
+    echo "$out" | tail -200; echo '```'; echo; } >> "$report"
+  [ "$rc" -eq 0 ] || failed+=("$name")
+}
+
+{ echo "# GPU validation, $(date -u '+%F %T') UTC"; echo; echo "commit $(git rev-parse --short HEAD 2>/dev/null)"
+  echo; echo '```'; nvidia-smi 2>&1 | head -20; nvcc --version 2>&1 | tail -2; echo '```'; echo; } > "$report"
+for s in deps configure build_tests device_query gpu_tests memcheck racecheck synccheck benchmarks; do step "$s"; done
+{ echo "## Summary"; echo; [ ${#failed[@]} -eq 0 ] && echo "every step passed" || echo "failed: ${failed[*]}"; } \
+  >> "$report"
+echo "report: $report"
+[ ${#failed[@]} -eq 0 ]
