@@ -33,6 +33,7 @@ function(vlpar_add_cuda_emulation)
 
   vlpar_component(cuda_emu SOURCES ${emu_dir}/runtime.cpp ${emu_dir}/launch.cpp ${emu_dir}/shared_memory.cpp
                   ${emu_dir}/access_hooks.cpp ${emu_dir}/warp_matrix.cpp ${emu_dir}/async_copy.cpp
+                  ${emu_dir}/atomics.cpp
                   PUBLIC vlpar_core vlpar_cudart_emu PRIVATE Boost::context ${CMAKE_DL_LIBS})
   target_compile_definitions(vlpar_cuda_emu PRIVATE VLPAR_CUDA_EMU=1)
 

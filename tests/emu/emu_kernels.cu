@@ -73,6 +73,57 @@ __global__ void warp_ordered_smem_kernel(float* out) {
   out[threadIdx.x] = s[0];
 }
 
+__global__ void atomics_of_every_kind_kernel(int* gi, unsigned* gu, double* gd) {
+  VLPAR_SHARED(int, si, [2]);
+  const int t = int(threadIdx.x);
+  if (t == 0) si[0] = si[1] = 0;
+  __syncthreads();
+  atomicMax(&gi[0], t);
+  atomicMin(&gi[1], -t);
+  atomicSub(&gi[2], 2);
+  atomicOr(&gu[0], 1u << (t % 32));
+  atomicXor(&gu[1], 1u << (t % 32));
+  atomicAnd(&gu[2], ~(1u << (t % 32)));
+  atomicInc(&gu[3], 6u);          // counts 0..6 then wraps: n increments leave n % 7
+  atomicDec(&gu[4], 100u);
+  int seen = gi[3];               // a CAS loop: each thread adds 1 exactly once
+  for (int prev; (prev = atomicCAS(&gi[3], seen, seen + 1)) != seen;) seen = prev;
+  atomicExch(&gi[4], t);
+  atomicAdd(gd, 0.5);
+  atomicMax(&si[0], t);
+  atomicAdd(&si[1], 3);
+  __syncthreads();
+  if (t == 0) {
+    gi[5] = si[0];
+    gi[6] = si[1];
+  }
+}
+
+__global__ void matches_kernel(const uint64_t* v, int wide, unsigned* out) {
+  const int l = int(threadIdx.x);
+  int pred = -1;
+  if (wide) {
+    out[l] = __match_any_sync(0xffffffffu, static_cast<unsigned long long>(v[l]));
+    out[32 + l] = __match_all_sync(0xffffffffu, static_cast<unsigned long long>(v[l]), &pred);
+  } else {
+    out[l] = __match_any_sync(0xffffffffu, unsigned(v[l]));
+    out[32 + l] = __match_all_sync(0xffffffffu, unsigned(v[l]), &pred);
+  }
+  out[64 + l] = unsigned(pred);
+}
+
+__global__ void intrinsics_kernel(unsigned x, unsigned* out) {
+  out[0] = unsigned(__popc(x));
+  out[1] = unsigned(__clz(int(x)));
+  out[2] = unsigned(__ffs(int(x)));
+  out[3] = __brev(x);
+  out[4] = __umulhi(x, x);
+  out[5] = __float_as_uint(1.5f);
+  const unsigned long long all = 0xffffffffffffffffull;
+  out[6] = unsigned(__umul64hi(all, all));        // (2^64 - 1)^2 >> 64 = 2^64 - 2: low word 0xfffffffe
+  out[7] = unsigned(__umul64hi(1ull << 32, 1ull << 32));  // 2^64 >> 64 = 1
+}
+
 /// The block sum of reduce.cuh's shape: per-thread partials → smem → thread 0 adds them in order.
 __global__ void block_sum_kernel(int n, const float* in, float* out) {
   VLPAR_SHARED(float, part, [256]);
@@ -204,6 +255,13 @@ Status barrier_reductions(int n, const int* pred, int* out) {
 Status atomics(int n, float* global, float* out) { return launch<atomics_kernel>(one_block(unsigned(n)), global, out); }
 Status warp_ordered_smem(float* out) { return launch<warp_ordered_smem_kernel>(one_block(32), out); }
 Status block_sum(int n, const float* in, float* out) { return launch<block_sum_kernel>(one_block(256), n, in, out); }
+Status atomics_of_every_kind(int n, int* out_i, unsigned* out_u, double* out_d) {
+  return launch<atomics_of_every_kind_kernel>(one_block(unsigned(n)), out_i, out_u, out_d);
+}
+Status matches(const uint64_t* v, bool wide, unsigned* out) {
+  return launch<matches_kernel>(one_block(32), v, int(wide), out);
+}
+Status intrinsics(unsigned x, unsigned* out) { return launch<intrinsics_kernel>(one_block(1), x, out); }
 Status dynamic_smem(size_t bytes, int* out) {
   return launch<dynamic_smem_kernel>(one_block(128, bytes), int(bytes / sizeof(int)), out);
 }

@@ -28,6 +28,14 @@ Status atomics(int n, float* global, float* out);
 Status warp_ordered_smem(float* out);
 /// Block sum of in[0..n) through shared memory with barriers in the right places; out[0] = sum.
 Status block_sum(int n, const float* in, float* out);
+/// Every atomic kind on global and shared counters from n threads: out[0..10] (see the kernel).
+Status atomics_of_every_kind(int n, int* out_i, unsigned* out_u, double* out_d);
+/// __match_any_sync / __match_all_sync over 32 lanes with values v[lane]: out[l] = any, out[32 + l] = all,
+/// out[64 + l] = all's predicate; 64-bit values when wide.
+Status matches(const uint64_t* v, bool wide, unsigned* out);
+/// Integer/float intrinsics of one thread on x: out[0..7] = popc, clz, ffs, brev, umulhi(x, x), float_as_uint(1.5),
+/// and two __umul64hi of fixed operands.
+Status intrinsics(unsigned x, unsigned* out);
 /// dynamic shared memory of `bytes` (above 48 KiB the launcher opts in); each thread writes and reads back.
 Status dynamic_smem(size_t bytes, int* out);
 

@@ -6,6 +6,8 @@
 // death with that report. Run: ctest --test-dir build/emu -L emu
 #include <gtest/gtest.h>
 
+#include <algorithm>
+#include <bit>
 #include <cstdint>
 #include <cstdlib>
 #include <string>
@@ -13,43 +15,12 @@
 
 #include "emu/launch.hpp"
 #include "emu_kernels.hpp"
+#include "emu_test_util.hpp"
 
 namespace vlpar {
 namespace {
 
 using namespace vlpar::emu_test;
-
-/// A cudaMalloc'd array of n T, freed at scope exit.
-template <class T>
-class DeviceArray {
- public:
-  explicit DeviceArray(size_t n, const std::vector<T>& init = {}) : n_(n) {
-    EXPECT_EQ(cudaMalloc(reinterpret_cast<void**>(&p_), n * sizeof(T)), cudaSuccess);
-    EXPECT_EQ(cudaMemset(p_, 0, n * sizeof(T)), cudaSuccess);
-    if (!init.empty()) {
-      EXPECT_EQ(cudaMemcpy(p_, init.data(), n * sizeof(T), cudaMemcpyHostToDevice), cudaSuccess);
-    }
-  }
-  ~DeviceArray() { (void)cudaFree(p_); }
-  DeviceArray(const DeviceArray&) = delete;
-  DeviceArray& operator=(const DeviceArray&) = delete;
-  T* get() const { return p_; }
-  std::vector<T> host() const {
-    std::vector<T> h(n_);
-    EXPECT_EQ(cudaMemcpy(h.data(), p_, n_ * sizeof(T), cudaMemcpyDeviceToHost), cudaSuccess);
-    return h;
-  }
-
- private:
-  size_t n_;
-  T* p_ = nullptr;
-};
-
-/// The Status failed with a message containing every fragment.
-void expect_fault(const Status& s, std::initializer_list<const char*> fragments) {
-  ASSERT_FALSE(s.ok()) << "the broken kernel ran without an error";
-  for (const char* f : fragments) EXPECT_NE(s.message().find(f), std::string::npos) << f << "\n in: " << s.message();
-}
 
 /// Runs the test body under every scheduling order the CI uses: round robin and two random seeds.
 class EmuScheduled : public ::testing::TestWithParam<const char*> {
@@ -161,6 +132,77 @@ TEST_P(EmuScheduled, AtomicsSharedMemoryAndWarpOrdering) {
     DeviceArray<int> bad(1);
     ASSERT_TRUE(dynamic_smem(bytes, bad.get()).ok()) << bytes;
     EXPECT_EQ(bad.host()[0], 0);
+  }
+}
+
+TEST_P(EmuScheduled, AtomicsOfEveryKind) {
+  const int n = 100;
+  DeviceArray<int> gi(7, {0, 0, 1000, 0, -1, 0, 0});
+  DeviceArray<unsigned> gu(5, {0u, 0u, 0xffffffffu, 0u, 0u});
+  DeviceArray<double> gd(1);
+  ASSERT_TRUE(atomics_of_every_kind(n, gi.get(), gu.get(), gd.get()).ok());
+  const std::vector<int> i = gi.host();
+  EXPECT_EQ(i[0], n - 1);
+  EXPECT_EQ(i[1], -(n - 1));
+  EXPECT_EQ(i[2], 1000 - 2 * n);
+  EXPECT_EQ(i[3], n);  // the CAS loop added exactly one per thread
+  EXPECT_GE(i[4], 0);
+  EXPECT_LT(i[4], n);
+  EXPECT_EQ(i[5], n - 1);  // shared-memory max and add
+  EXPECT_EQ(i[6], 3 * n);
+  const std::vector<unsigned> u = gu.host();
+  EXPECT_EQ(u[0], 0xffffffffu);
+  unsigned x = 0;  // thread t flips bit t % 32: bits 0..3 flipped 4 times, 4..31 three times
+  for (int t = 0; t < n; ++t) x ^= 1u << (t % 32);
+  EXPECT_EQ(u[1], x);
+  EXPECT_EQ(u[2], 0u);
+  EXPECT_EQ(u[3], unsigned(n % 7));
+  unsigned dec = 0;  // from 0: wraps to 100, then counts down
+  for (int t = 0; t < n; ++t) dec = (dec == 0 || dec > 100u) ? 100u : dec - 1;
+  EXPECT_EQ(u[4], dec);
+  EXPECT_EQ(gd.host()[0], 0.5 * n);
+}
+
+TEST_P(EmuScheduled, MatchAnyAndAll) {
+  for (bool wide : {false, true}) {
+    std::vector<uint64_t> v(32);
+    for (int l = 0; l < 32; ++l) v[size_t(l)] = uint64_t(l % 3) << (wide ? 40 : 0);  // 64-bit: differ above bit 31
+    DeviceArray<uint64_t> dv(32, v);
+    DeviceArray<unsigned> out(96);
+    ASSERT_TRUE(matches(dv.get(), wide, out.get()).ok());
+    const std::vector<unsigned> r = out.host();
+    for (int l = 0; l < 32; ++l) {
+      unsigned same = 0;
+      for (int o = 0; o < 32; ++o) same |= (o % 3 == l % 3 ? 1u : 0u) << o;
+      EXPECT_EQ(r[size_t(l)], same) << "lane " << l;
+      EXPECT_EQ(r[size_t(32 + l)], 0u);
+      EXPECT_EQ(r[size_t(64 + l)], 0u);
+    }
+    std::fill(v.begin(), v.end(), uint64_t(7) << (wide ? 40 : 0));
+    DeviceArray<uint64_t> dsame(32, v);
+    ASSERT_TRUE(matches(dsame.get(), wide, out.get()).ok());
+    const std::vector<unsigned> all = out.host();
+    EXPECT_EQ(all[5], 0xffffffffu);
+    EXPECT_EQ(all[32 + 5], 0xffffffffu);
+    EXPECT_EQ(all[64 + 5], 1u);
+  }
+}
+
+TEST(EmuIntrinsics, BitExactAsCudaDefinesThem) {
+  for (unsigned x : {0u, 1u, 0x80000000u, 0x12345678u, 0xffffffffu}) {
+    DeviceArray<unsigned> out(8);
+    ASSERT_TRUE(intrinsics(x, out.get()).ok());
+    const std::vector<unsigned> r = out.host();
+    unsigned rev = 0;
+    for (int i = 0; i < 32; ++i) rev |= ((x >> i) & 1u) << (31 - i);
+    EXPECT_EQ(r[0], unsigned(std::popcount(x))) << x;
+    EXPECT_EQ(r[1], unsigned(std::countl_zero(x))) << x;  // 32 for 0
+    EXPECT_EQ(r[2], x == 0 ? 0u : unsigned(std::countr_zero(x)) + 1) << x;
+    EXPECT_EQ(r[3], rev) << x;
+    EXPECT_EQ(r[4], unsigned((uint64_t(x) * x) >> 32)) << x;
+    EXPECT_EQ(r[5], 0x3FC00000u);
+    EXPECT_EQ(r[6], 0xfffffffeu);
+    EXPECT_EQ(r[7], 1u);
   }
 }
 

@@ -13,6 +13,7 @@
 #include <string>
 #include <vector>
 
+#include "emu_test_util.hpp"
 #include "vlpar/core/dtype.hpp"
 #include "warp_matrix_kernels.hpp"
 
@@ -20,33 +21,6 @@ namespace vlpar {
 namespace {
 
 using namespace vlpar::emu_test;
-
-template <class T>
-class DeviceArray {
- public:
-  explicit DeviceArray(const std::vector<T>& init) : n_(init.size()) {
-    EXPECT_EQ(cudaMalloc(reinterpret_cast<void**>(&p_), n_ * sizeof(T)), cudaSuccess);
-    EXPECT_EQ(cudaMemcpy(p_, init.data(), n_ * sizeof(T), cudaMemcpyHostToDevice), cudaSuccess);
-  }
-  ~DeviceArray() { (void)cudaFree(p_); }
-  DeviceArray(const DeviceArray&) = delete;
-  DeviceArray& operator=(const DeviceArray&) = delete;
-  T* get() const { return p_; }
-  std::vector<T> host() const {
-    std::vector<T> h(n_);
-    EXPECT_EQ(cudaMemcpy(h.data(), p_, n_ * sizeof(T), cudaMemcpyDeviceToHost), cudaSuccess);
-    return h;
-  }
-
- private:
-  size_t n_;
-  T* p_ = nullptr;
-};
-
-void expect_fault(const Status& s, std::initializer_list<const char*> fragments) {
-  ASSERT_FALSE(s.ok()) << "the broken kernel ran without an error";
-  for (const char* f : fragments) EXPECT_NE(s.message().find(f), std::string::npos) << f << "\n in: " << s.message();
-}
 
 /// Random 16-bit values of the format (bf16 or f16) in [-2, 2], and their exact values.
 std::vector<uint16_t> random_halves(size_t n, bool is_bf16, uint32_t seed, std::vector<double>* values) {

@@ -76,10 +76,16 @@ void cp_async_wait(int newest_pending, Loc loc);
 /// Checks that p is aligned to `bytes` (a vector access of that width), else fail("misaligned vector access").
 void check_aligned(const void* p, size_t bytes, Loc loc);
 
-/// Atomics: read-modify-write of one element, a yield point; global memory through std::atomic_ref.
-float atomic_add_f32(float* p, float v, Loc loc);
-uint32_t atomic_add_u32(uint32_t* p, uint32_t v, Loc loc);
-uint64_t atomic_add_u64(uint64_t* p, uint64_t v, Loc loc);
+/// Atomics (emu/atomics.cpp): read-modify-write of one element, a yield point; returns the old value.
+enum class AtomicOp : uint8_t { kAdd, kSub, kExch, kMin, kMax, kInc, kDec, kCas, kAnd, kOr, kXor };
+int32_t atomic_i32(int32_t* p, AtomicOp op, int32_t v, int32_t cmp, Loc loc);
+uint32_t atomic_u32(uint32_t* p, AtomicOp op, uint32_t v, uint32_t cmp, Loc loc);
+uint64_t atomic_u64(uint64_t* p, AtomicOp op, uint64_t v, uint64_t cmp, Loc loc);
+float atomic_f32(float* p, AtomicOp op, float v, Loc loc);
+double atomic_f64(double* p, AtomicOp op, double v, Loc loc);
+
+/// __match_any_sync / __match_all_sync of a 4- or 8-byte value (bitwise comparison).
+unsigned match(bool all, unsigned mask, uint64_t value, int bytes, int* pred, Loc loc);
 
 template <class T, class Tag>
 T& shared_var(Loc loc = Loc::current()) {
@@ -181,21 +187,104 @@ inline void __threadfence(::vlpar::emu::Loc loc = ::vlpar::emu::Loc::current()) 
 inline void __threadfence_block(::vlpar::emu::Loc loc = ::vlpar::emu::Loc::current()) {
   ::vlpar::emu::threadfence(loc);
 }
-inline float atomicAdd(float* p, float v, ::vlpar::emu::Loc loc = ::vlpar::emu::Loc::current()) {
-  return ::vlpar::emu::atomic_add_f32(p, v, loc);
+template <class T>
+unsigned __match_any_sync(unsigned mask, T value, ::vlpar::emu::Loc loc = ::vlpar::emu::Loc::current()) {
+  static_assert(std::is_trivially_copyable_v<T> && (sizeof(T) == 4 || sizeof(T) == 8));
+  uint64_t bits = 0;
+  std::memcpy(&bits, &value, sizeof(T));
+  return ::vlpar::emu::match(false, mask, bits, int(sizeof(T)), nullptr, loc);
 }
-inline int atomicAdd(int* p, int v, ::vlpar::emu::Loc loc = ::vlpar::emu::Loc::current()) {
-  return int(::vlpar::emu::atomic_add_u32(reinterpret_cast<uint32_t*>(p), uint32_t(v), loc));
+template <class T>
+unsigned __match_all_sync(unsigned mask, T value, int* pred, ::vlpar::emu::Loc loc = ::vlpar::emu::Loc::current()) {
+  static_assert(std::is_trivially_copyable_v<T> && (sizeof(T) == 4 || sizeof(T) == 8));
+  uint64_t bits = 0;
+  std::memcpy(&bits, &value, sizeof(T));
+  return ::vlpar::emu::match(true, mask, bits, int(sizeof(T)), pred, loc);
 }
-inline unsigned atomicAdd(unsigned* p, unsigned v, ::vlpar::emu::Loc loc = ::vlpar::emu::Loc::current()) {
-  return ::vlpar::emu::atomic_add_u32(p, v, loc);
+
+// Atomics on int, unsigned, unsigned long long (every operation), float (add, exch) and double (add).
+#define VLPAR_EMU_LOC_ARG ::vlpar::emu::Loc loc = ::vlpar::emu::Loc::current()
+#define VLPAR_EMU_ATOMIC_INT(name, op)                                                                          \
+  inline int name(int* p, int v, VLPAR_EMU_LOC_ARG) {                                                          \
+    return ::vlpar::emu::atomic_i32(p, ::vlpar::emu::AtomicOp::op, v, 0, loc);                                  \
+  }                                                                                                             \
+  inline unsigned name(unsigned* p, unsigned v, VLPAR_EMU_LOC_ARG) {                                           \
+    return ::vlpar::emu::atomic_u32(p, ::vlpar::emu::AtomicOp::op, v, 0, loc);                                  \
+  }                                                                                                             \
+  inline unsigned long long name(unsigned long long* p, unsigned long long v, VLPAR_EMU_LOC_ARG) {             \
+    return ::vlpar::emu::atomic_u64(reinterpret_cast<uint64_t*>(p), ::vlpar::emu::AtomicOp::op, v, 0, loc);    \
+  }
+VLPAR_EMU_ATOMIC_INT(atomicAdd, kAdd)
+VLPAR_EMU_ATOMIC_INT(atomicSub, kSub)
+VLPAR_EMU_ATOMIC_INT(atomicExch, kExch)
+VLPAR_EMU_ATOMIC_INT(atomicMin, kMin)
+VLPAR_EMU_ATOMIC_INT(atomicMax, kMax)
+VLPAR_EMU_ATOMIC_INT(atomicAnd, kAnd)
+VLPAR_EMU_ATOMIC_INT(atomicOr, kOr)
+VLPAR_EMU_ATOMIC_INT(atomicXor, kXor)
+#undef VLPAR_EMU_ATOMIC_INT
+inline unsigned atomicInc(unsigned* p, unsigned v, VLPAR_EMU_LOC_ARG) {
+  return ::vlpar::emu::atomic_u32(p, ::vlpar::emu::AtomicOp::kInc, v, 0, loc);
 }
-inline unsigned long long atomicAdd(unsigned long long* p, unsigned long long v,
-                                    ::vlpar::emu::Loc loc = ::vlpar::emu::Loc::current()) {
-  static_assert(sizeof(unsigned long long) == 8);
-  return ::vlpar::emu::atomic_add_u64(reinterpret_cast<uint64_t*>(p), v, loc);
+inline unsigned atomicDec(unsigned* p, unsigned v, VLPAR_EMU_LOC_ARG) {
+  return ::vlpar::emu::atomic_u32(p, ::vlpar::emu::AtomicOp::kDec, v, 0, loc);
 }
-inline float rsqrtf(float x) { return 1.0f / std::sqrt(x); }  // accurate; the device's is ≤ 2 ulp off
+inline int atomicCAS(int* p, int cmp, int v, VLPAR_EMU_LOC_ARG) {
+  return ::vlpar::emu::atomic_i32(p, ::vlpar::emu::AtomicOp::kCas, v, cmp, loc);
+}
+inline unsigned atomicCAS(unsigned* p, unsigned cmp, unsigned v, VLPAR_EMU_LOC_ARG) {
+  return ::vlpar::emu::atomic_u32(p, ::vlpar::emu::AtomicOp::kCas, v, cmp, loc);
+}
+inline unsigned long long atomicCAS(unsigned long long* p, unsigned long long cmp, unsigned long long v,
+                                    VLPAR_EMU_LOC_ARG) {
+  return ::vlpar::emu::atomic_u64(reinterpret_cast<uint64_t*>(p), ::vlpar::emu::AtomicOp::kCas, v, cmp, loc);
+}
+inline float atomicAdd(float* p, float v, VLPAR_EMU_LOC_ARG) {
+  return ::vlpar::emu::atomic_f32(p, ::vlpar::emu::AtomicOp::kAdd, v, loc);
+}
+inline float atomicExch(float* p, float v, VLPAR_EMU_LOC_ARG) {
+  return ::vlpar::emu::atomic_f32(p, ::vlpar::emu::AtomicOp::kExch, v, loc);
+}
+inline double atomicAdd(double* p, double v, VLPAR_EMU_LOC_ARG) {
+  return ::vlpar::emu::atomic_f64(p, ::vlpar::emu::AtomicOp::kAdd, v, loc);
+}
+#undef VLPAR_EMU_LOC_ARG
+
+// Integer and float intrinsics the host headers lack, bit-exact where CUDA defines the result (__clz(0) = 32,
+// __ffs(0) = 0); the approximate ones (__expf, __logf, __fdividef, rsqrtf) are the accurate functions here, within
+// the device's ≤ 2 ulp (docs/cuda-emulation.md, "Floating point").
+inline int __popc(unsigned x) { return __builtin_popcount(x); }
+inline int __popcll(unsigned long long x) { return __builtin_popcountll(x); }
+inline int __clz(int x) { return x == 0 ? 32 : __builtin_clz(unsigned(x)); }
+inline int __clzll(long long x) { return x == 0 ? 64 : __builtin_clzll((unsigned long long)x); }
+inline int __ffs(int x) { return __builtin_ffs(x); }
+inline int __ffsll(long long x) { return __builtin_ffsll(x); }
+inline unsigned __brev(unsigned x) {
+  unsigned r = 0;
+  for (int i = 0; i < 32; ++i) r |= ((x >> i) & 1u) << (31 - i);
+  return r;
+}
+inline unsigned __umulhi(unsigned a, unsigned b) { return unsigned((uint64_t(a) * b) >> 32); }
+inline int __mulhi(int a, int b) { return int((int64_t(a) * b) >> 32); }
+inline unsigned long long __umul64hi(unsigned long long a, unsigned long long b) {  // schoolbook on 32-bit halves
+  const uint64_t al = a & 0xffffffffu, ah = a >> 32, bl = b & 0xffffffffu, bh = b >> 32;
+  const uint64_t mid = (al * bl >> 32) + (ah * bl & 0xffffffffu) + (al * bh & 0xffffffffu);
+  return ah * bh + (ah * bl >> 32) + (al * bh >> 32) + (mid >> 32);
+}
+inline unsigned __float_as_uint(float x) { return ::vlpar::emu::to_bits32(x); }
+inline float __uint_as_float(unsigned x) { return ::vlpar::emu::from_bits32<float>(x); }
+inline int __float_as_int(float x) { return int(::vlpar::emu::to_bits32(x)); }
+inline float __int_as_float(int x) { return ::vlpar::emu::from_bits32<float>(unsigned(x)); }
+inline float __saturatef(float x) { return x != x ? 0.f : (x < 0.f ? 0.f : (x > 1.f ? 1.f : x)); }
+inline float __fdividef(float a, float b) { return a / b; }
+inline float __expf(float x) { return std::exp(x); }
+inline float __logf(float x) { return std::log(x); }
+inline float __fmaf_rn(float a, float b, float c) { return std::fma(a, b, c); }
+inline float rsqrtf(float x) { return 1.0f / std::sqrt(x); }
+template <class T>
+T __ldg(const T* p) {
+  return *p;
+}
 
 /// Static shared memory: `VLPAR_SHARED(float, red, [32]);` declares `float (&red)[32]` in the block's arena.
 #define VLPAR_SHARED(T, name, dims) auto& name = ::vlpar::emu::shared_var<T dims, decltype([] {})>()

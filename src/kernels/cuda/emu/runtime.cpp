@@ -39,6 +39,19 @@ int shfl_source(CollectiveKind k, int lane, int arg, int width) {
   }
 }
 
+/// __match_any_sync: the lanes of the mask whose value equals lane l's (bitwise); __match_all_sync: the mask when
+/// every lane of it holds the same value, else 0 (the predicate is result != 0).
+unsigned match_result(const Collective& c, const Thread* lanes, int l) {
+  const bool wide = c.variant == 8;
+  unsigned same = 0;
+  for (int o = 0; o < 32; ++o)
+    if ((c.mask >> o & 1u) && lanes[o].frag_in[0] == lanes[l].frag_in[0] &&
+        (!wide || lanes[o].frag_in[1] == lanes[l].frag_in[1]))
+      same |= 1u << o;
+  if (c.kind == CollectiveKind::kMatchAny) return same;
+  return same == c.mask ? c.mask : 0u;
+}
+
 /// The last lane of collective c arrived: computes every participant's result and makes them runnable.
 void complete(Block& b, Warp& w, const Collective& c, int warp_index) {
   Thread* lanes = &b.threads[size_t(warp_index) * 32];
@@ -57,6 +70,7 @@ void complete(Block& b, Warp& w, const Collective& c, int warp_index) {
       case CollectiveKind::kAll: t.result = ballot == c.mask; break;
       case CollectiveKind::kSyncwarp: t.result = 0; break;
       case CollectiveKind::kMmaBf16: case CollectiveKind::kMmaF16: case CollectiveKind::kLdmatrix: break;
+      case CollectiveKind::kMatchAny: case CollectiveKind::kMatchAll: t.result = match_result(c, lanes, l); break;
       default: {
         const int src = shfl_source(c.kind, l, t.arg, c.width);
         if (!(c.mask >> src & 1u)) {
@@ -140,7 +154,8 @@ Accessor accessor_of(const Block& b, const Thread& t) {
 const char* collective_name(CollectiveKind k) {
   static constexpr const char* kNames[] = {
       "__shfl_sync", "__shfl_up_sync", "__shfl_down_sync", "__shfl_xor_sync", "__ballot_sync", "__any_sync",
-      "__all_sync",  "__syncwarp",     "mma.sync.m16n8k16 (bf16)", "mma.sync.m16n8k16 (f16)", "ldmatrix"};
+      "__all_sync",  "__syncwarp",     "mma.sync.m16n8k16 (bf16)", "mma.sync.m16n8k16 (f16)", "ldmatrix",
+      "__match_any_sync", "__match_all_sync"};
   return kNames[int(k)];
 }
 
@@ -218,6 +233,16 @@ unsigned vote(VoteKind kind, unsigned mask, int pred, Loc loc) {
   return collective(CollectiveKind(int(CollectiveKind::kBallot) + int(kind)), mask, pred != 0, 0, 32, loc);
 }
 
+unsigned match(bool all, unsigned mask, uint64_t value, int bytes, int* pred, Loc loc) {
+  Thread& t = self();
+  t.frag_in[0] = uint32_t(value);
+  t.frag_in[1] = uint32_t(value >> 32);
+  const unsigned r = collective(all ? CollectiveKind::kMatchAll : CollectiveKind::kMatchAny, mask, 0, 0, 32, loc,
+                                bytes == 8 ? 8 : 4);
+  if (pred != nullptr) *pred = r != 0;
+  return r;
+}
+
 unsigned activemask() {
   const Block& b = block();
   const Warp& w = b.warps[size_t(self().warp)];
@@ -249,36 +274,6 @@ void check_aligned(const void* p, size_t bytes, Loc loc) {
                 fmt::format("{}-byte access at address {} (offset {} from {}-byte alignment)", bytes, p,
                             reinterpret_cast<uintptr_t>(p) % bytes, bytes), loc);
 }
-
-/// Atomics run between yield points, so a plain read-modify-write is atomic with respect to the block's other
-/// fibers; std::atomic_ref makes it atomic with respect to blocks on other OS threads. The access is checked
-/// like any other (bounds, initialised), but does not race with other atomics.
-template <class T>
-T atomic_add(T* p, T v, Loc loc) {
-  Block& b = block();
-  Thread& t = self();
-  const auto addr = reinterpret_cast<uintptr_t>(p);
-  check_aligned(p, sizeof(T), loc);
-  T old;
-  if (b.smem->contains(addr)) {
-    std::string detail;
-    // Atomics of different threads do not race: read and write the value as the accessing thread only.
-    if (const char* rule = b.smem->on_access(addr, sizeof(T), false, accessor_of(b, t), &detail); *rule != '\0')
-      fail_thread(t, rule, detail, loc);
-    old = *p;
-    *p = old + v;
-  } else {
-    if (std::string err = check_global_access(addr, sizeof(T)); !err.empty())
-      fail_thread(t, "global access outside its allocation", err, loc);
-    old = std::atomic_ref<T>(*p).fetch_add(v);
-  }
-  yield(t);
-  return old;
-}
-
-float atomic_add_f32(float* p, float v, Loc loc) { return atomic_add(p, v, loc); }
-uint32_t atomic_add_u32(uint32_t* p, uint32_t v, Loc loc) { return atomic_add(p, v, loc); }
-uint64_t atomic_add_u64(uint64_t* p, uint64_t v, Loc loc) { return atomic_add(p, v, loc); }
 
 /// Called by the instrumentation hooks for every load and store of kernel code; pc = the accessing instruction.
 void on_access(uintptr_t addr, size_t n, bool write, const void* pc) {

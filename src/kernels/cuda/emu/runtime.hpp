@@ -32,6 +32,7 @@ enum class CollectiveKind : uint8_t {
   kShflIdx, kShflUp, kShflDown, kShflXor, kBallot, kAny, kAll, kSyncwarp,
   kMmaBf16, kMmaF16,  // mma.sync.aligned.m16n8k16.row.col.f32.{bf16,f16}.{bf16,f16}.f32 (emu/warp_matrix.cpp)
   kLdmatrix,          // ldmatrix.sync.aligned.m8n8.{x1,x2,x4}{.trans}.shared.b16 (variant = count | trans << 4)
+  kMatchAny, kMatchAll,  // __match_any_sync / __match_all_sync on frag_in[0..1] (variant = 8 for 64-bit values)
 };
 const char* collective_name(CollectiveKind k);
 
