@@ -4,8 +4,10 @@
 // src/kernels/cuda/cuda_compat.cuh, after <cuda_runtime.h> (whose types — dim3, uint3, float4 — are reused).
 //   threadIdx/blockIdx/blockDim/gridDim/warpSize : the current fiber's coordinates
 //   __syncthreads(_count/_and/_or), __syncwarp   : block / warp barriers (yield points, call sites checked)
-//   __shfl(_up/_down/_xor)_sync, __ballot_sync, __any_sync, __all_sync, __activemask : warp rendezvous
-//   atomicAdd (f32, i32, u32, u64), __threadfence(_block)
+//   __shfl(_up/_down/_xor)_sync, __ballot_sync, __any_sync, __all_sync, __match_any/all_sync, __activemask
+//                                                 : warp rendezvous
+//   atomic{Add,Sub,Exch,Min,Max,Inc,Dec,CAS,And,Or,Xor} (emu/atomics.cpp), __threadfence(_block)
+//   __popc, __clz, __ffs, __brev, __umulhi, bit casts, __expf, … : intrinsics the host headers lack
 //   VLPAR_SHARED / VLPAR_DYN_SMEM                 : static and dynamic shared memory in the block's arena
 //   VLPAR_EMU_CHECK_ALIGNED                       : vector loads/stores check their alignment
 // Every collective takes the caller's std::source_location (a default argument), so divergent barriers and
