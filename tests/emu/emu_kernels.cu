@@ -89,6 +89,7 @@ __global__ void atomics_of_every_kind_kernel(int* gi, unsigned* gu, double* gd) 
   int seen = gi[3];               // a CAS loop: each thread adds 1 exactly once
   for (int prev; (prev = atomicCAS(&gi[3], seen, seen + 1)) != seen;) seen = prev;
   atomicExch(&gi[4], t);
+  (void)atomicCAS(&gi[7], -1, t);  // never equal: gi[7] keeps its value
   atomicAdd(gd, 0.5);
   atomicMax(&si[0], t);
   atomicAdd(&si[1], 3);

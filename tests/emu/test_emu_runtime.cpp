@@ -137,7 +137,7 @@ TEST_P(EmuScheduled, AtomicsSharedMemoryAndWarpOrdering) {
 
 TEST_P(EmuScheduled, AtomicsOfEveryKind) {
   const int n = 100;
-  DeviceArray<int> gi(7, {0, 0, 1000, 0, -1, 0, 0});
+  DeviceArray<int> gi(8, {0, 0, 1000, 0, -1, 0, 0, 42});
   DeviceArray<unsigned> gu(5, {0u, 0u, 0xffffffffu, 0u, 0u});
   DeviceArray<double> gd(1);
   ASSERT_TRUE(atomics_of_every_kind(n, gi.get(), gu.get(), gd.get()).ok());
@@ -150,6 +150,7 @@ TEST_P(EmuScheduled, AtomicsOfEveryKind) {
   EXPECT_LT(i[4], n);
   EXPECT_EQ(i[5], n - 1);  // shared-memory max and add
   EXPECT_EQ(i[6], 3 * n);
+  EXPECT_EQ(i[7], 42);  // a CAS whose compare fails stores nothing
   const std::vector<unsigned> u = gu.host();
   EXPECT_EQ(u[0], 0xffffffffu);
   unsigned x = 0;  // thread t flips bit t % 32: bits 0..3 flipped 4 times, 4..31 three times
