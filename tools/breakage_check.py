@@ -147,6 +147,9 @@ cases = [
  ("emu atomics: atomicInc never wraps", "src/kernels/cuda/emu/atomics.cpp", "      case AtomicOp::kInc: return old >= v ? T(0) : T(old + 1);", "      case AtomicOp::kInc: return T(old + 1);", "test_emu_runtime"),
  ("emu atomics: atomicCAS stores unconditionally", "src/kernels/cuda/emu/atomics.cpp", "    case AtomicOp::kCas: return old == cmp ? v : old;", "    case AtomicOp::kCas: return old == cmp ? v : v;", "test_emu_runtime"),
  ("emu match: 64-bit values compared on their low word", "src/kernels/cuda/emu/runtime.cpp", "  const bool wide = c.variant == 8;", "  const bool wide = c.variant == 9;", "test_emu_runtime"),
+ ("emu clocks: a barrier merges without advancing the warps' own clocks", "src/kernels/cuda/emu/runtime.cpp", "    ++w.vc[__builtin_ctz(m)];\n", "", "test_emu_runtime test_emu_warp_matrix test_cuda_kernels"),
+ ("emu named barrier: completes without ordering its warps", "src/kernels/cuda/emu/runtime.cpp", "    merge_clocks(b, nb.warps);\n", "", "test_emu_warp_matrix"),
+ ("emu named barrier: releases at half the count", "src/kernels/cuda/emu/runtime.cpp", "  if (nb.arrived == nb.expected) {  // the last arrival", "  if (nb.arrived * 2 >= nb.expected) {  // the last arrival", "test_emu_warp_matrix"),
  ("emu stack overflow: not recognised", "src/kernels/cuda/emu/launch.cpp", "const bool overflow = (sp != 0 && sp < t.stack_lo + 256) || (fault < t.stack_lo && fault + 8192 >= t.stack_lo);", "const bool overflow = sp == 1 && fault == 1;", "test_emu_runtime"),
 ]
 only = sys.argv[1:] 

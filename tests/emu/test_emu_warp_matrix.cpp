@@ -136,5 +136,32 @@ TEST(EmuFaults, LdmatrixAndMmaRules) {
                {"lanes that do not exist", "ldmatrix"});
 }
 
+TEST(EmuNamedBarrier, ProducerConsumerPipelineUnderEveryOrder) {
+  for (const char* seed : {"1", "2", "3"}) {
+    setenv("VLPAR_EMU_SEED", seed, 1);
+    DeviceArray<float> out(128);
+    const Status s = named_barrier_pipeline(out.get(), PipelineFault::kNone);
+    ASSERT_TRUE(s.ok()) << s.to_string();
+    const std::vector<float> r = out.host();
+    for (int i = 0; i < 128; ++i) EXPECT_EQ(r[size_t(i)], float(100 * (i / 64) + i % 64)) << i;
+  }
+  unsetenv("VLPAR_EMU_SEED");
+}
+
+TEST(EmuFaults, NamedBarrierRules) {
+  DeviceArray<float> out(128);
+  for (const char* seed : {"1", "2", "3"}) {  // whichever order: a race or a read of unwritten memory
+    setenv("VLPAR_EMU_SEED", seed, 1);
+    const Status full = named_barrier_pipeline(out.get(), PipelineFault::kNoFullBarrier);
+    ASSERT_FALSE(full.ok());
+    EXPECT_TRUE(full.message().find("shared-memory race") != std::string::npos ||
+                full.message().find("uninitialised") != std::string::npos) << full.message();
+    expect_fault(named_barrier_pipeline(out.get(), PipelineFault::kNoFreeBarrier), {"shared-memory race"});
+  }
+  unsetenv("VLPAR_EMU_SEED");
+  expect_fault(named_barrier_pipeline(out.get(), PipelineFault::kCountMismatch), {"named barrier count mismatch"});
+  expect_fault(named_barrier_pipeline(out.get(), PipelineFault::kNoProducer), {"deadlock", "named barrier 1"});
+}
+
 }  // namespace
 }  // namespace vlpar

@@ -5,9 +5,11 @@
 // SASS mma_tile_kernel: HMMA.16816.F32.BF16 =HMMA.16816.F32 LDSM.16.M88.4 LDSM.16.M88.2 LDSM.16.MT88.2 LDGSTS.E.BYPASS.128 LDGDEPBAR DEPBAR.LE threads=32
 // SASS mma_block_tile_kernel: HMMA.16816.F32.BF16 LDSM.16.M88.4 LDSM.16.MT88.2 LDGSTS.E.BYPASS.128 regs<=255 threads=128 dynsmem=65536
 // SASS cp_async_roundtrip_kernel cp_async_refill_race_kernel: LDGSTS.E.BYPASS.128 LDGDEPBAR DEPBAR.LE threads=64
+// SASS named_barrier_pipeline_kernel: BAR.SYNC BAR.ARV threads=128
 #include "cuda_compat.cuh"  // first: the prelude of every CUDA source
 
 #include "launch.cuh"
+#include "ptx/barrier.cuh"
 #include "ptx/cp_async.cuh"
 #include "ptx/ldmatrix.cuh"
 #include "ptx/mma.cuh"
@@ -109,7 +111,29 @@ __global__ void cp_async_refill_race_kernel(const uint8_t* src, uint8_t* out) {
   ptx::cp_async_wait<0>();
 }
 
+__global__ void named_barrier_pipeline_kernel(float* out, int fault) {
+  VLPAR_SHARED(float, buf, [64]);
+  const int t = int(threadIdx.x);
+  const bool full = fault != int(PipelineFault::kNoFullBarrier), free = fault != int(PipelineFault::kNoFreeBarrier);
+  for (int round = 0; round < 2; ++round) {
+    if (t < 64) {  // producers
+      if (fault == int(PipelineFault::kNoProducer)) return;
+      if (round > 0 && free) ptx::named_barrier_sync(2, 128);
+      buf[t] = float(100 * round + t);
+      if (full) ptx::named_barrier_arrive(1, 128);
+    } else {  // consumers
+      if (full) ptx::named_barrier_sync(1, fault == int(PipelineFault::kCountMismatch) ? 64 : 128);
+      out[64 * round + t - 64] = buf[t - 64];
+      if (round == 0 && free) ptx::named_barrier_arrive(2, 128);
+    }
+  }
+}
+
 }  // namespace
+
+Status named_barrier_pipeline(float* out, PipelineFault fault) {
+  return launch<named_barrier_pipeline_kernel>(LaunchConfig{dim3(1), dim3(128), 0, nullptr}, out, int(fault));
+}
 
 Status mma_tile(bool bf16, bool b_n_major, const uint16_t* a, const uint16_t* b, const float* c, float* d,
                 TileFault fault) {

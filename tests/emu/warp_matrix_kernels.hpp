@@ -36,4 +36,17 @@ Status cp_async_roundtrip(const uint8_t* src, uint8_t* out, int bytes, int zfill
 /// A thread reads stage 0 while another refills it with cp.async in the same barrier interval.
 Status cp_async_refill_race(const uint8_t* src, uint8_t* out);
 
+enum class PipelineFault {
+  kNone,
+  kNoFullBarrier,  // consumers read without waiting for the producers' "full" barrier
+  kNoFreeBarrier,  // producers overwrite without waiting for the consumers' "free" barrier
+  kCountMismatch,  // the consumers count 64 threads at the barrier the producers count 128 at
+  kNoProducer,     // the producers never arrive: the consumers wait for ever
+};
+
+/// Two warp-specialised rounds over one 64-float shared buffer, 4 warps: warps 0–1 produce (buf[t] = 100·round
+/// + t), warps 2–3 consume into out[64·round + t − 64], synchronised only by named barriers 1 ("full": producers
+/// arrive, consumers sync) and 2 ("free": consumers arrive, producers sync).
+Status named_barrier_pipeline(float* out, PipelineFault fault);
+
 }  // namespace vlpar::emu_test

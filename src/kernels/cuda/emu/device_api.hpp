@@ -51,6 +51,8 @@ using Loc = std::source_location;
 /// Block barrier; returns the reduction of pred over the block (0 for kNone).
 int syncthreads(BarrierReduce reduce, int pred, Loc loc);
 void syncwarp(unsigned mask, Loc loc);
+/// bar.sync (wait) / bar.arrive (no wait) on barrier id 1..15 counting `threads` (a multiple of 32).
+void named_barrier(int id, int threads, bool wait, Loc loc);
 uint32_t shfl32(ShflKind kind, unsigned mask, uint32_t value, int arg, int width, Loc loc);
 unsigned vote(VoteKind kind, unsigned mask, int pred, Loc loc);
 unsigned activemask();

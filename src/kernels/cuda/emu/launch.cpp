@@ -224,9 +224,9 @@ void on_exit(Block& b, Thread& t) {
                   fmt::format("{} with mask {:#010x} (arrived {:#010x})", collective_name(c.kind), c.mask,
                               c.arrived), c.site);
   if (b.bar.arrived > 0 && b.bar.arrived == int(b.threads.size()) - b.exited) {  // lenient mode: as hardware
-    ++b.epoch;
+    merge_clocks(b, b.warps.size() >= 32 ? ~0u : (1u << b.warps.size()) - 1u);
     for (Thread& o : b.threads)
-      if (o.state == ThreadState::kBarrier) o.state = ThreadState::kRunnable;
+      if (o.state == ThreadState::kBarrier && o.bar_id == 0) o.state = ThreadState::kRunnable;
     b.bar.arrived = 0;
   }
 }
@@ -236,6 +236,10 @@ std::string deadlock_report(const Block& b) {
   for (const Thread& t : b.threads) {
     if (t.state == ThreadState::kExited) {
       ++groups["have exited"];
+    } else if (t.state == ThreadState::kBarrier && t.bar_id != 0) {
+      const NamedBarrier& nb = b.named[t.bar_id];
+      ++groups[fmt::format("wait at named barrier {} ({} of {} threads arrived) at {}:{}", t.bar_id, nb.arrived,
+                           nb.expected, t.site.file_name(), t.site.line())];
     } else if (t.state == ThreadState::kBarrier) {
       ++groups[fmt::format("wait at __syncthreads at {}:{}", t.site.file_name(), t.site.line())];
     } else {
@@ -259,6 +263,7 @@ void create_fibers(Block& b, KernelBody body, StackPool& pool) {
   const int n = int(bd.x * bd.y * bd.z);
   b.threads.resize(size_t(n));
   b.warps.assign(size_t((n + 31) / 32), Warp{});
+  for (size_t w = 0; w < b.warps.size(); ++w) b.warps[w].vc[w] = 1;  // each warp's own clock starts at 1
   for (int tid = 0; tid < n; ++tid) {
     Thread& t = b.threads[size_t(tid)];
     t.tid = tid;

@@ -5,6 +5,7 @@
 #include <dlfcn.h>
 #include <fmt/format.h>
 
+#include <algorithm>
 #include <atomic>
 #include <cstdio>
 #include <cstdlib>
@@ -20,6 +21,8 @@ thread_local Block* tls_block = nullptr;
 namespace {
 
 Block& block() { return *tls_block; }
+
+unsigned all_warps(const Block& b) { return b.warps.size() >= 32 ? ~0u : (1u << b.warps.size()) - 1u; }
 Thread& self() { return *tls_block->current; }
 
 std::string site(Loc loc) { return fmt::format("{}:{}", loc.file_name(), loc.line()); }
@@ -147,7 +150,19 @@ uint32_t collective(CollectiveKind kind, unsigned mask, uint32_t value, int arg,
 }
 
 Accessor accessor_of(const Block& b, const Thread& t) {
-  return Accessor{uint32_t(t.tid), uint32_t(t.warp), b.epoch, b.warps[size_t(t.warp)].clock};
+  const Warp& w = b.warps[size_t(t.warp)];
+  return Accessor{uint32_t(t.tid), uint32_t(t.warp), w.vc, w.clock};
+}
+
+void merge_clocks(Block& b, unsigned warps) {
+  uint32_t merged[kMaxWarps] = {};
+  for (unsigned m = warps; m != 0; m &= m - 1) {
+    Warp& w = b.warps[size_t(__builtin_ctz(m))];
+    ++w.vc[__builtin_ctz(m)];
+    for (int k = 0; k < kMaxWarps; ++k) merged[k] = std::max(merged[k], w.vc[k]);
+  }
+  for (unsigned m = warps; m != 0; m &= m - 1)
+    std::copy(merged, merged + kMaxWarps, b.warps[size_t(__builtin_ctz(m))].vc);
 }
 
 
@@ -210,17 +225,51 @@ int syncthreads(BarrierReduce reduce, int pred, Loc loc) {
   t.site = loc;
   if (++bar.arrived < int(b.threads.size()) - b.exited) {
     t.state = ThreadState::kBarrier;
+    t.bar_id = 0;
     yield(t);
     return t.result;
   }
-  ++b.epoch;
+  merge_clocks(b, all_warps(b));
   const int result = reduce == BarrierReduce::kNone ? 0 : bar.acc;
   for (Thread& o : b.threads) {
-    if (o.state == ThreadState::kBarrier) o.state = ThreadState::kRunnable;
+    if (o.state != ThreadState::kBarrier || o.bar_id != 0) continue;
+    o.state = ThreadState::kRunnable;
     o.result = uint32_t(result);
   }
+  self().result = uint32_t(result);
   bar.arrived = 0;
   return result;
+}
+
+void named_barrier(int id, int threads, bool wait, Loc loc) {
+  Block& b = block();
+  Thread& t = self();
+  const int block_threads = int(b.threads.size());
+  if (id < 1 || id > 15)
+    fail_thread(t, "invalid named barrier", fmt::format("id {}: 1..15 (0 is __syncthreads')", id), loc);
+  if (threads <= 0 || threads % 32 != 0 || threads > block_threads)
+    fail_thread(t, "invalid named barrier", fmt::format("barrier {} with {} threads: a positive multiple of 32, at "
+                                                        "most the block's {}", id, threads, block_threads), loc);
+  NamedBarrier& nb = b.named[id];
+  if (nb.expected != 0 && nb.expected != threads)
+    fail_thread(t, "named barrier count mismatch",
+                fmt::format("barrier {}: this thread expects {} threads, those before it {} (at {})", id, threads,
+                            nb.expected, site(nb.site)), loc);
+  if (nb.expected == 0) nb = NamedBarrier{threads, 0, 0u, loc};
+  ++nb.arrived;
+  nb.warps |= 1u << t.warp;
+  if (nb.arrived == nb.expected) {  // the last arrival: order the participating warps, release the waiters
+    merge_clocks(b, nb.warps);
+    for (Thread& o : b.threads)
+      if (o.state == ThreadState::kBarrier && o.bar_id == id) o.state = ThreadState::kRunnable;
+    nb = NamedBarrier{};
+    return;
+  }
+  if (!wait) return;
+  t.state = ThreadState::kBarrier;
+  t.bar_id = id;
+  t.site = loc;
+  yield(t);
 }
 
 void syncwarp(unsigned mask, Loc loc) { (void)collective(CollectiveKind::kSyncwarp, mask, 0, 0, 32, loc); }

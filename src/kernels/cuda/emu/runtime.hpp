@@ -59,6 +59,7 @@ struct Thread {
   std::vector<AsyncCopy> uncommitted;             // cp.async issued since the last commit_group
   std::vector<std::vector<AsyncCopy>> groups;     // committed groups, oldest first (emu/async_copy.cpp)
   uintptr_t stack_lo = 0;       // lowest usable byte of this fiber's stack (the guard page lies below)
+  int bar_id = 0;               // the barrier it waits at in state kBarrier (0: __syncthreads)
 };
 
 /// A warp collective that some lanes have entered and others not yet.
@@ -75,7 +76,16 @@ struct Warp {
   unsigned lanes = 0;     // lanes that exist (the last warp of a block may be partial)
   unsigned exited = 0;
   uint32_t clock = 1;     // advanced by a full-warp __syncwarp: orders shared-memory accesses within the warp
+  uint32_t vc[kMaxWarps] = {};  // vector clock over the block's warps, merged by the barriers this warp takes
   std::vector<Collective> open;
+};
+
+/// A named barrier (bar.sync / bar.arrive id, count) between the threads that arrive at it.
+struct NamedBarrier {
+  int expected = 0;    // threads (0: not in use)
+  int arrived = 0;
+  unsigned warps = 0;  // warps that arrived: their clocks are merged when it completes
+  Loc site;
 };
 
 struct BlockBarrier {
@@ -98,7 +108,7 @@ struct Block {
   std::vector<Thread> threads;
   std::vector<Warp> warps;
   BlockBarrier bar;
-  uint32_t epoch = 1;  // advanced by each completed __syncthreads
+  NamedBarrier named[16];  // ids 1..15 (0 is __syncthreads')
   int exited = 0;
   Thread* current = nullptr;
   SmemArena* smem = nullptr;
@@ -134,6 +144,9 @@ void complete_ldmatrix(Block& b, Thread* lanes, int count, bool trans, Loc loc);
 
 /// A thread returns with cp.async copies it never waited for: an error in strict mode (emu/async_copy.cpp).
 void check_async_copies_at_exit(const Thread& t);
+
+/// A barrier among the warps of `warps` completed: each advances its own clock, then all take the maximum.
+void merge_clocks(Block& b, unsigned warps);
 
 /// Shared-memory checks as the given thread (for accesses the emulator performs on a lane's behalf).
 Accessor accessor_of(const Block& b, const Thread& t);

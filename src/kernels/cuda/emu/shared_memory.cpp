@@ -14,13 +14,17 @@ constexpr size_t kRedzone = 64;      // unallocated bytes after the dynamic regi
 constexpr size_t kBaseAlign = 1024;  // 128B-swizzle atoms need 1024-byte aligned buffers
 constexpr size_t kSlack = 64 * 1024; // room for redzones beyond the limit
 
-enum : uint8_t { kAllocated = 1, kWritten = 2, kRead = 4, kMultiReader = 8, kMultiWarp = 16, kPending = 32 };
+enum : uint8_t { kAllocated = 1, kWritten = 2, kPending = 4 };
+
+constexpr uint32_t kManyLanes = 0xFFFFFFFFu;
 
 size_t align_up(size_t x, size_t a) { return (x + a - 1) / a * a; }
 
-/// prev (thread, epoch, clock) happens before the accessor: same thread, a barrier since, or a warp sync since.
-bool ordered(uint32_t prev_tid, uint32_t prev_epoch, uint32_t prev_clock, const Accessor& a) {
-  return prev_tid == a.tid || a.epoch > prev_epoch || (prev_tid / 32 == a.warp && a.clock > prev_clock);
+/// An access stamped (thread prev_tid, its warp's own clock prev_stamp, syncwarp clock prev_clock) happens
+/// before the accessor's: the same thread, a barrier shared with that warp since (the accessor's clock of that
+/// warp moved past the stamp), or, within one warp, a full-warp __syncwarp since.
+bool ordered(uint32_t prev_tid, uint32_t prev_stamp, uint32_t prev_clock, const Accessor& a) {
+  return prev_tid == a.tid || a.vc[prev_tid / 32] > prev_stamp || (prev_tid / 32 == a.warp && a.clock > prev_clock);
 }
 
 }  // namespace
@@ -32,6 +36,7 @@ SmemArena::SmemArena(size_t limit) : limit_(limit) {
   lo_ = raw;
   hi_ = raw + storage_.size();
   shadow_.assign(storage_.size(), ShadowByte{});
+  reads_.reset(new ReadStamp[storage_.size() * kMaxWarps]);  // not initialised: touched pages only
 }
 
 std::string SmemArena::begin_block(size_t dynamic_bytes) {
@@ -97,38 +102,38 @@ const char* SmemArena::check_byte(size_t off, bool write, const Accessor& a, std
     *detail = fmt::format("thread {} reads {}, which no thread of the block has written", a.tid, describe(off));
     return "read of uninitialised shared memory";
   }
-  if ((s.state & kWritten) && !ordered(s.writer, s.w_epoch, s.w_clock, a)) {
-    *detail = fmt::format("thread {} {} {} that thread {} wrote in the same barrier interval (missing "
+  if ((s.state & kWritten) && !ordered(s.writer, s.w_stamp, s.w_clock, a)) {
+    *detail = fmt::format("thread {} {} {} that thread {} wrote, with no barrier between them (missing "
                           "__syncthreads()?)", a.tid, write ? "writes" : "reads", describe(off), s.writer);
     return write ? "shared-memory race (write after write)" : "shared-memory race (read after write)";
   }
-  if (!write) {
-    if (!(s.state & kRead) || s.r_epoch != a.epoch) {
-      s.state = uint8_t((s.state & ~(kMultiReader | kMultiWarp)) | kRead);
-      s.reader = a.tid;
-      s.r_epoch = a.epoch;
-      s.r_clock = a.clock;
-    } else if (s.reader != a.tid) {
-      s.state |= kMultiReader;
-      if (s.reader / 32 != a.warp) s.state |= kMultiWarp;
-      s.r_clock = std::max(s.r_clock, a.clock);
+  ReadStamp* reads = &reads_[(base_off + off) * kMaxWarps];
+  if (!write) {  // remember this warp's latest read
+    ReadStamp& r = reads[a.warp];
+    const uint32_t own = a.vc[a.warp];
+    if (!(s.readers >> a.warp & 1u)) {
+      r = ReadStamp{own, a.clock, a.tid};
+      s.readers |= 1u << a.warp;
+    } else {
+      r.stamp = std::max(r.stamp, own);
+      r.clock = std::max(r.clock, a.clock);
+      if (r.tid != a.tid) r.tid = kManyLanes;
     }
     return "";
   }
-  if ((s.state & kRead) && s.r_epoch == a.epoch) {
-    const bool racy = (s.state & kMultiReader)
-                          ? ((s.state & kMultiWarp) || s.reader / 32 != a.warp || a.clock <= s.r_clock)
-                          : !ordered(s.reader, s.r_epoch, s.r_clock, a);
-    if (racy) {
-      *detail = fmt::format("thread {} writes {} that thread {}{} read in the same barrier interval (missing "
-                            "__syncthreads()?)", a.tid, describe(off), s.reader,
-                            (s.state & kMultiReader) ? " and others" : "");
-      return "shared-memory race (write after read)";
-    }
+  for (uint32_t m = s.readers; m != 0; m &= m - 1) {  // the write must come after every read since the last write
+    const int w = __builtin_ctz(m);
+    const ReadStamp& r = reads[w];
+    if (r.tid == a.tid || a.vc[w] > r.stamp || (uint32_t(w) == a.warp && a.clock > r.clock)) continue;
+    *detail = fmt::format("thread {} writes {} that {} read, with no barrier between them (missing "
+                          "__syncthreads()?)", a.tid, describe(off),
+                          r.tid == kManyLanes ? fmt::format("lanes of warp {}", w) : fmt::format("thread {}", r.tid));
+    return "shared-memory race (write after read)";
   }
   s.state = uint8_t((s.state & kAllocated) | kWritten);
+  s.readers = 0;
   s.writer = a.tid;
-  s.w_epoch = a.epoch;
+  s.w_stamp = a.vc[a.warp];
   s.w_clock = a.clock;
   return "";
 }
@@ -165,8 +170,9 @@ void SmemArena::complete_async_write(uintptr_t p, size_t n, const Accessor& a) {
   for (size_t i = 0; i < n; ++i) {
     ShadowByte& s = shadow_[base_off + (p + i - base)];
     s.state = uint8_t(kAllocated | kWritten);
+    s.readers = 0;
     s.writer = a.tid;
-    s.w_epoch = a.epoch;
+    s.w_stamp = a.vc[a.warp];
     s.w_clock = a.clock;
   }
 }

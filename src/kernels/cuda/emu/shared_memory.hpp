@@ -4,32 +4,45 @@
 //             redzones and guards are never "allocated", so an access there is out of bounds
 //   poison  : every byte is 0xFF at block start (NaN in every float format), and a read of a byte that no thread
 //             of the block wrote is an error
-//   races   : each byte remembers its last writer (thread, barrier epoch, warp clock) and its readers since; an
-//             access by another thread in the same barrier interval that conflicts (read/write, write/read,
-//             write/write) is an error. Accesses are ordered by a __syncthreads between them (the block epoch)
-//             or, within one warp, by a full-warp __syncwarp (the warp clock).
+//   races   : each byte remembers its last writer and, per warp, its readers since, each stamped with the
+//             warp's vector clock component and __syncwarp clock; a conflicting access (read/write, write/read,
+//             write/write) by another thread that no barrier orders after the first is an error. Every warp keeps
+//             a vector clock over the block's warps: __syncthreads merges all of them, a named barrier merges its
+//             participants' (so barriers between some warps only order exactly those), and within one warp a
+//             full-warp __syncwarp orders the lanes (the warp clock).
 // Accesses reach on_access through the compiler's instrumentation of the kernel sources (emu/access_hooks.cpp).
 // Design: ../shared/spec/cuda-emulation.md §3. Test: tests/emu/test_emu_runtime.cpp (EmuFaults.*)
 #include <cstddef>
 #include <cstdint>
+#include <memory>
 #include <source_location>
 #include <string>
 #include <vector>
 
 namespace vlpar::emu {
 
-/// Who accesses: linear thread id in the block, its warp, the block epoch and its warp's clock.
+inline constexpr int kMaxWarps = 32;  // 1024 threads per block
+
+/// Who accesses: linear thread id in the block, its warp, its warp's vector clock over the block's warps
+/// (kMaxWarps entries) and its warp's __syncwarp clock.
 struct Accessor {
   uint32_t tid;
   uint32_t warp;
-  uint32_t epoch;
+  const uint32_t* vc;
   uint32_t clock;
 };
 
 struct ShadowByte {
-  uint32_t w_epoch, w_clock, r_epoch, r_clock;
-  uint32_t writer, reader;
+  uint32_t w_stamp, w_clock;  // the writer warp's own clock component and __syncwarp clock at the write
+  uint32_t writer;
+  uint32_t readers;           // warps that read the byte since its last write (their stamps: ReadStamp)
   uint8_t state;
+};
+
+/// The latest read of one byte by one warp since the byte's last write.
+struct ReadStamp {
+  uint32_t stamp, clock;  // the reading warp's own clock component and __syncwarp clock (maxima over its reads)
+  uint32_t tid;           // the reading thread, or kManyLanes
 };
 
 class SmemArena {
@@ -74,6 +87,7 @@ class SmemArena {
   size_t limit_;
   std::vector<unsigned char> storage_;
   std::vector<ShadowByte> shadow_;  // one per byte from lo_
+  std::unique_ptr<ReadStamp[]> reads_;  // [byte from lo_][warp]; valid where ShadowByte::readers has the bit
   unsigned char* base_ = nullptr;
   uintptr_t lo_ = 0, hi_ = 0;
   size_t dynamic_ = 0, top_ = 0, gpu_bytes_ = 0, high_water_ = 0;
