@@ -183,6 +183,22 @@ __global__ void smem_race_write_after_read_kernel(float* out) {
   }
 }
 
+/// Thread 0 writes s[0]; thread 32 reads it (or writes it) in the same interval. Under round-robin order thread 0
+/// runs first, so only the read-after-write (write-after-write) check can report it.
+__global__ void smem_race_after_write_kernel(int second_writes, float* out) {
+  VLPAR_SHARED(float, s, [1]);
+  if (threadIdx.x == 32) s[0] = 0.f;
+  __syncthreads();
+  if (threadIdx.x == 0) s[0] = 1.f;
+  if (threadIdx.x == 32) {
+    if (second_writes) {
+      s[0] = 2.f;
+    } else {
+      out[0] = s[0];
+    }
+  }
+}
+
 __global__ void barrier_in_divergent_code_kernel() {
   if (threadIdx.x >= 32) return;
   __syncthreads();
@@ -274,6 +290,9 @@ Status smem_race_read_after_write(float* out) {
 }
 Status smem_race_write_after_read(float* out) {
   return launch<smem_race_write_after_read_kernel>(one_block(64), out);
+}
+Status smem_race_after_write(bool second_writes, float* out) {
+  return launch<smem_race_after_write_kernel>(one_block(64), int(second_writes), out);
 }
 Status barrier_in_divergent_code() { return launch<barrier_in_divergent_code_kernel>(one_block(64)); }
 Status barriers_at_different_sites() { return launch<barriers_at_different_sites_kernel>(one_block(64)); }

@@ -44,6 +44,7 @@ Status smem_out_of_bounds();          // writes red[32] of a 32-float shared arr
 Status smem_uninitialised_read(float* out);  // reads a shared float nobody wrote
 Status smem_race_read_after_write(float* out);   // reads a neighbour's slot without __syncthreads
 Status smem_race_write_after_read(float* out);   // block sum missing the barrier before reusing its buffer
+Status smem_race_after_write(bool second_writes, float* out);  // thread 0 writes, thread 32 then reads (or writes)
 Status barrier_in_divergent_code();   // half the block returns, the other half waits at __syncthreads
 Status barriers_at_different_sites(); // even threads at one __syncthreads, odd threads at another
 Status deadlock_collective_vs_barrier();  // lane 0 waits in a shuffle, its warp at a barrier

@@ -244,6 +244,14 @@ TEST(EmuFaults, RacesBetweenBarriersUnderEveryOrder) {
   unsetenv("VLPAR_EMU_SEED");
 }
 
+TEST(EmuFaults, ReadAfterWriteAndWriteAfterWrite) {
+  setenv("VLPAR_EMU_SCHED", "rr", 1);  // thread 0 writes before thread 32 reads or writes
+  DeviceArray<float> out(1);
+  expect_fault(smem_race_after_write(false, out.get()), {"thread (32,0,0)", "shared-memory race (read after write)"});
+  expect_fault(smem_race_after_write(true, out.get()), {"thread (32,0,0)", "shared-memory race (write after write)"});
+  unsetenv("VLPAR_EMU_SCHED");
+}
+
 TEST(EmuFaults, BarrierInDivergentCode) {
   expect_fault(barrier_in_divergent_code(), {"barrier_in_divergent_code_kernel", "exited"});
   expect_fault(barriers_at_different_sites(), {"different barriers", "emu_kernels.cu"});
