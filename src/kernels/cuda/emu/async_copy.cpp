@@ -15,9 +15,6 @@
 namespace vlpar::emu {
 namespace {
 
-Block& block() { return *tls_block; }
-Thread& self() { return *tls_block->current; }
-
 void perform(Block& b, const Thread& t, const AsyncCopy& c) {
   std::memcpy(reinterpret_cast<void*>(c.dst), c.src, size_t(c.src_size));
   std::memset(reinterpret_cast<void*>(c.dst + uintptr_t(c.src_size)), 0, size_t(c.size - c.src_size));
@@ -27,8 +24,8 @@ void perform(Block& b, const Thread& t, const AsyncCopy& c) {
 }  // namespace
 
 void cp_async(void* dst, const void* src, int cp_size, int src_size, bool cache_global, Loc loc) {
-  Block& b = block();
-  Thread& t = self();
+  Block& b = current_block();
+  Thread& t = current_thread();
   const auto d = reinterpret_cast<uintptr_t>(dst);
   if (cp_size != 4 && cp_size != 8 && cp_size != 16)
     fail_thread(t, "invalid cp.async size", fmt::format("cp-size {} (4, 8 or 16)", cp_size), loc);
@@ -53,14 +50,14 @@ void cp_async(void* dst, const void* src, int cp_size, int src_size, bool cache_
 }
 
 void cp_async_commit(Loc) {
-  Thread& t = self();
+  Thread& t = current_thread();
   t.groups.push_back(std::move(t.uncommitted));
   t.uncommitted.clear();
 }
 
 void cp_async_wait(int newest_pending, Loc loc) {
-  Block& b = block();
-  Thread& t = self();
+  Block& b = current_block();
+  Thread& t = current_thread();
   if (newest_pending < 0) fail_thread(t, "invalid cp.async.wait_group", fmt::format("N = {}", newest_pending), loc);
   while (t.groups.size() > size_t(newest_pending)) {
     for (const AsyncCopy& c : t.groups.front()) perform(b, t, c);
@@ -73,7 +70,7 @@ void cp_async_wait(int newest_pending, Loc loc) {
 void check_async_copies_at_exit(const Thread& t) {
   size_t pending = t.uncommitted.size();
   for (const auto& g : t.groups) pending += g.size();
-  if (pending > 0 && block().launch->opt.strict)
+  if (pending > 0 && current_block().launch->opt.strict)
     fail_thread(t, "thread exited with cp.async copies in flight",
                 fmt::format("{} copies issued and never waited for (cp.async.wait_group / wait_all)", pending),
                 Loc::current());

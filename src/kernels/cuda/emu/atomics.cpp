@@ -44,8 +44,8 @@ T apply(AtomicOp op, T old, T v, T cmp) {
 template <class T, class Bits>
 T rmw(T* p, AtomicOp op, T v, T cmp, Loc loc) {
   static_assert(sizeof(T) == sizeof(Bits));
-  Block& b = *tls_block;
-  Thread& t = *b.current;
+  Block& b = current_block();
+  Thread& t = current_thread();
   const auto addr = reinterpret_cast<uintptr_t>(p);
   check_aligned(p, sizeof(T), loc);
   T old;

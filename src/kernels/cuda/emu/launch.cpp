@@ -223,12 +223,8 @@ void on_exit(Block& b, Thread& t) {
       fail_thread(t, "lane exited while its warp waits for it in a collective",
                   fmt::format("{} with mask {:#010x} (arrived {:#010x})", collective_name(c.kind), c.mask,
                               c.arrived), c.site);
-  if (b.bar.arrived > 0 && b.bar.arrived == int(b.threads.size()) - b.exited) {  // lenient mode: as hardware
-    merge_clocks(b, b.warps.size() >= 32 ? ~0u : (1u << b.warps.size()) - 1u);
-    for (Thread& o : b.threads)
-      if (o.state == ThreadState::kBarrier && o.bar_id == 0) o.state = ThreadState::kRunnable;
-    b.bar.arrived = 0;
-  }
+  if (b.bar.arrived > 0 && b.bar.arrived == int(b.threads.size()) - b.exited)  // lenient mode: as hardware
+    (void)complete_block_barrier(b);
 }
 
 std::string deadlock_report(const Block& b) {

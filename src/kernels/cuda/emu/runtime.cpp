@@ -20,10 +20,8 @@ thread_local Block* tls_block = nullptr;
 
 namespace {
 
-Block& block() { return *tls_block; }
 
 unsigned all_warps(const Block& b) { return b.warps.size() >= 32 ? ~0u : (1u << b.warps.size()) - 1u; }
-Thread& self() { return *tls_block->current; }
 
 std::string site(Loc loc) { return fmt::format("{}:{}", loc.file_name(), loc.line()); }
 bool same_site(Loc a, Loc b) { return a.line() == b.line() && std::string_view(a.file_name()) == b.file_name(); }
@@ -116,8 +114,8 @@ Collective& join(Block& b, Thread& t, Warp& w, CollectiveKind kind, unsigned mas
 }  // namespace
 
 uint32_t collective(CollectiveKind kind, unsigned mask, uint32_t value, int arg, int width, Loc loc, int variant) {
-  Block& b = block();
-  Thread& t = self();
+  Block& b = current_block();
+  Thread& t = current_thread();
   Warp& w = b.warps[size_t(t.warp)];
   const unsigned bit = 1u << t.lane;
   if (!(mask & bit))
@@ -191,20 +189,20 @@ void fail_thread(const Thread& t, std::string_view rule, std::string_view detail
 }
 
 void fail_at(const Thread& t, std::string_view rule, std::string_view detail, std::string_view source) {
-  Block& b = block();
+  Block& b = current_block();
   if (b.fault.empty())
     b.fault = fmt::format("emulated kernel {}: {}: {}: {} (at {}; scheduler seed {})", b.launch->name, where(b, t),
                           rule, detail, source, b.launch->opt.seed);
-  Thread& running = self();
+  Thread& running = current_thread();
   running.state = ThreadState::kFaulted;
   for (;;) yield(running);  // the scheduler never resumes a faulted block
 }
 
-void fail(const char* rule, const char* detail, Loc loc) { fail_thread(self(), rule, detail, loc); }
+void fail(const char* rule, const char* detail, Loc loc) { fail_thread(current_thread(), rule, detail, loc); }
 
 int syncthreads(BarrierReduce reduce, int pred, Loc loc) {
-  Block& b = block();
-  Thread& t = self();
+  Block& b = current_block();
+  Thread& t = current_thread();
   BlockBarrier& bar = b.bar;
   if (b.launch->opt.strict && b.exited > 0)
     fail_thread(t, "__syncthreads after threads of the block exited",
@@ -229,21 +227,24 @@ int syncthreads(BarrierReduce reduce, int pred, Loc loc) {
     yield(t);
     return t.result;
   }
+  return complete_block_barrier(b);
+}
+
+int complete_block_barrier(Block& b) {
   merge_clocks(b, all_warps(b));
-  const int result = reduce == BarrierReduce::kNone ? 0 : bar.acc;
+  const int result = b.bar.reduce == BarrierReduce::kNone ? 0 : b.bar.acc;
   for (Thread& o : b.threads) {
     if (o.state != ThreadState::kBarrier || o.bar_id != 0) continue;
     o.state = ThreadState::kRunnable;
     o.result = uint32_t(result);
   }
-  self().result = uint32_t(result);
-  bar.arrived = 0;
+  b.bar.arrived = 0;
   return result;
 }
 
 void named_barrier(int id, int threads, bool wait, Loc loc) {
-  Block& b = block();
-  Thread& t = self();
+  Block& b = current_block();
+  Thread& t = current_thread();
   const int block_threads = int(b.threads.size());
   if (id < 1 || id > 15)
     fail_thread(t, "invalid named barrier", fmt::format("id {}: 1..15 (0 is __syncthreads')", id), loc);
@@ -283,7 +284,7 @@ unsigned vote(VoteKind kind, unsigned mask, int pred, Loc loc) {
 }
 
 unsigned match(bool all, unsigned mask, uint64_t value, int bytes, int* pred, Loc loc) {
-  Thread& t = self();
+  Thread& t = current_thread();
   t.frag_in[0] = uint32_t(value);
   t.frag_in[1] = uint32_t(value >> 32);
   const unsigned r = collective(all ? CollectiveKind::kMatchAll : CollectiveKind::kMatchAny, mask, 0, 0, 32, loc,
@@ -293,33 +294,33 @@ unsigned match(bool all, unsigned mask, uint64_t value, int bytes, int* pred, Lo
 }
 
 unsigned activemask() {
-  const Block& b = block();
-  const Warp& w = b.warps[size_t(self().warp)];
+  const Block& b = current_block();
+  const Warp& w = b.warps[size_t(current_thread().warp)];
   return w.lanes & ~w.exited;  // fibers have no convergence: every lane that has not exited
 }
 
 void threadfence(Loc) {
   std::atomic_thread_fence(std::memory_order_seq_cst);
-  Thread& t = self();
+  Thread& t = current_thread();
   yield(t);  // a yield point: spin loops on flags written by other threads make progress
 }
 
 void* static_smem(const void* key, size_t bytes, size_t align, Loc loc) {
   std::string error;
-  void* p = block().smem->static_var(key, bytes, align, loc, &error);
-  if (p == nullptr) fail_thread(self(), "too much shared memory", error, loc);
+  void* p = current_block().smem->static_var(key, bytes, align, loc, &error);
+  if (p == nullptr) fail_thread(current_thread(), "too much shared memory", error, loc);
   return p;
 }
 
 void* dynamic_smem(size_t align, Loc loc) {
-  void* p = block().smem->dynamic_base();
+  void* p = current_block().smem->dynamic_base();
   if (reinterpret_cast<uintptr_t>(p) % align != 0) fail("misaligned dynamic shared memory", "", loc);
   return p;
 }
 
 void check_aligned(const void* p, size_t bytes, Loc loc) {
   if (reinterpret_cast<uintptr_t>(p) % bytes != 0)
-    fail_thread(self(), "misaligned vector access",
+    fail_thread(current_thread(), "misaligned vector access",
                 fmt::format("{}-byte access at address {} (offset {} from {}-byte alignment)", bytes, p,
                             reinterpret_cast<uintptr_t>(p) % bytes, bytes), loc);
 }

@@ -118,6 +118,10 @@ struct Block {
 /// The block running on this OS thread (null outside run_kernel).
 extern thread_local Block* tls_block;
 
+/// The block and the thread of the running fiber (valid only inside an emulated kernel).
+inline Block& current_block() { return *tls_block; }
+inline Thread& current_thread() { return *tls_block->current; }
+
 /// Suspends the current fiber; returns when the scheduler resumes it.
 void yield(Thread& t);
 
@@ -144,6 +148,10 @@ void complete_ldmatrix(Block& b, Thread* lanes, int count, bool trans, Loc loc);
 
 /// A thread returns with cp.async copies it never waited for: an error in strict mode (emu/async_copy.cpp).
 void check_async_copies_at_exit(const Thread& t);
+
+/// The last thread arrived at (or, in lenient mode, exited beside) the block barrier: orders every warp, releases
+/// the waiters with the barrier's reduction, resets it; returns the reduction.
+int complete_block_barrier(Block& b);
 
 /// A barrier among the warps of `warps` completed: each advances its own clock, then all take the maximum.
 void merge_clocks(Block& b, unsigned warps);

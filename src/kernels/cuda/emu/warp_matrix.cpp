@@ -84,7 +84,7 @@ void complete_ldmatrix(Block& b, Thread* lanes, int count, bool trans, Loc loc) 
 
 void mma_m16n8k16(bool is_bf16, float (&d)[4], const uint32_t (&a)[4], const uint32_t (&b)[2],
                   const float (&c)[4], Loc loc) {
-  Thread& t = *tls_block->current;
+  Thread& t = current_thread();
   std::memcpy(t.frag_in, a, sizeof a);
   std::memcpy(t.frag_in + 4, b, sizeof b);
   std::memcpy(t.frag_in + 6, c, sizeof c);
@@ -93,7 +93,7 @@ void mma_m16n8k16(bool is_bf16, float (&d)[4], const uint32_t (&a)[4], const uin
 }
 
 void ldmatrix(int count, bool trans, uint32_t* regs, const void* row, Loc loc) {
-  Thread& t = *tls_block->current;
+  Thread& t = current_thread();
   if (count != 1 && count != 2 && count != 4)
     fail_thread(t, "invalid ldmatrix", fmt::format(".x{} (1, 2 or 4)", count), loc);
   t.addr = row;
