@@ -37,6 +37,9 @@ endif()
 # named <kernel>_<dtype>.cu (tools/gen_instantiations.py); those of other dtypes are left out of the build, and
 # the ops answer kNotSupported "this build of vlpar was compiled without <dtype> CUDA kernels" at runtime.
 set(VLPAR_DTYPES "f32;bf16;f16" CACHE STRING "Storage dtypes of the CUDA kernels to build (subset of f32;bf16;f16)")
+# Kernel head dims of the flash-attention instantiations (files <family>_hd<HD>_<dtype>.cu); a head dim runs the
+# smallest compiled one >= it (72, 80 -> 96). Leaving one out makes those head dims answer kNotSupported.
+set(VLPAR_ATTN_HEAD_DIMS "64;96;128" CACHE STRING "Kernel head dims of the CUDA attention kernels (subset of 64;96;128)")
 
 # The CUDA kernel sources of this build: src/kernels/cuda/*.cu with the instantiation files of the dtypes in
 # VLPAR_DTYPES, and the VLPAR_CUDA_DTYPE_<DT>=1 definitions that tell cuda_ops.cu which dtypes exist. Shared by
@@ -54,11 +57,21 @@ function(vlpar_cuda_kernel_sources sources_var defs_var)
     string(TOUPPER "${dt}" DT)
     list(APPEND dtype_defs VLPAR_CUDA_DTYPE_${DT}=1)
   endforeach()
+  set(known_head_dims 64 96 128)
+  foreach(hd IN LISTS VLPAR_ATTN_HEAD_DIMS)
+    if(NOT hd IN_LIST known_head_dims)
+      message(FATAL_ERROR "VLPAR_ATTN_HEAD_DIMS: unknown kernel head dim '${hd}' (known: ${known_head_dims})")
+    endif()
+    list(APPEND dtype_defs VLPAR_CUDA_ATTN_HD_${hd}=1)
+  endforeach()
   file(GLOB all_cu CONFIGURE_DEPENDS ${PROJECT_SOURCE_DIR}/src/kernels/cuda/*.cu)
   set(cu_sources "")
   foreach(src IN LISTS all_cu)
     get_filename_component(stem ${src} NAME_WE)
     if(stem MATCHES "_(f32|bf16|f16)$" AND NOT CMAKE_MATCH_1 IN_LIST VLPAR_DTYPES)
+      continue()
+    endif()
+    if(stem MATCHES "_hd([0-9]+)_" AND NOT CMAKE_MATCH_1 IN_LIST VLPAR_ATTN_HEAD_DIMS)
       continue()
     endif()
     list(APPEND cu_sources ${src})
@@ -71,6 +84,11 @@ endfunction()
 
 # Adds the CUDA kernels to `target` (src/kernels/cuda/*.cu, instantiation files filtered by VLPAR_DTYPES) and
 # defines the ptxas_report target over the same files.
+set(VLPAR_CUDA_WERROR "")  # nvcc's warnings (ptxas spills included) as errors unless VLPAR_WERROR is OFF
+if(VLPAR_WERROR)
+  set(VLPAR_CUDA_WERROR -Werror=all-warnings)
+endif()
+
 function(vlpar_add_cuda_kernels target)
   vlpar_cuda_kernel_sources(cu_sources dtype_defs)
   target_sources(${target} PRIVATE ${cu_sources})
@@ -84,7 +102,7 @@ function(vlpar_add_cuda_kernels target)
     $<$<COMPILE_LANGUAGE:CUDA>:FMT_USE_CONSTEXPR=1 ${dtype_defs}>)
   target_compile_options(${target} PRIVATE
     $<$<COMPILE_LANGUAGE:CUDA>:-lineinfo -Xptxas=--warn-on-spills --threads=0 --expt-relaxed-constexpr
-                               -Werror=all-warnings>)
+                               ${VLPAR_CUDA_WERROR}>)
   target_link_libraries(${target} PUBLIC CUDA::cudart)
 
   string(REPLACE ";" "|" report_sources "${cu_sources}")

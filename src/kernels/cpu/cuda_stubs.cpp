@@ -32,6 +32,11 @@ Status rotary_backward(const Context&, TensorView, TensorView, TensorView, const
   return VLPAR_STATUS(StatusCode::kNotSupported, "rotary_backward: this build of vlpar has no CUDA kernels");
 }
 
+Status varlen_attention_forward(const Context&, TensorView, TensorView, TensorView, TensorView, TensorView,
+                                TensorView, const VarlenAttentionDesc&) {
+  return VLPAR_STATUS(StatusCode::kNotSupported, "varlen_attention_forward: this build of vlpar has no CUDA kernels");
+}
+
 }  // namespace vlpar::cuda_impl
 
 #endif  // VLPAR_WITH_CUDA
