@@ -160,6 +160,13 @@ cases = [
  ("flash fwd: lse in log2 units", "src/kernels/cuda/flash_fwd_kernel.cuh", "m[s][hr] * 0.69314718055994531f + logf(sum)", "m[s][hr] + logf(sum)", "test_cuda_attention"),
  ("flash fwd: row sum reduced over 2 lanes, not 4", "src/kernels/cuda/flash_fwd_kernel.cuh", "      sum += __shfl_xor_sync(0xffffffffu, sum, 2);\n", "", "test_cuda_attention"),
  ("flash fwd op: head_dim % 8 not checked first", "src/kernels/cuda/attention_ops.cu", "  VLPAR_CHECK_CODE(desc.head_dim % 8 == 0,", "  VLPAR_CHECK_CODE(desc.head_dim % 4 == 0,", "test_cuda_attention"),
+ ("flash bwd: dS without the delta term", "src/kernels/cuda/flash_bwd_kernel.cuh", "dpt[nt][i] = pt * (dpt[nt][i] - sdelta[qi]);", "dpt[nt][i] = pt * dpt[nt][i];", "test_cuda_attention"),
+ ("flash bwd: dK not scaled", "src/kernels/cuda/flash_bwd_kernel.cuh", "flash_store_rows<T, kD>(dkp, p.dk_tok_stride, dk, f.scale,", "flash_store_rows<T, kD>(dkp, p.dk_tok_stride, dk, 1.f,", "test_cuda_attention"),
+ ("flash bwd: causal diagonal off by one", "src/kernels/cuda/flash_bwd_kernel.cuh", "(!p.causal || c <= r + s.seqlen_k - s.seqlen_q)", "(!p.causal || c <= r + 1 + s.seqlen_k - s.seqlen_q)", "test_cuda_attention"),
+ ("flash bwd: dK/dV summed over one head of the GQA group", "src/kernels/cuda/flash_bwd_kernel.cuh", "for (int h = h_kv * group; h < (h_kv + 1) * group; ++h)", "for (int h = h_kv * group; h < h_kv * group + 1; ++h)", "test_cuda_attention"),
+ ("flash bwd: causal dK/dV skip the first query block", "src/kernels/cuda/flash_bwd_kernel.cuh", "const int m_begin = (first_row > 0 ? first_row : 0) / Tile::kBlockM;", "const int m_begin = (first_row > 0 ? first_row : 0) / Tile::kBlockM + 1;", "test_cuda_attention"),
+ ("flash bwd: delta reduced over half the warp", "src/kernels/cuda/flash_bwd_kernel.cuh", "for (int off = 16; off > 0; off /= 2)", "for (int off = 8; off > 0; off /= 2)", "test_cuda_attention"),
+ ("flash bwd: dQ reloads K, V while warps still read them", "src/kernels/cuda/flash_bwd_kernel.cuh", "    __syncthreads();  // every warp is done with the previous K, V\n", "", "test_cuda_attention"),
 ]
 only = sys.argv[1:] 
 # The ctest environment of tests/CMakeLists.txt (VLPAR_MPI_TEST_ENV): root in containers, more ranks than cores.

@@ -75,6 +75,14 @@ FAMILIES = [
         variants=(64, 96, 128),  # kFlashHeadDims in include/vlpar/kernels/cuda/attention_params.hpp
         dtypes=("bf16", "f16"),
     ),
+    Family(
+        name="flash_bwd",
+        header="flash_bwd_launch.cuh",
+        summary="varlen flash-attention backward ({dt}, kernel head dim {hd})",
+        instances=lambda t, hd: [f"template Status flash_bwd_run<{t}, {hd}>(const FlashBwdParams&, void*);"],
+        variants=(64, 96, 128),
+        dtypes=("bf16", "f16"),
+    ),
 ]
 
 

@@ -38,7 +38,7 @@ configure() {
 }
 
 gpu_test_bins=(test_cuda_kernels test_cuda_warp_matrix test_cuda_attention)  # tests/gpu/test_*.cpp
-build_tests() { cmake --build "$build" -j"$(nproc)" --target "${gpu_test_bins[@]}"; }
+build_tests() { cmake --build "$build" -j"$(nproc)" --target "${gpu_test_bins[@]}" bench_cuda_attention; }
 device_query() { nvcc -o "$build/device_query" bench/gpu/device_query.cu && "$build/device_query"; }
 gpu_tests() { ctest --test-dir "$build" -L gpu --output-on-failure --no-tests=error; }
 
@@ -80,14 +80,17 @@ racecheck_probe() {  # bench/gpu/racecheck_named_barrier.cu under racecheck: fai
   return $bad
 }
 
-benchmarks() {
-  local found=0
+benchmarks() {  # each CUDA kernel benchmark; the attention one next to torch's flash SDPA when python3 has torch
+  local b rc=0
   for b in "$build"/bench/bench_cuda_*; do
     [ -x "$b" ] || continue
-    found=1
-    "$b" --benchmark_min_time=0.2s
+    if [ "$(basename "$b")" = bench_cuda_attention ] && python3 -c "import torch" 2> /dev/null; then
+      python3 bench/gpu/bench_attention_vs_torch.py "$b" || rc=1
+    else
+      "$b" || rc=1
+    fi
   done
-  [ "$found" -eq 1 ] || echo "no CUDA kernel benchmarks in this tree yet (the attention/GEMM kernels of issue 14)"
+  return $rc
 }
 
 if [ "${1:-}" = "--step" ]; then

@@ -1,11 +1,12 @@
-// CUDA varlen flash-attention forward (src/kernels/cuda/flash_fwd_kernel.cuh) through the public op with CUDA
-// views, against the fp64 reference (include/vlpar/reference/attention.hpp) with the derived rule of
-// tests/tolerances.hpp, twice: naive = the float reference and naive = the CPU kernel on the same inputs. Every
-// compiled instantiation (bf16/f16 × kernel head dim 64/96/128) with the head dims that map onto them (72, 80 →
-// 96 with zero-filled columns), causal and bidirectional, MHA/GQA/MQA, default, custom and negative softmax
-// scales, packed batches with sequences of length 0, 1 and lengths that are not multiples of any tile; large
-// scores (no overflow, no NaN); strided views of one packed QKV buffer giving bitwise the results of contiguous
-// ones; repeat runs bitwise equal; named errors for what the kernel cannot take.
+// CUDA varlen flash-attention forward and backward (src/kernels/cuda/flash_{fwd,bwd}_kernel.cuh) through the
+// public ops with CUDA views (out, lse, dq, dk, dv), against the fp64 reference
+// (include/vlpar/reference/attention.hpp) with the derived rule of tests/tolerances.hpp, twice: naive = the float
+// reference and naive = the CPU kernel on the same inputs. Every compiled instantiation (bf16/f16 × kernel head
+// dim 64/96/128) with the head dims that map onto them (72, 80 → 96 with zero-filled columns), causal and
+// bidirectional, MHA/GQA/MQA, default, custom and negative softmax scales, packed batches with sequences of length
+// 0, 1 and lengths that are not multiples of any tile; large scores (no overflow, no NaN); strided views of one
+// packed QKV buffer giving bitwise the results of contiguous ones; repeat runs bitwise equal (deterministic
+// backward); named errors for what the kernels cannot take.
 // Run: ctest --test-dir build/emu -R Attention (emulated, label emu), or on a GPU: ctest -L gpu
 #include <fmt/format.h>
 #include <gtest/gtest.h>
@@ -43,10 +44,10 @@ std::string attn_case_name(const AttnCase& c) {
                      c.range > 2.f ? "_large" : "", lens);
 }
 
-/// Host inputs of one case: cu_seqlens, q [N, H, D], k and v [N, H_kv, D] in the storage dtype.
+/// Host inputs of one case: cu_seqlens, q and dout [N, H, D], k and v [N, H_kv, D] in the storage dtype.
 struct AttnInputs {
   std::vector<int32_t> cu{0};
-  Tensor cu_t, q, k, v;
+  Tensor cu_t, q, k, v, dout;
   VarlenAttentionDesc desc;
   int64_t n = 0;
 };
@@ -60,56 +61,81 @@ AttnInputs make_attn_inputs(Allocator& a, const AttnCase& c, uint64_t seed) {
   in.q = random_tensor(a, {in.n, c.H, c.D}, c.dtype, seed, -c.range, c.range);
   in.k = random_tensor(a, {in.n, c.H_kv, c.D}, c.dtype, seed + 1, -c.range, c.range);
   in.v = random_tensor(a, {in.n, c.H_kv, c.D}, c.dtype, seed + 2);
+  in.dout = random_tensor(a, {in.n, c.H, c.D}, c.dtype, seed + 3);
   in.desc = VarlenAttentionDesc{c.H, c.H_kv, c.D, c.causal, c.scale};
   return in;
 }
 
-/// out [N, H, D] and lse [H, N] of the CUDA kernel on device copies of the inputs, downloaded.
+/// out [N, H, D], lse [H, N] and, when asked, dq, dk, dv of the CUDA kernels on device views of the inputs
+/// (q, k, v as given, dout uploaded), downloaded to host tensors.
 struct AttnOut {
-  Tensor out, lse;
+  Tensor out, lse, dq, dk, dv;
 };
 
 AttnOut run_gpu(Allocator& a, const AttnInputs& in, const TensorView& q, const TensorView& k, const TensorView& v,
-                Status* status) {
-  const int H = in.desc.num_heads, D = in.desc.head_dim;
-  Tensor out = Tensor::zeros(a, {in.n, H, D}, in.q.dtype(), Device::cuda(0)).value();
-  Tensor lse = Tensor::zeros(a, {H, in.n}, DType::kF32, Device::cuda(0)).value();
+                Status* status, bool backward = false) {
+  const int H = in.desc.num_heads, H_kv = in.desc.num_kv_heads, D = in.desc.head_dim;
+  const DType dt = in.q.dtype();
+  const Device dev = Device::cuda(0);
+  Tensor out = Tensor::zeros(a, {in.n, H, D}, dt, dev).value();
+  Tensor lse = Tensor::zeros(a, {H, in.n}, DType::kF32, dev).value();
   *status = varlen_attention_forward(gpu_ctx(), out, lse, q, k, v, in.cu_t, in.desc);
-  return {download(a, out), download(a, lse)};
+  AttnOut r{download(a, out), download(a, lse), {}, {}, {}};
+  if (!backward || !status->ok()) return r;
+  Tensor dq = Tensor::zeros(a, {in.n, H, D}, dt, dev).value(), dk = Tensor::zeros(a, {in.n, H_kv, D}, dt, dev).value();
+  Tensor dv = Tensor::zeros(a, {in.n, H_kv, D}, dt, dev).value();
+  *status = varlen_attention_backward(gpu_ctx(), dq, dk, dv, upload(a, in.dout), q, k, v, out, lse, in.cu_t, in.desc);
+  r.dq = download(a, dq), r.dk = download(a, dk), r.dv = download(a, dv);
+  return r;
 }
 
 class VLPAR_SUITE(Attention) : public ::testing::TestWithParam<AttnCase> {};
 
-VLPAR_TEST_P(VLPAR_SUITE(Attention), ForwardMatchesReferenceAndCpu) {
+/// The reference forward and backward in scalar S on the (rounded) inputs, as fp64 vectors.
+struct AttnRef {
+  std::vector<double> out, lse, dq, dk, dv;
+};
+
+template <class S>
+AttnRef run_reference(const AttnInputs& in, const AttnCase& c) {
+  const reference::AttentionProblem prob{in.cu.data(), int(c.lens.size()), c.H, c.H_kv, c.D, c.causal,
+                                         double(c.scale)};
+  const auto q = cast_vec<S>(to_f64(in.q)), k = cast_vec<S>(to_f64(in.k)), v = cast_vec<S>(to_f64(in.v));
+  const auto g = cast_vec<S>(to_f64(in.dout));
+  std::vector<S> out(q.size()), lse(size_t(c.H * in.n)), dq(q.size()), dk(k.size()), dv(v.size());
+  reference::attention_forward<S>(out.data(), lse.data(), q.data(), k.data(), v.data(), prob);
+  reference::attention_backward<S>(dq.data(), dk.data(), dv.data(), g.data(), q.data(), k.data(), v.data(), prob);
+  return {to_double(out), to_double(lse), to_double(dq), to_double(dk), to_double(dv)};
+}
+
+VLPAR_TEST_P(VLPAR_SUITE(Attention), ForwardBackwardMatchReferenceAndCpu) {
   VLPAR_REQUIRE_GPU();
   const AttnCase& c = GetParam();
   Allocator a;
   const AttnInputs in = make_attn_inputs(a, c, 7);
   const Tensor qd = upload(a, in.q), kd = upload(a, in.k), vd = upload(a, in.v);
   Status st;
-  const AttnOut gpu = run_gpu(a, in, qd, kd, vd, &st);
+  const AttnOut gpu = run_gpu(a, in, qd, kd, vd, &st, /*backward=*/true);
   VLPAR_ASSERT_OK_OR_SKIP(st);
 
-  Tensor out_cpu = Tensor::zeros(a, {in.n, c.H, c.D}, c.dtype).value();
-  Tensor lse_cpu = Tensor::zeros(a, {c.H, in.n}, DType::kF32).value();
-  ASSERT_TRUE(varlen_attention_forward(test_ctx(2), out_cpu, lse_cpu, in.q, in.k, in.v, in.cu_t, in.desc).ok());
+  const Context cpu = test_ctx(2);
+  auto zeros = [&](Shape s, DType dt) { return Tensor::zeros(a, s, dt).value(); };
+  Tensor out = zeros({in.n, c.H, c.D}, c.dtype), lse = zeros({c.H, in.n}, DType::kF32);
+  Tensor dq = zeros({in.n, c.H, c.D}, c.dtype), dk = zeros({in.n, c.H_kv, c.D}, c.dtype);
+  Tensor dv = zeros({in.n, c.H_kv, c.D}, c.dtype);
+  ASSERT_TRUE(varlen_attention_forward(cpu, out, lse, in.q, in.k, in.v, in.cu_t, in.desc).ok());
+  ASSERT_TRUE(varlen_attention_backward(cpu, dq, dk, dv, in.dout, in.q, in.k, in.v, out, lse, in.cu_t, in.desc).ok());
+  const AttnRef r64 = run_reference<double>(in, c), rf = run_reference<float>(in, c);
 
-  const reference::AttentionProblem prob{in.cu.data(), int(c.lens.size()), c.H, c.H_kv, c.D, c.causal,
-                                         double(c.scale)};
-  const auto q64 = to_f64(in.q), k64 = to_f64(in.k), v64 = to_f64(in.v);
-  std::vector<double> out64(q64.size()), lse64(size_t(c.H * in.n));
-  reference::attention_forward<double>(out64.data(), lse64.data(), q64.data(), k64.data(), v64.data(), prob);
-  const auto qf = cast_vec<float>(q64), kf = cast_vec<float>(k64), vf = cast_vec<float>(v64);
-  std::vector<float> outf(qf.size()), lsef(lse64.size());
-  reference::attention_forward<float>(outf.data(), lsef.data(), qf.data(), kf.data(), vf.data(), prob);
-
-  const std::vector<double> out_gpu = to_f64(gpu.out), lse_gpu = to_f64(gpu.lse);
-  for (double x : out_gpu) ASSERT_TRUE(std::isfinite(x)) << "non-finite output";
-  for (double x : lse_gpu) ASSERT_TRUE(std::isfinite(x)) << "non-finite lse (every row sees a key here)";
-  expect_gpu_close("attn_out", out_gpu, to_f64(out_cpu), out64, to_double(outf), Shape{in.n, c.H, c.D},
-                   TolOp::kAttentionFwd, c.dtype);
-  expect_gpu_close("attn_lse", lse_gpu, to_f64(lse_cpu), lse64, to_double(lsef), Shape{c.H, in.n},
-                   TolOp::kAttentionFwd, DType::kF32);
+  for (const Tensor* t : {&gpu.out, &gpu.lse, &gpu.dq, &gpu.dk, &gpu.dv})
+    for (double x : to_f64(*t)) ASSERT_TRUE(std::isfinite(x)) << "non-finite output (every row sees a key here)";
+  const Shape sq{in.n, c.H, c.D}, skv{in.n, c.H_kv, c.D};
+  expect_gpu_close("attn_out", to_f64(gpu.out), to_f64(out), r64.out, rf.out, sq, TolOp::kAttentionFwd, c.dtype);
+  expect_gpu_close("attn_lse", to_f64(gpu.lse), to_f64(lse), r64.lse, rf.lse, Shape{c.H, in.n}, TolOp::kAttentionFwd,
+                   DType::kF32);
+  expect_gpu_close("attn_dq", to_f64(gpu.dq), to_f64(dq), r64.dq, rf.dq, sq, TolOp::kAttentionBwd, c.dtype);
+  expect_gpu_close("attn_dk", to_f64(gpu.dk), to_f64(dk), r64.dk, rf.dk, skv, TolOp::kAttentionBwd, c.dtype);
+  expect_gpu_close("attn_dv", to_f64(gpu.dv), to_f64(dv), r64.dv, rf.dv, skv, TolOp::kAttentionBwd, c.dtype);
 }
 
 // Sequences of length 0 and 1, lengths below, at and past a tile (64/128 query rows, 64 keys): 0, 1, 2, 15, 16,
@@ -128,7 +154,8 @@ VLPAR_INSTANTIATE(Shapes, VLPAR_SUITE(Attention),
     [](const auto& info) { return attn_case_name(info.param); });
 
 /// q, k, v as head slices of one packed [N, H + 2·H_kv, D] buffer (the fused QKV projection's output) give
-/// bitwise the results of contiguous tensors, and a second run repeats them bitwise.
+/// bitwise the results of contiguous tensors, forward and backward, and a second run repeats them bitwise (the
+/// backward has no atomics: every output element is written once, after a fixed-order loop).
 VLPAR_TEST(VLPAR_SUITE(AttentionProps), PackedQkvViewsAndRepeatsAreBitwiseEqual) {
   VLPAR_REQUIRE_GPU();
   const AttnCase c{DType::kBF16, true, 4, 2, 64, 0.f, {77, 0, 130}};
@@ -140,21 +167,25 @@ VLPAR_TEST(VLPAR_SUITE(AttentionProps), PackedQkvViewsAndRepeatsAreBitwiseEqual)
   for (const auto& [src, h0, heads] : {std::tuple{&in.q, 0, c.H}, std::tuple{&in.k, c.H, c.H_kv},
                                        std::tuple{&in.v, c.H + c.H_kv, c.H_kv}})
     for (int64_t t = 0; t < in.n; ++t)  // token t's heads of src into heads [h0, h0 + heads) of the packed row
-      std::memcpy(static_cast<char*>(qkv.view().data) + (size_t(t * W) + size_t(h0)) * row_bytes,
+      std::memcpy(static_cast<char*>(qkv.view().data) + size_t(t * W + h0) * row_bytes,
                   static_cast<const char*>(src->view().data) + size_t(t * heads) * row_bytes, size_t(heads) * row_bytes);
   const Tensor qkvd = upload(a, qkv), qd = upload(a, in.q), kd = upload(a, in.k), vd = upload(a, in.v);
   Status st;
   const AttnOut packed = run_gpu(a, in, qkvd.view().slice(1, 0, c.H), qkvd.view().slice(1, c.H, c.H + c.H_kv),
-                                 qkvd.view().slice(1, c.H + c.H_kv, W), &st);
+                                 qkvd.view().slice(1, c.H + c.H_kv, W), &st, /*backward=*/true);
   VLPAR_ASSERT_OK_OR_SKIP(st);
-  const AttnOut contiguous = run_gpu(a, in, qd, kd, vd, &st);
+  const AttnOut contiguous = run_gpu(a, in, qd, kd, vd, &st, true);
   ASSERT_TRUE(st.ok()) << st.to_string();
-  const AttnOut again = run_gpu(a, in, qd, kd, vd, &st);
+  const AttnOut again = run_gpu(a, in, qd, kd, vd, &st, true);
   ASSERT_TRUE(st.ok()) << st.to_string();
-  EXPECT_TRUE(bitwise_equal("out packed vs contiguous", packed.out, contiguous.out));
-  EXPECT_TRUE(bitwise_equal("lse packed vs contiguous", packed.lse, contiguous.lse));
-  EXPECT_TRUE(bitwise_equal("out run 1 vs run 2", contiguous.out, again.out));
-  EXPECT_TRUE(bitwise_equal("lse run 1 vs run 2", contiguous.lse, again.lse));
+  for (const auto& [name, x, y, z] : {std::tuple{"out", &packed.out, &contiguous.out, &again.out},
+                                      std::tuple{"lse", &packed.lse, &contiguous.lse, &again.lse},
+                                      std::tuple{"dq", &packed.dq, &contiguous.dq, &again.dq},
+                                      std::tuple{"dk", &packed.dk, &contiguous.dk, &again.dk},
+                                      std::tuple{"dv", &packed.dv, &contiguous.dv, &again.dv}}) {
+    EXPECT_TRUE(bitwise_equal(std::string(name) + " packed vs contiguous", *x, *y));
+    EXPECT_TRUE(bitwise_equal(std::string(name) + " run 1 vs run 2", *y, *z));
+  }
 }
 
 /// A batch whose sequences are all empty launches nothing and succeeds.
@@ -163,7 +194,7 @@ VLPAR_TEST(VLPAR_SUITE(AttentionProps), EmptySequencesOnly) {
   Allocator a;
   const AttnInputs in = make_attn_inputs(a, AttnCase{DType::kBF16, true, 2, 2, 64, 0.f, {0, 0}}, 3);
   Status st;
-  run_gpu(a, in, upload(a, in.q), upload(a, in.k), upload(a, in.v), &st);
+  run_gpu(a, in, upload(a, in.q), upload(a, in.k), upload(a, in.v), &st, /*backward=*/true);
   EXPECT_TRUE(st.ok()) << st.to_string();
 }
 

@@ -9,10 +9,12 @@
 //   storage f32, bf16 or f16 (one dtype for q/k/v/out and the
 //   gradients), fp32 compute; views need a contiguous last dim, token and head strides are free. Results are
 //   bitwise identical across runs and thread counts (no atomics). cu_seqlens always lives in host memory.
-// CUDA (forward only so far; src/kernels/cuda/flash_fwd_kernel.cuh): FlashAttention-2 with mma.sync, bf16 or f16,
-//   head_dim a multiple of 8 up to 128 (72/80 run the 96 kernel), 16-byte aligned rows (token and head strides
-//   multiples of 8 elements); rows with no visible key get out = 0, lse = +inf. The CUDA backward and the cache
-//   attention return kNotSupported for now. Test: tests/gpu/test_cuda_attention.cpp.
+// CUDA (src/kernels/cuda/flash_{fwd,bwd}_kernel.cuh): FlashAttention-2 with mma.sync, bf16 or f16, head_dim a
+//   multiple of 8 up to 128 (72/80 run the 96 kernel), 16-byte aligned rows (token and head strides multiples of 8
+//   elements); rows with no visible key get out = 0, lse = +inf. The backward is deterministic without atomics
+//   (dK/dV summed over the GQA group inside one CTA, dQ by a second kernel) and takes a device workspace of
+//   (B+1)·4 bytes rounded to 256 plus H·N_tok·4 bytes from ctx.allocator (or stream-ordered when none is set).
+//   The cache attention returns kNotSupported for CUDA views. Test: tests/gpu/test_cuda_attention.cpp.
 // Test: tests/unit/test_attention.cpp. Bench: bench/bench_attention.cpp.
 #include "vlpar/core/context.hpp"
 #include "vlpar/core/tensor.hpp"

@@ -22,5 +22,8 @@ Status rotary_backward(const Context& ctx, TensorView dx, TensorView dy, TensorV
 /// cu_seqlens in host memory; the other views on one CUDA device (src/kernels/cuda/attention_ops.cu).
 Status varlen_attention_forward(const Context& ctx, TensorView out, TensorView lse, TensorView q, TensorView k,
                                 TensorView v, TensorView cu_seqlens, const VarlenAttentionDesc& desc);
+Status varlen_attention_backward(const Context& ctx, TensorView dq, TensorView dk, TensorView dv, TensorView dout,
+                                 TensorView q, TensorView k, TensorView v, TensorView out, TensorView lse,
+                                 TensorView cu_seqlens, const VarlenAttentionDesc& desc);
 
 }  // namespace vlpar::cuda_impl

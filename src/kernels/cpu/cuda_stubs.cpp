@@ -37,6 +37,12 @@ Status varlen_attention_forward(const Context&, TensorView, TensorView, TensorVi
   return VLPAR_STATUS(StatusCode::kNotSupported, "varlen_attention_forward: this build of vlpar has no CUDA kernels");
 }
 
+Status varlen_attention_backward(const Context&, TensorView, TensorView, TensorView, TensorView, TensorView,
+                                 TensorView, TensorView, TensorView, TensorView, TensorView,
+                                 const VarlenAttentionDesc&) {
+  return VLPAR_STATUS(StatusCode::kNotSupported, "varlen_attention_backward: this build of vlpar has no CUDA kernels");
+}
+
 }  // namespace vlpar::cuda_impl
 
 #endif  // VLPAR_WITH_CUDA

@@ -1,9 +1,10 @@
-// CUDA entry point of the varlen attention forward (include/vlpar/kernels/cuda_ops.hpp), STYLE §3:
-//   desc      : the views, already checked by src/kernels/ops/attention.cpp → FlashFwdParams
-//   check     : bf16/f16 (the tensor-core kernel's inputs), head dim with a compiled kernel (VLPAR_ATTN_HEAD_DIMS,
-//               VLPAR_DTYPES), 16-byte aligned rows (cp.async), lse row stride
-//   workspace : cu_seqlens copied to the device, stream-ordered on ctx.stream (Workspace)
-//   run       : flash_fwd_run<T, kernel head dim> (generated src/kernels/cuda/flash_fwd_hd<HD>_<dtype>.cu)
+// CUDA entry points of the varlen attention forward and backward (include/vlpar/kernels/cuda_ops.hpp), STYLE §3:
+//   desc      : the views, already checked by src/kernels/ops/attention.cpp → FlashFwdParams / FlashBwdParams
+//   check     : bf16/f16 (the tensor-core kernels' inputs), head dim with a compiled kernel (VLPAR_ATTN_HEAD_DIMS,
+//               VLPAR_DTYPES), 16-byte aligned rows (cp.async)
+//   workspace : cu_seqlens copied to the device (and the backward's delta [H, N] f32), stream-ordered on
+//               ctx.stream or from ctx.allocator (Workspace)
+//   run       : flash_fwd_run / flash_bwd_run<T, kernel head dim> (generated flash_{fwd,bwd}_hd<HD>_<dtype>.cu)
 // Test: tests/gpu/test_cuda_attention.cpp (ctest -L gpu; -L emu in the emulated build)
 #include "cuda_compat.cuh"  // first: the prelude of every CUDA source
 
@@ -20,6 +21,7 @@
 namespace vlpar::cuda_impl {
 namespace {
 
+using cuda_kernels::FlashBwdParams;
 using cuda_kernels::FlashFwdParams;
 
 /// Runs fn.template operator()<kHeadDim>() for the kernel head dim serving d, when this build compiled it.
@@ -54,11 +56,10 @@ Status check_rows_aligned(const char* op, const char* name, const TensorView& v)
   return Status::Ok();
 }
 
-}  // namespace
-
-Status varlen_attention_forward(const Context& ctx, TensorView out, TensorView lse, TensorView q, TensorView k,
-                                TensorView v, TensorView cu_seqlens, const VarlenAttentionDesc& desc) {
-  const char* op = "varlen_attention_forward";
+/// The checks every CUDA attention call shares (dtype, head dim, host cu_seqlens); *max_len receives the longest
+/// sequence (0: nothing to launch).
+Status check_common(const char* op, const TensorView& q, const TensorView& cu_seqlens,
+                    const VarlenAttentionDesc& desc, int* max_len) {
   VLPAR_CHECK_CODE(q.dtype == DType::kBF16 || q.dtype == DType::kF16, StatusCode::kNotSupported,
                    "{}: the CUDA kernel takes bf16 or f16 q/k/v, got {} (keep f32 attention on the CPU)", op,
                    dtype_name(q.dtype));
@@ -67,16 +68,15 @@ Status varlen_attention_forward(const Context& ctx, TensorView out, TensorView l
                    op, desc.head_dim);
   VLPAR_CHECK(!cu_seqlens.device.is_cuda(), "{}: cu_seqlens must be in host memory (the op reads the segment "
               "lengths to size the grid), got {}", op, cu_seqlens.to_string());
-  const int batch = int(cu_seqlens.size(0) - 1);
   const int32_t* cu = cu_seqlens.ptr<int32_t>();
-  int max_len = 0;
-  for (int b = 0; b < batch; ++b) max_len = std::max(max_len, int(cu[b + 1] - cu[b]));
-  if (max_len == 0) return Status::Ok();  // no token: nothing to launch (and the views may hold no memory)
-  VLPAR_ASSIGN_OR_RETURN(const int device, cuda_device_of(op, {{"out", &out}, {"lse", &lse}, {"q", &q},
-                                                               {"k", &k}, {"v", &v}}));
-  for (const auto& [name, view] : {std::pair{"q", &q}, std::pair{"k", &k}, std::pair{"v", &v},
-                                   std::pair{"out", &out}})
-    VLPAR_RETURN_IF_ERROR(check_rows_aligned(op, name, *view));
+  *max_len = 0;
+  for (int64_t b = 0; b + 1 < cu_seqlens.size(0); ++b) *max_len = std::max(*max_len, int(cu[b + 1] - cu[b]));
+  return Status::Ok();
+}
+
+FlashFwdParams fwd_params(const TensorView& out, const TensorView& lse, const TensorView& q, const TensorView& k,
+                          const TensorView& v, const TensorView& cu_seqlens, const VarlenAttentionDesc& desc,
+                          int max_len) {
   FlashFwdParams p{};
   p.out = out.data;
   p.lse = lse.ptr<float>();
@@ -88,23 +88,89 @@ Status varlen_attention_forward(const Context& ctx, TensorView out, TensorView l
   p.v_tok_stride = v.stride(0), p.v_head_stride = v.stride(1);
   p.out_tok_stride = out.stride(0), p.out_head_stride = out.stride(1);
   p.lse_head_stride = lse.stride(0);
-  p.batch = batch;
+  p.batch = int(cu_seqlens.size(0) - 1);
   p.max_seqlen_q = max_len;
   p.num_heads = desc.num_heads;
   p.num_kv_heads = desc.num_kv_heads;
   p.head_dim = desc.head_dim;
   p.causal = desc.causal ? 1 : 0;
   p.scale = desc.softmax_scale != 0.f ? desc.softmax_scale : 1.f / std::sqrt(float(desc.head_dim));
+  return p;
+}
+
+/// Runs fn.template operator()<T, kHeadDim>() for q's dtype and the kernel head dim, when compiled.
+template <class Fn>
+Status with_kernel(const char* op, DType dtype, int head_dim, Fn&& fn) {
+  return with_kernel_head_dim(op, head_dim, [&]<int kHeadDim>() -> Status {
+    auto run = [&]<class U>() { return fn.template operator()<U, kHeadDim>(); };
+    return dtype == DType::kBF16 ? if_compiled<bf16>(op, run) : if_compiled<f16>(op, run);
+  });
+}
+
+}  // namespace
+
+Status varlen_attention_forward(const Context& ctx, TensorView out, TensorView lse, TensorView q, TensorView k,
+                                TensorView v, TensorView cu_seqlens, const VarlenAttentionDesc& desc) {
+  const char* op = "varlen_attention_forward";
+  int max_len = 0;
+  VLPAR_RETURN_IF_ERROR(check_common(op, q, cu_seqlens, desc, &max_len));
+  if (max_len == 0) return Status::Ok();  // no token: nothing to launch (and the views may hold no memory)
+  VLPAR_ASSIGN_OR_RETURN(const int device, cuda_device_of(op, {{"out", &out}, {"lse", &lse}, {"q", &q},
+                                                               {"k", &k}, {"v", &v}}));
+  for (const auto& [name, view] : {std::pair{"q", &q}, std::pair{"k", &k}, std::pair{"v", &v},
+                                   std::pair{"out", &out}})
+    VLPAR_RETURN_IF_ERROR(check_rows_aligned(op, name, *view));
+  FlashFwdParams p = fwd_params(out, lse, q, k, v, cu_seqlens, desc, max_len);
   return on_device(op, device, [&]() -> Status {
     Workspace ws(ctx, device);  // cu_seqlens on the device, queued before the kernel on the same stream
-    const size_t bytes = size_t(batch + 1) * sizeof(int32_t);
+    const size_t bytes = size_t(p.batch + 1) * sizeof(int32_t);
     VLPAR_RETURN_IF_ERROR(ws.allocate(bytes));
-    VLPAR_CUDA_CHECK(cudaMemcpyAsync(ws.ptr<int32_t>(), cu, bytes, cudaMemcpyHostToDevice,
+    VLPAR_CUDA_CHECK(cudaMemcpyAsync(ws.ptr<int32_t>(), cu_seqlens.data, bytes, cudaMemcpyHostToDevice,
                                      static_cast<cudaStream_t>(ctx.stream)));
     p.cu_q = p.cu_k = ws.ptr<int32_t>();
-    return with_kernel_head_dim(op, desc.head_dim, [&]<int kHeadDim>() -> Status {
-      auto run = [&]<class U>() { return cuda_kernels::flash_fwd_run<U, kHeadDim>(p, ctx.stream); };
-      return q.dtype == DType::kBF16 ? if_compiled<bf16>(op, run) : if_compiled<f16>(op, run);
+    return with_kernel(op, q.dtype, desc.head_dim, [&]<class T, int kHeadDim>() {
+      return cuda_kernels::flash_fwd_run<T, kHeadDim>(p, ctx.stream);
+    });
+  });
+}
+
+Status varlen_attention_backward(const Context& ctx, TensorView dq, TensorView dk, TensorView dv, TensorView dout,
+                                 TensorView q, TensorView k, TensorView v, TensorView out, TensorView lse,
+                                 TensorView cu_seqlens, const VarlenAttentionDesc& desc) {
+  const char* op = "varlen_attention_backward";
+  int max_len = 0;
+  VLPAR_RETURN_IF_ERROR(check_common(op, q, cu_seqlens, desc, &max_len));
+  if (max_len == 0) return Status::Ok();
+  VLPAR_ASSIGN_OR_RETURN(const int device,
+                         cuda_device_of(op, {{"dq", &dq}, {"dk", &dk}, {"dv", &dv}, {"dout", &dout}, {"q", &q},
+                                             {"k", &k}, {"v", &v}, {"out", &out}, {"lse", &lse}}));
+  for (const auto& [name, view] : {std::pair{"q", &q}, std::pair{"k", &k}, std::pair{"v", &v},
+                                   std::pair{"out", &out}, std::pair{"dout", &dout}, std::pair{"dq", &dq},
+                                   std::pair{"dk", &dk}, std::pair{"dv", &dv}})
+    VLPAR_RETURN_IF_ERROR(check_rows_aligned(op, name, *view));
+  FlashBwdParams p{};
+  p.fwd = fwd_params(out, lse, q, k, v, cu_seqlens, desc, max_len);
+  p.dout = dout.data;
+  p.dq = dq.data;
+  p.dk = dk.data;
+  p.dv = dv.data;
+  p.dout_tok_stride = dout.stride(0), p.dout_head_stride = dout.stride(1);
+  p.dq_tok_stride = dq.stride(0), p.dq_head_stride = dq.stride(1);
+  p.dk_tok_stride = dk.stride(0), p.dk_head_stride = dk.stride(1);
+  p.dv_tok_stride = dv.stride(0), p.dv_head_stride = dv.stride(1);
+  p.n_q = q.size(0);
+  p.max_seqlen_k = max_len;  // one cu_seqlens for q and k
+  return on_device(op, device, [&]() -> Status {
+    // One workspace: cu_seqlens (padded to 256 bytes), then delta [H, N_q] f32.
+    const size_t cu_bytes = (size_t(p.fwd.batch + 1) * sizeof(int32_t) + 255) / 256 * 256;
+    Workspace ws(ctx, device);
+    VLPAR_RETURN_IF_ERROR(ws.allocate(cu_bytes + cuda_kernels::flash_bwd_workspace_bytes(p.n_q, desc.num_heads)));
+    VLPAR_CUDA_CHECK(cudaMemcpyAsync(ws.ptr<int32_t>(), cu_seqlens.data, size_t(p.fwd.batch + 1) * sizeof(int32_t),
+                                     cudaMemcpyHostToDevice, static_cast<cudaStream_t>(ctx.stream)));
+    p.fwd.cu_q = p.fwd.cu_k = ws.ptr<int32_t>();
+    p.delta = reinterpret_cast<float*>(ws.ptr<char>() + cu_bytes);
+    return with_kernel(op, q.dtype, desc.head_dim, [&]<class T, int kHeadDim>() {
+      return cuda_kernels::flash_bwd_run<T, kHeadDim>(p, ctx.stream);
     });
   });
 }

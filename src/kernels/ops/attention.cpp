@@ -1,12 +1,13 @@
 // The public attention ops: every argument checked once here (shapes, one storage dtype, devices, the segments of
 // cu_seqlens), then the device's implementation (CPU: src/kernels/cpu/attention.cpp and kv_cache_attention.cpp
-// through the CPU-path dispatch; CUDA: the varlen forward runs the flash-attention kernel,
-// src/kernels/cuda/attention_ops.cu, with q/k/v/out/lse on the device and cu_seqlens in host memory; the CUDA
-// backward and the cache attention are not written yet and get kNotSupported naming the argument).
+// through the CPU-path dispatch; CUDA: the varlen forward and backward run the flash-attention kernels,
+// src/kernels/cuda/attention_ops.cu, with every tensor on the device and cu_seqlens in host memory; the cache
+// attention has no CUDA kernel yet and gets kNotSupported naming the argument).
 // Test: tests/unit/test_attention.cpp, tests/unit/test_kv_cache_attention.cpp.
 #include "vlpar/kernels/attention.hpp"
 
 #include <cmath>
+#include <initializer_list>
 #include <string>
 #include <tuple>
 #include <utility>
@@ -25,6 +26,18 @@ Status check_cpu_only(const char* op, std::initializer_list<std::pair<const char
   for (const auto& [name, v] : views)
     VLPAR_CHECK_CODE(!v->device.is_cuda(), StatusCode::kNotSupported, "{}: no CUDA kernel yet ({} is {})", op, name,
                      v->to_string());
+  return Status::Ok();
+}
+
+/// Every view on q's kind of device (all in host memory, or all on CUDA devices: cuda_impl checks they share one),
+/// and cu_seqlens in host memory (the op reads the segment lengths).
+Status check_one_device(const TensorView& q, const TensorView& cu_seqlens,
+                        std::initializer_list<std::pair<const char*, const TensorView*>> views) {
+  for (const auto& [name, v] : views)
+    VLPAR_CHECK(v->device.is_cuda() == q.device.is_cuda(), "{}: {} is {} but q is {} (the operands live on one "
+                "device)", kVarlen, name, v->to_string(), q.to_string());
+  VLPAR_CHECK(!cu_seqlens.device.is_cuda(), "{}: cu_seqlens must be in host memory (the op reads the segment "
+              "lengths), got {}", kVarlen, cu_seqlens.to_string());
   return Status::Ok();
 }
 
@@ -92,14 +105,7 @@ Status check_varlen_attention(const VarlenAttentionDesc& desc) {
 
 Status varlen_attention_forward(const Context& ctx, TensorView out, TensorView lse, TensorView q, TensorView k,
                                 TensorView v, TensorView cu_seqlens, const VarlenAttentionDesc& desc) {
-  const bool cuda = q.device.is_cuda();
-  for (const auto& [name, view] : {std::pair{"out", &out}, std::pair{"lse", &lse}, std::pair{"k", &k},
-                                   std::pair{"v", &v}}) {
-    VLPAR_CHECK(view->device.is_cuda() == cuda, "{}: {} is {} but q is {} (q, k, v, out and lse live on one "
-                "device)", kVarlen, name, view->to_string(), q.to_string());
-  }
-  VLPAR_CHECK(!cu_seqlens.device.is_cuda(), "{}: cu_seqlens must be in host memory (the op reads the segment "
-              "lengths), got {}", kVarlen, cu_seqlens.to_string());
+  VLPAR_RETURN_IF_ERROR(check_one_device(q, cu_seqlens, {{"out", &out}, {"lse", &lse}, {"k", &k}, {"v", &v}}));
   VLPAR_ASSIGN_OR_RETURN(const int64_t n_tok, tokens_of(q, desc));
   const int H = desc.num_heads, H_kv = desc.num_kv_heads, D = desc.head_dim;
   for (const auto& [name, view, heads] : {std::tuple{"q", &q, H}, std::tuple{"k", &k, H_kv},
@@ -107,16 +113,15 @@ Status varlen_attention_forward(const Context& ctx, TensorView out, TensorView l
     VLPAR_RETURN_IF_ERROR(check_head_view(name, *view, n_tok, heads, D, q.dtype));
   VLPAR_RETURN_IF_ERROR(check_lse(lse, n_tok, H));
   VLPAR_RETURN_IF_ERROR(check_segments(cu_seqlens, n_tok));
-  if (cuda) return cuda_impl::varlen_attention_forward(ctx, out, lse, q, k, v, cu_seqlens, desc);
+  if (q.device.is_cuda()) return cuda_impl::varlen_attention_forward(ctx, out, lse, q, k, v, cu_seqlens, desc);
   return cpu_impl::varlen_attention_forward(ctx, out, lse, q, k, v, cu_seqlens, desc);
 }
 
 Status varlen_attention_backward(const Context& ctx, TensorView dq, TensorView dk, TensorView dv, TensorView dout,
                                  TensorView q, TensorView k, TensorView v, TensorView out, TensorView lse,
                                  TensorView cu_seqlens, const VarlenAttentionDesc& desc) {
-  VLPAR_RETURN_IF_ERROR(check_cpu_only("varlen_attention_backward",
-                                       {{"dq", &dq}, {"dk", &dk}, {"dv", &dv}, {"dout", &dout}, {"q", &q}, {"k", &k},
-                                        {"v", &v}, {"out", &out}, {"lse", &lse}, {"cu_seqlens", &cu_seqlens}}));
+  VLPAR_RETURN_IF_ERROR(check_one_device(q, cu_seqlens, {{"dq", &dq}, {"dk", &dk}, {"dv", &dv}, {"dout", &dout},
+                                                          {"k", &k}, {"v", &v}, {"out", &out}, {"lse", &lse}}));
   VLPAR_ASSIGN_OR_RETURN(const int64_t n_tok, tokens_of(q, desc));
   const int H = desc.num_heads, H_kv = desc.num_kv_heads, D = desc.head_dim;
   for (const auto& [name, view, heads] : {std::tuple{"q", &q, H}, std::tuple{"out", &out, H},
@@ -126,6 +131,8 @@ Status varlen_attention_backward(const Context& ctx, TensorView dq, TensorView d
     VLPAR_RETURN_IF_ERROR(check_head_view(name, *view, n_tok, heads, D, q.dtype));
   VLPAR_RETURN_IF_ERROR(check_lse(lse, n_tok, H));
   VLPAR_RETURN_IF_ERROR(check_segments(cu_seqlens, n_tok));
+  if (q.device.is_cuda())
+    return cuda_impl::varlen_attention_backward(ctx, dq, dk, dv, dout, q, k, v, out, lse, cu_seqlens, desc);
   return cpu_impl::varlen_attention_backward(ctx, dq, dk, dv, dout, q, k, v, out, lse, cu_seqlens, desc);
 }
 

@@ -1,0 +1,124 @@
+// Varlen flash-attention forward and backward on the GPU through the public ops (CUDA views), timed with CUDA
+// events: FA2-bench shapes (16k tokens per batch as sequences of equal length; head dim 64 with 32 heads and 128
+// with 16, i.e. hidden 2048; causal and not) and Qwen3-VL's vision tower (head dim 72, 16 heads, bidirectional,
+// images of 1024 patches). FLOPs as FlashAttention's benchmark counts them: forward 4·S²·D·H per sequence (half
+// when causal), backward 2.5× forward (vlpar's deterministic backward does 7 of those GEMM-equivalents, not 5,
+// so its TFLOP/s read low by design). Prints one CSV line per shape; bench/gpu/bench_attention_vs_torch.py runs
+// it next to torch's flash SDPA on the same device and prints the ratios. Built in CUDA builds only
+// (bench/gpu/validate.sh step benchmarks). Usage: bench_cuda_attention [--iters N]
+#include <cuda_runtime.h>
+
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <string>
+#include <vector>
+
+#include "vlpar/core/allocator.hpp"
+#include "vlpar/core/context.hpp"
+#include "vlpar/core/device.hpp"
+#include "vlpar/core/dtype.hpp"
+#include "vlpar/core/philox.hpp"
+#include "vlpar/core/tensor.hpp"
+#include "vlpar/kernels/attention.hpp"
+
+namespace {
+
+using namespace vlpar;
+
+struct BenchShape {
+  const char* name;
+  int seqlen, heads, head_dim;
+  bool causal;
+  DType dtype;
+};
+
+/// A device tensor of uniform values in [-1, 1) (Philox on the host, one copy).
+Tensor random_device(Allocator& a, Shape shape, DType dt, uint64_t seed) {
+  Tensor host = Tensor::empty(a, shape, dt).value();
+  for (int64_t i = 0; i < host.numel(); ++i) {
+    const float x = philox_uniform(seed, 0, uint64_t(i), -1.f, 1.f);
+    if (dt == DType::kBF16) host.ptr<bf16>()[i] = float_to_bf16(x);
+    else host.ptr<f16>()[i] = float_to_f16(x);
+  }
+  Tensor dev = Tensor::empty(a, shape, dt, Device::cuda(0)).value();
+  if (!copy_(dev, host).ok()) std::abort();
+  return dev;
+}
+
+void check(const Status& s, const char* what) {
+  if (s.ok()) return;
+  std::fprintf(stderr, "%s: %s\n", what, s.to_string().c_str());
+  std::exit(1);
+}
+
+/// Mean milliseconds of `iters` calls of fn after 2 warm-up calls.
+template <class Fn>
+double time_ms(int iters, Fn&& fn) {
+  for (int i = 0; i < 2; ++i) fn();
+  cudaEvent_t start, stop;
+  cudaEventCreate(&start);
+  cudaEventCreate(&stop);
+  cudaEventRecord(start);
+  for (int i = 0; i < iters; ++i) fn();
+  cudaEventRecord(stop);
+  cudaEventSynchronize(stop);
+  float ms = 0;
+  cudaEventElapsedTime(&ms, start, stop);
+  cudaEventDestroy(start);
+  cudaEventDestroy(stop);
+  return double(ms) / iters;
+}
+
+void run(const BenchShape& s, int iters) {
+  constexpr int64_t kTokens = 16384;
+  const int64_t batch = kTokens / s.seqlen, n = batch * s.seqlen;
+  Allocator a;
+  Tensor cu = Tensor::empty(a, {batch + 1}, DType::kI32).value();
+  for (int64_t b = 0; b <= batch; ++b) cu.ptr<int32_t>()[b] = int32_t(b * s.seqlen);
+  const Shape qs{n, s.heads, s.head_dim};
+  Tensor q = random_device(a, qs, s.dtype, 1), k = random_device(a, qs, s.dtype, 2), v = random_device(a, qs, s.dtype, 3);
+  Tensor dout = random_device(a, qs, s.dtype, 4);
+  Tensor out = Tensor::empty(a, qs, s.dtype, Device::cuda(0)).value();
+  Tensor lse = Tensor::empty(a, {s.heads, n}, DType::kF32, Device::cuda(0)).value();
+  Tensor dq = Tensor::empty(a, qs, s.dtype, Device::cuda(0)).value();
+  Tensor dk = Tensor::empty(a, qs, s.dtype, Device::cuda(0)).value();
+  Tensor dv = Tensor::empty(a, qs, s.dtype, Device::cuda(0)).value();
+  Context ctx;
+  ctx.device = Device::cuda(0);
+  const VarlenAttentionDesc desc{s.heads, s.heads, s.head_dim, s.causal, 0.f};
+  const double fwd_ms = time_ms(iters, [&] {
+    check(varlen_attention_forward(ctx, out, lse, q, k, v, cu, desc), "forward");
+  });
+  const double bwd_ms = time_ms(iters, [&] {
+    check(varlen_attention_backward(ctx, dq, dk, dv, dout, q, k, v, out, lse, cu, desc), "backward");
+  });
+  const double flops = 4.0 * double(s.seqlen) * s.seqlen * s.head_dim * s.heads * batch / (s.causal ? 2 : 1);
+  const std::string dt(dtype_name(s.dtype));
+  std::printf("%s,%s,%d,%d,%d,%d,%lld,%.4f,%.2f,%.4f,%.2f\n", s.name, dt.c_str(), s.causal ? 1 : 0, s.seqlen,
+              s.heads, s.head_dim, static_cast<long long>(batch), fwd_ms, flops / fwd_ms * 1e-9, bwd_ms,
+              2.5 * flops / bwd_ms * 1e-9);
+  std::fflush(stdout);
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  int iters = 10;
+  for (int i = 1; i + 1 < argc; ++i)
+    if (std::strcmp(argv[i], "--iters") == 0) iters = std::atoi(argv[i + 1]);
+  if (cuda_device_count() == 0) {
+    std::printf("no CUDA device: nothing to measure\n");
+    return 0;
+  }
+  const std::vector<BenchShape> shapes = {
+      {"fa2_hd64", 512, 32, 64, false, DType::kBF16},   {"fa2_hd64", 2048, 32, 64, false, DType::kBF16},
+      {"fa2_hd64", 2048, 32, 64, true, DType::kBF16},   {"fa2_hd128", 512, 16, 128, false, DType::kBF16},
+      {"fa2_hd128", 2048, 16, 128, false, DType::kBF16}, {"fa2_hd128", 2048, 16, 128, true, DType::kBF16},
+      {"fa2_hd128", 8192, 16, 128, true, DType::kBF16}, {"fa2_hd128_f16", 2048, 16, 128, true, DType::kF16},
+      {"qwen3vl_vision", 1024, 16, 72, false, DType::kBF16},
+  };
+  std::printf("name,dtype,causal,seqlen,heads,head_dim,batch,fwd_ms,fwd_tflops,bwd_ms,bwd_tflops\n");
+  for (const BenchShape& s : shapes) run(s, iters);
+  return 0;
+}
