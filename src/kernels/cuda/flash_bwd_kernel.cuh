@@ -18,8 +18,8 @@
 // lse = +inf from the forward, so their P is 0 as well.
 // SASS (tools/check_sass.py, CI stage cuda): tensor-core MMAs fed by ldmatrix (.trans for the K×N operands) and
 // cp.async; the dot kernel reduces with butterfly shuffles.
-// SASS flash_bwd_dkdv_kernel<bf16, *> flash_bwd_dq_kernel<bf16, *>: HMMA.16816.F32.BF16 LDSM.16.M88.4 LDSM.16.MT88.4 LDGSTS.E.BYPASS.128 BAR.SYNC regs<=255 stack<=0 threads=128
-// SASS flash_bwd_dkdv_kernel<f16, *> flash_bwd_dq_kernel<f16, *>: HMMA.16816.F32 LDSM.16.M88.4 LDSM.16.MT88.4 LDGSTS.E.BYPASS.128 BAR.SYNC regs<=255 stack<=0 threads=128
+// SASS flash_bwd_dkdv_kernel<bf16, *> flash_bwd_dq_kernel<bf16, *>: HMMA.16816.F32.BF16 F2FP.BF16 LDSM.16.M88.4 LDSM.16.MT88.4 LDGSTS.E.BYPASS.128 BAR.SYNC regs<=255 stack<=0 threads=128
+// SASS flash_bwd_dkdv_kernel<f16, *> flash_bwd_dq_kernel<f16, *>: HMMA.16816.F32 F2FP LDSM.16.M88.4 LDSM.16.MT88.4 LDGSTS.E.BYPASS.128 BAR.SYNC regs<=255 stack<=0 threads=128
 // SASS flash_bwd_dot_do_o_kernel<*>: SHFL.BFLY regs<=64 threads=128
 // Test: tests/gpu/test_cuda_attention.cpp (ctest -L gpu; -L emu in the emulated build)
 #include "cuda_compat.cuh"  // first: the prelude of every CUDA source

@@ -16,6 +16,7 @@
 #include <type_traits>
 
 #include "ptx/cp_async.cuh"
+#include "ptx/cvt.cuh"
 #include "ptx/ldmatrix.cuh"
 #include "ptx/mma.cuh"
 #include "vlpar/core/dtype.hpp"
@@ -44,10 +45,15 @@ __device__ __forceinline__ void mma16816(float (&d)[4], const uint32_t (&a)[4], 
   }
 }
 
-/// Two floats rounded to T and packed into one 32-bit register, the lower-indexed element in bits 0..15.
+/// Two floats rounded to T and packed into one 32-bit register, the lower-indexed element in bits 0..15 (one
+/// cvt.rn.{bf16,f16}x2.f32 on the device).
 template <class T>
 __device__ __forceinline__ uint32_t pack2(float lo, float hi) {
-  return uint32_t(from_float<T>(lo).bits) | uint32_t(from_float<T>(hi).bits) << 16;
+  if constexpr (std::is_same_v<T, bf16>) {
+    return ptx::cvt_pack_bf16x2(lo, hi);
+  } else {
+    return ptx::cvt_pack_f16x2(lo, hi);
+  }
 }
 
 /// The A fragment of one k16 step from the C fragments of n8 tiles k and k+1, rounded to T.

@@ -17,9 +17,10 @@
 //   Loads: cp.async 16 B per thread; rows past the sequence end and columns past head_dim are zero-filled, so no
 //   NaN garbage reaches an MMA and padded head dims (72, 80 in the 96 kernel) add exact zeros.
 //   Stores: O rows < S_q, columns < head_dim, two elements per 4-byte store; LSE by the lane that owns the row.
-// SASS (tools/check_sass.py, CI stage cuda): tensor-core MMAs fed by ldmatrix (.trans for V) and cp.async.
-// SASS flash_fwd_kernel<bf16, *>: HMMA.16816.F32.BF16 LDSM.16.M88.4 LDSM.16.MT88.4 LDGSTS.E.BYPASS.128 BAR.SYNC regs<=255 stack<=0 threads=128
-// SASS flash_fwd_kernel<f16, *>: HMMA.16816.F32 LDSM.16.M88.4 LDSM.16.MT88.4 LDGSTS.E.BYPASS.128 BAR.SYNC regs<=255 stack<=0 threads=128
+// SASS (tools/check_sass.py, CI stage cuda): tensor-core MMAs fed by ldmatrix (.trans for V) and cp.async; P
+// packed to 16 bits by one F2FP per pair (ptx/cvt.cuh).
+// SASS flash_fwd_kernel<bf16, *>: HMMA.16816.F32.BF16 F2FP.BF16 LDSM.16.M88.4 LDSM.16.MT88.4 LDGSTS.E.BYPASS.128 BAR.SYNC regs<=255 stack<=0 threads=128
+// SASS flash_fwd_kernel<f16, *>: HMMA.16816.F32 F2FP LDSM.16.M88.4 LDSM.16.MT88.4 LDGSTS.E.BYPASS.128 BAR.SYNC regs<=255 stack<=0 threads=128
 // Test: tests/gpu/test_cuda_attention.cpp (ctest -L gpu; -L emu in the emulated build)
 #include "cuda_compat.cuh"  // first: the prelude of every CUDA source
 
