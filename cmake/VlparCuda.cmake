@@ -108,10 +108,29 @@ function(vlpar_add_cuda_kernels target)
   string(REPLACE ";" "|" report_sources "${cu_sources}")
   string(REPLACE ";" "|" report_defs "VLPAR_WITH_CUDA=1;FMT_USE_CONSTEXPR=1;${dtype_defs}")
   string(REPLACE ";" "|" report_archs "${VLPAR_CUDA_ARCHS}")
+  # One compile per source (the build tool runs them in parallel), then the report over their outputs. The
+  # compiles depend on every CUDA header so that a stale output is never reported.
+  file(GLOB report_headers CONFIGURE_DEPENDS ${PROJECT_SOURCE_DIR}/src/kernels/cuda/*.cuh
+       ${PROJECT_SOURCE_DIR}/src/kernels/cuda/ptx/*.cuh ${PROJECT_SOURCE_DIR}/include/vlpar/kernels/cuda/*.hpp)
+  set(raw_dir ${CMAKE_BINARY_DIR}/ptxas)
+  set(raw_files "")
+  foreach(src IN LISTS cu_sources)
+    get_filename_component(file_name ${src} NAME)
+    add_custom_command(OUTPUT ${raw_dir}/${file_name}.txt
+      COMMAND ${CMAKE_COMMAND} -E make_directory ${raw_dir}
+      COMMAND ${CMAKE_COMMAND} -DNVCC=${CMAKE_CUDA_COMPILER} "-DARCHS=${report_archs}" "-DDEFINES=${report_defs}"
+              -DSOURCE_DIR=${PROJECT_SOURCE_DIR} -DCOMPILE_ONE=${src} -DRAW_OUT=${raw_dir}/${file_name}.txt
+              -P ${PROJECT_SOURCE_DIR}/cmake/ptxas_report.cmake
+      DEPENDS ${src} ${report_headers} ${PROJECT_SOURCE_DIR}/cmake/ptxas_report.cmake
+      COMMENT "ptxas resource usage of ${file_name}"
+      VERBATIM)
+    list(APPEND raw_files ${raw_dir}/${file_name}.txt)
+  endforeach()
   add_custom_target(ptxas_report
     COMMAND ${CMAKE_COMMAND} -DNVCC=${CMAKE_CUDA_COMPILER} "-DARCHS=${report_archs}" "-DSOURCES=${report_sources}"
             "-DDEFINES=${report_defs}" -DSOURCE_DIR=${PROJECT_SOURCE_DIR} -DOUT=${CMAKE_BINARY_DIR}/ptxas_report.txt
-            -P ${PROJECT_SOURCE_DIR}/cmake/ptxas_report.cmake
+            -DRAW_DIR=${raw_dir} -P ${PROJECT_SOURCE_DIR}/cmake/ptxas_report.cmake
+    DEPENDS ${raw_files}
     COMMENT "ptxas resource usage of every vlpar CUDA kernel"
     VERBATIM)
 endfunction()

@@ -4,6 +4,9 @@
 # Invoked by the `ptxas_report` target: cmake --build <dir> --target ptxas_report
 # Inputs (lists joined with '|'): NVCC, ARCHS, SOURCES (the .cu files the build compiles, i.e. after the
 # VLPAR_DTYPES filter), DEFINES, SOURCE_DIR, OUT. Without SOURCES every src/kernels/cuda/*.cu is compiled.
+# Two steps, so that the build tool runs the compiles in parallel (cmake --build <dir> -j N --target ptxas_report):
+#   -DCOMPILE_ONE=<source> -DRAW_OUT=<file>: compile one source for every architecture, write nvcc's output, stop;
+#   -DRAW_DIR=<dir>: read <dir>/<source name>.txt for every source instead of compiling, then report.
 string(REPLACE "|" ";" archs "${ARCHS}")
 string(REPLACE "|" ";" sources "${SOURCES}")
 string(REPLACE "|" ";" defines "${DEFINES}")
@@ -19,6 +22,21 @@ set(define_flags "")
 foreach(d IN LISTS defines)
   list(APPEND define_flags -D${d})
 endforeach()
+function(ptxas_compile src out_var)
+  execute_process(
+    COMMAND "${NVCC}" -std=c++20 -O3 -lineinfo --resource-usage -Xptxas=--warn-on-spills --expt-relaxed-constexpr
+            ${define_flags} -I${SOURCE_DIR}/include ${gencode} -c "${src}" -o /dev/null
+    OUTPUT_VARIABLE out ERROR_VARIABLE err RESULT_VARIABLE rc)
+  if(NOT rc EQUAL 0)
+    message(FATAL_ERROR "nvcc failed on ${src}:\n${out}${err}")
+  endif()
+  set(${out_var} "${out}${err}" PARENT_SCOPE)
+endfunction()
+if(COMPILE_ONE)
+  ptxas_compile("${COMPILE_ONE}" text)
+  file(WRITE "${RAW_OUT}" "${text}")
+  return()
+endif()
 get_filename_component(nvcc_dir "${NVCC}" DIRECTORY)
 find_program(CUFILT NAMES cu++filt c++filt HINTS "${nvcc_dir}")  # Itanium mangling: binutils c++filt also works
 
@@ -28,14 +46,14 @@ set(n_kernels 0)
 set(n_spilling 0)
 foreach(src IN LISTS sources)
   get_filename_component(file_name "${src}" NAME)
-  execute_process(
-    COMMAND "${NVCC}" -std=c++20 -O3 -lineinfo --resource-usage -Xptxas=--warn-on-spills --expt-relaxed-constexpr
-            ${define_flags} -I${SOURCE_DIR}/include ${gencode} -c "${src}" -o /dev/null
-    OUTPUT_VARIABLE out ERROR_VARIABLE err RESULT_VARIABLE rc)
-  if(NOT rc EQUAL 0)
-    message(FATAL_ERROR "nvcc failed on ${src}:\n${out}${err}")
+  if(RAW_DIR)
+    file(READ "${RAW_DIR}/${file_name}.txt" text)
+  else()
+    ptxas_compile("${src}" text)
   endif()
-  string(APPEND raw "== ${file_name}\n${out}${err}")
+  set(out "${text}")
+  set(err "")
+  string(APPEND raw "== ${file_name}\n${text}")
   # One record per kernel and architecture:
   #   Compiling entry function '<mangled>' for 'sm_XX'
   #   Function properties for <mangled>

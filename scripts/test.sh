@@ -64,7 +64,7 @@ cuda() {
   # CPU path: the CPU stage builds the others), then every kernel per architecture for the ptxas report.
   cmake --preset cuda -DVLPAR_BUILD_TESTS=OFF -DVLPAR_BUILD_EXAMPLES=OFF -DVLPAR_CPU_ISAS= > /dev/null
   cmake --build build/cuda -j"$jobs" --target vlpar_kernels vlpar_comm
-  cmake --build build/cuda --target ptxas_report
+  cmake --build build/cuda -j"$jobs" --target ptxas_report
   # The PTX wrappers (src/kernels/cuda/ptx/) through the emulator's warp-matrix test kernels: the inline PTX must
   # assemble for both architectures (the emulated build never sees it).
   /usr/local/cuda/bin/nvcc -std=c++20 -O3 --expt-relaxed-constexpr -DFMT_USE_CONSTEXPR=1 -Iinclude \
