@@ -167,6 +167,9 @@ cases = [
  ("flash bwd: causal dK/dV skip the first query block", "src/kernels/cuda/flash_bwd_kernel.cuh", "const int m_begin = (first_row > 0 ? first_row : 0) / Tile::kBlockM;", "const int m_begin = (first_row > 0 ? first_row : 0) / Tile::kBlockM + 1;", "test_cuda_attention"),
  ("flash bwd: delta reduced over half the warp", "src/kernels/cuda/flash_bwd_kernel.cuh", "for (int off = 16; off > 0; off /= 2)", "for (int off = 8; off > 0; off /= 2)", "test_cuda_attention"),
  ("flash bwd: dQ reloads K, V while warps still read them", "src/kernels/cuda/flash_bwd_kernel.cuh", "    __syncthreads();  // every warp is done with the previous K, V\n", "", "test_cuda_attention"),
+ ("attention cpu: causal diagonal not shifted by S_k - S_q", "src/kernels/cpu/attention.cpp", "int64_t off() const { return k_len - q_len; }", "int64_t off() const { return 0; }", "test_attention test_cuda_attention"),
+ ("attention cpu: rows without keys divided by l = 0", "src/kernels/cpu/attention.cpp", "    if (l(r) > 0.f) {", "    if (l(r) >= 0.f) {", "test_attention test_cuda_attention"),
+ ("attention reference: causal ignores S_k - S_q", "include/vlpar/reference/attention.hpp", "return causal ? std::min(len_k, i + 1 + len_k - len_q) : len_k;", "return causal ? std::min(len_k, i + 1) : len_k;", "test_attention test_cuda_attention"),
 ]
 only = sys.argv[1:] 
 # The ctest environment of tests/CMakeLists.txt (VLPAR_MPI_TEST_ENV): root in containers, more ranks than cores.

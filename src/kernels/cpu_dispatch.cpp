@@ -28,8 +28,8 @@
   Status silu_backward(const Context& ctx, TensorView dx, TensorView dy, TensorView x); \
   Status swiglu_forward(const Context& ctx, TensorView y, TensorView gate, TensorView up); \
   Status swiglu_backward(const Context& ctx, TensorView dgate, TensorView dup, TensorView dy, TensorView gate, TensorView up); \
-  Status varlen_attention_forward(const Context& ctx, TensorView out, TensorView lse, TensorView q, TensorView k, TensorView v, TensorView cu_seqlens, const VarlenAttentionDesc& desc); \
-  Status varlen_attention_backward(const Context& ctx, TensorView dq, TensorView dk, TensorView dv, TensorView dout, TensorView q, TensorView k, TensorView v, TensorView out, TensorView lse, TensorView cu_seqlens, const VarlenAttentionDesc& desc); \
+  Status varlen_attention_forward(const Context& ctx, TensorView out, TensorView lse, TensorView q, TensorView k, TensorView v, TensorView cu_seqlens_q, TensorView cu_seqlens_k, const VarlenAttentionDesc& desc); \
+  Status varlen_attention_backward(const Context& ctx, TensorView dq, TensorView dk, TensorView dv, TensorView dout, TensorView q, TensorView k, TensorView v, TensorView out, TensorView lse, TensorView cu_seqlens_q, TensorView cu_seqlens_k, const VarlenAttentionDesc& desc); \
   Status kv_cache_attention_forward(const Context& ctx, TensorView out, TensorView q, TensorView k_cache, TensorView v_cache, int64_t past); \
   Result<CrossEntropyResult> cross_entropy_forward(const Context& ctx, TensorView lse, TensorView logits, TensorView labels, const CrossEntropyDesc& desc); \
   Status cross_entropy_backward(const Context& ctx, TensorView dlogits, TensorView logits, TensorView labels, TensorView lse, const CrossEntropyDesc& desc, int64_t num_valid, float grad_loss); \
@@ -157,27 +157,27 @@ Status cpu_impl::swiglu_backward(const Context& ctx, TensorView dgate, TensorVie
   }
 }
 
-Status cpu_impl::varlen_attention_forward(const Context& ctx, TensorView out, TensorView lse, TensorView q, TensorView k, TensorView v, TensorView cu_seqlens, const VarlenAttentionDesc& desc) {
+Status cpu_impl::varlen_attention_forward(const Context& ctx, TensorView out, TensorView lse, TensorView q, TensorView k, TensorView v, TensorView cu_seqlens_q, TensorView cu_seqlens_k, const VarlenAttentionDesc& desc) {
   switch (cpu_isa_active()) {
 #if defined(VLPAR_CPU_ISA_AVX512)
-    case CpuIsa::kAvx512: return isa_avx512::varlen_attention_forward(ctx, out, lse, q, k, v, cu_seqlens, desc);
+    case CpuIsa::kAvx512: return isa_avx512::varlen_attention_forward(ctx, out, lse, q, k, v, cu_seqlens_q, cu_seqlens_k, desc);
 #endif
 #if defined(VLPAR_CPU_ISA_AVX2)
-    case CpuIsa::kAvx2: return isa_avx2::varlen_attention_forward(ctx, out, lse, q, k, v, cu_seqlens, desc);
+    case CpuIsa::kAvx2: return isa_avx2::varlen_attention_forward(ctx, out, lse, q, k, v, cu_seqlens_q, cu_seqlens_k, desc);
 #endif
-    default: return isa_base::varlen_attention_forward(ctx, out, lse, q, k, v, cu_seqlens, desc);
+    default: return isa_base::varlen_attention_forward(ctx, out, lse, q, k, v, cu_seqlens_q, cu_seqlens_k, desc);
   }
 }
 
-Status cpu_impl::varlen_attention_backward(const Context& ctx, TensorView dq, TensorView dk, TensorView dv, TensorView dout, TensorView q, TensorView k, TensorView v, TensorView out, TensorView lse, TensorView cu_seqlens, const VarlenAttentionDesc& desc) {
+Status cpu_impl::varlen_attention_backward(const Context& ctx, TensorView dq, TensorView dk, TensorView dv, TensorView dout, TensorView q, TensorView k, TensorView v, TensorView out, TensorView lse, TensorView cu_seqlens_q, TensorView cu_seqlens_k, const VarlenAttentionDesc& desc) {
   switch (cpu_isa_active()) {
 #if defined(VLPAR_CPU_ISA_AVX512)
-    case CpuIsa::kAvx512: return isa_avx512::varlen_attention_backward(ctx, dq, dk, dv, dout, q, k, v, out, lse, cu_seqlens, desc);
+    case CpuIsa::kAvx512: return isa_avx512::varlen_attention_backward(ctx, dq, dk, dv, dout, q, k, v, out, lse, cu_seqlens_q, cu_seqlens_k, desc);
 #endif
 #if defined(VLPAR_CPU_ISA_AVX2)
-    case CpuIsa::kAvx2: return isa_avx2::varlen_attention_backward(ctx, dq, dk, dv, dout, q, k, v, out, lse, cu_seqlens, desc);
+    case CpuIsa::kAvx2: return isa_avx2::varlen_attention_backward(ctx, dq, dk, dv, dout, q, k, v, out, lse, cu_seqlens_q, cu_seqlens_k, desc);
 #endif
-    default: return isa_base::varlen_attention_backward(ctx, dq, dk, dv, dout, q, k, v, out, lse, cu_seqlens, desc);
+    default: return isa_base::varlen_attention_backward(ctx, dq, dk, dv, dout, q, k, v, out, lse, cu_seqlens_q, cu_seqlens_k, desc);
   }
 }
 

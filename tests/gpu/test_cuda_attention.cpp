@@ -32,35 +32,48 @@ struct AttnCase {
   bool causal;
   int H, H_kv, D;
   float scale;              // 0: 1/sqrt(D)
-  std::vector<int> lens;    // sequence lengths of the packed batch
+  std::vector<int> lens;    // sequence lengths of the packed batch (queries)
   float range = 2.f;        // q and k uniform in [-range, range)
+  std::vector<int> k_lens = {};  // key lengths when they differ from the queries' (cross attention); empty: lens
 };
 
 std::string attn_case_name(const AttnCase& c) {
   std::string lens;
   for (int l : c.lens) lens += fmt::format("_{}", l);
+  if (!c.k_lens.empty()) lens += "_keys";
+  for (int l : c.k_lens) lens += fmt::format("_{}", l);
   return fmt::format("{}_{}_H{}kv{}_hd{}{}{}_len{}", dtype_name(c.dtype), c.causal ? "causal" : "bidir", c.H, c.H_kv,
                      c.D, c.scale == 0 ? "" : (c.scale > 0 ? "_scaled" : "_negscale"),
                      c.range > 2.f ? "_large" : "", lens);
 }
 
-/// Host inputs of one case: cu_seqlens, q and dout [N, H, D], k and v [N, H_kv, D] in the storage dtype.
+/// Host inputs of one case: cu_seqlens (and cu_seqlens_k when the key lengths differ), q and dout [N, H, D], k
+/// and v [N_k, H_kv, D] in the storage dtype.
 struct AttnInputs {
-  std::vector<int32_t> cu{0};
-  Tensor cu_t, q, k, v, dout;
+  std::vector<int32_t> cu{0}, cu_k{0};
+  Tensor cu_t, cu_k_t;  // cu_k_t aliases cu_t for self-attention (one array for queries and keys)
+  Tensor q, k, v, dout;
   VarlenAttentionDesc desc;
-  int64_t n = 0;
+  int64_t n = 0, n_k = 0;
 };
+
+Tensor i32_tensor(Allocator& a, const std::vector<int32_t>& x) {
+  Tensor t = Tensor::empty(a, {int64_t(x.size())}, DType::kI32).value();
+  std::memcpy(t.ptr<int32_t>(), x.data(), x.size() * sizeof(int32_t));
+  return t;
+}
 
 AttnInputs make_attn_inputs(Allocator& a, const AttnCase& c, uint64_t seed) {
   AttnInputs in;
   for (int l : c.lens) in.cu.push_back(in.cu.back() + l);
+  for (int l : c.k_lens.empty() ? c.lens : c.k_lens) in.cu_k.push_back(in.cu_k.back() + l);
   in.n = in.cu.back();
-  in.cu_t = Tensor::empty(a, {int64_t(in.cu.size())}, DType::kI32).value();
-  std::memcpy(in.cu_t.ptr<int32_t>(), in.cu.data(), in.cu.size() * sizeof(int32_t));
+  in.n_k = in.cu_k.back();
+  in.cu_t = i32_tensor(a, in.cu);
+  in.cu_k_t = c.k_lens.empty() ? in.cu_t : i32_tensor(a, in.cu_k);
   in.q = random_tensor(a, {in.n, c.H, c.D}, c.dtype, seed, -c.range, c.range);
-  in.k = random_tensor(a, {in.n, c.H_kv, c.D}, c.dtype, seed + 1, -c.range, c.range);
-  in.v = random_tensor(a, {in.n, c.H_kv, c.D}, c.dtype, seed + 2);
+  in.k = random_tensor(a, {in.n_k, c.H_kv, c.D}, c.dtype, seed + 1, -c.range, c.range);
+  in.v = random_tensor(a, {in.n_k, c.H_kv, c.D}, c.dtype, seed + 2);
   in.dout = random_tensor(a, {in.n, c.H, c.D}, c.dtype, seed + 3);
   in.desc = VarlenAttentionDesc{c.H, c.H_kv, c.D, c.causal, c.scale};
   return in;
@@ -79,12 +92,14 @@ AttnOut run_gpu(Allocator& a, const AttnInputs& in, const TensorView& q, const T
   const Device dev = Device::cuda(0);
   Tensor out = Tensor::zeros(a, {in.n, H, D}, dt, dev).value();
   Tensor lse = Tensor::zeros(a, {H, in.n}, DType::kF32, dev).value();
-  *status = varlen_attention_forward(gpu_ctx(), out, lse, q, k, v, in.cu_t, in.desc);
+  *status = varlen_attention_forward(gpu_ctx(), out, lse, q, k, v, in.cu_t, in.cu_k_t, in.desc);
   AttnOut r{download(a, out), download(a, lse), {}, {}, {}};
   if (!backward || !status->ok()) return r;
-  Tensor dq = Tensor::zeros(a, {in.n, H, D}, dt, dev).value(), dk = Tensor::zeros(a, {in.n, H_kv, D}, dt, dev).value();
-  Tensor dv = Tensor::zeros(a, {in.n, H_kv, D}, dt, dev).value();
-  *status = varlen_attention_backward(gpu_ctx(), dq, dk, dv, upload(a, in.dout), q, k, v, out, lse, in.cu_t, in.desc);
+  Tensor dq = Tensor::zeros(a, {in.n, H, D}, dt, dev).value();
+  Tensor dk = Tensor::zeros(a, {in.n_k, H_kv, D}, dt, dev).value();
+  Tensor dv = Tensor::zeros(a, {in.n_k, H_kv, D}, dt, dev).value();
+  *status = varlen_attention_backward(gpu_ctx(), dq, dk, dv, upload(a, in.dout), q, k, v, out, lse, in.cu_t,
+                                      in.cu_k_t, in.desc);
   r.dq = download(a, dq), r.dk = download(a, dk), r.dv = download(a, dv);
   return r;
 }
@@ -99,10 +114,10 @@ struct AttnRef {
 template <class S>
 AttnRef run_reference(const AttnInputs& in, const AttnCase& c) {
   const reference::AttentionProblem prob{in.cu.data(), int(c.lens.size()), c.H, c.H_kv, c.D, c.causal,
-                                         double(c.scale)};
+                                         double(c.scale), in.cu_k.data()};
   const auto q = cast_vec<S>(to_f64(in.q)), k = cast_vec<S>(to_f64(in.k)), v = cast_vec<S>(to_f64(in.v));
   const auto g = cast_vec<S>(to_f64(in.dout));
-  std::vector<S> out(q.size()), lse(size_t(c.H * in.n)), dq(q.size()), dk(k.size()), dv(v.size());
+  std::vector<S> out(q.size()), lse(size_t(c.H * in.n)), dq(q.size()), dk(k.size()), dv(v.size());  // k: N_k rows
   reference::attention_forward<S>(out.data(), lse.data(), q.data(), k.data(), v.data(), prob);
   reference::attention_backward<S>(dq.data(), dk.data(), dv.data(), g.data(), q.data(), k.data(), v.data(), prob);
   return {to_double(out), to_double(lse), to_double(dq), to_double(dk), to_double(dv)};
@@ -121,18 +136,29 @@ VLPAR_TEST_P(VLPAR_SUITE(Attention), ForwardBackwardMatchReferenceAndCpu) {
   const Context cpu = test_ctx(2);
   auto zeros = [&](Shape s, DType dt) { return Tensor::zeros(a, s, dt).value(); };
   Tensor out = zeros({in.n, c.H, c.D}, c.dtype), lse = zeros({c.H, in.n}, DType::kF32);
-  Tensor dq = zeros({in.n, c.H, c.D}, c.dtype), dk = zeros({in.n, c.H_kv, c.D}, c.dtype);
-  Tensor dv = zeros({in.n, c.H_kv, c.D}, c.dtype);
-  ASSERT_TRUE(varlen_attention_forward(cpu, out, lse, in.q, in.k, in.v, in.cu_t, in.desc).ok());
-  ASSERT_TRUE(varlen_attention_backward(cpu, dq, dk, dv, in.dout, in.q, in.k, in.v, out, lse, in.cu_t, in.desc).ok());
+  Tensor dq = zeros({in.n, c.H, c.D}, c.dtype), dk = zeros({in.n_k, c.H_kv, c.D}, c.dtype);
+  Tensor dv = zeros({in.n_k, c.H_kv, c.D}, c.dtype);
+  ASSERT_TRUE(varlen_attention_forward(cpu, out, lse, in.q, in.k, in.v, in.cu_t, in.cu_k_t, in.desc).ok());
+  ASSERT_TRUE(varlen_attention_backward(cpu, dq, dk, dv, in.dout, in.q, in.k, in.v, out, lse, in.cu_t, in.cu_k_t,
+                                        in.desc).ok());
   const AttnRef r64 = run_reference<double>(in, c), rf = run_reference<float>(in, c);
 
-  for (const Tensor* t : {&gpu.out, &gpu.lse, &gpu.dq, &gpu.dk, &gpu.dv})
-    for (double x : to_f64(*t)) ASSERT_TRUE(std::isfinite(x)) << "non-finite output (every row sees a key here)";
-  const Shape sq{in.n, c.H, c.D}, skv{in.n, c.H_kv, c.D};
+  for (const Tensor* t : {&gpu.out, &gpu.dq, &gpu.dk, &gpu.dv})
+    for (double x : to_f64(*t)) ASSERT_TRUE(std::isfinite(x)) << "non-finite output";
+  // Rows that see no key (queries past a shorter key sequence's diagonal, or no keys at all): lse = +inf exactly,
+  // in every implementation; the other rows go through the tolerance rule.
+  std::vector<double> lse_gpu = to_f64(gpu.lse), lse_cpu = to_f64(lse), lse64 = r64.lse, lsef = rf.lse;
+  for (size_t i = 0; i < lse64.size(); ++i) {
+    ASSERT_EQ(std::isinf(lse64[i]), std::isinf(lse_gpu[i])) << "lse row " << i << ": gpu " << lse_gpu[i];
+    ASSERT_EQ(std::isinf(lse64[i]), std::isinf(lse_cpu[i])) << "lse row " << i << ": cpu " << lse_cpu[i];
+    if (std::isinf(lse64[i])) {
+      EXPECT_GT(lse_gpu[i], 0.0) << "a row without keys has lse = +inf";
+      lse_gpu[i] = lse_cpu[i] = lse64[i] = lsef[i] = 0.0;
+    }
+  }
+  const Shape sq{in.n, c.H, c.D}, skv{in.n_k, c.H_kv, c.D};
   expect_gpu_close("attn_out", to_f64(gpu.out), to_f64(out), r64.out, rf.out, sq, TolOp::kAttentionFwd, c.dtype);
-  expect_gpu_close("attn_lse", to_f64(gpu.lse), to_f64(lse), r64.lse, rf.lse, Shape{c.H, in.n}, TolOp::kAttentionFwd,
-                   DType::kF32);
+  expect_gpu_close("attn_lse", lse_gpu, lse_cpu, lse64, lsef, Shape{c.H, in.n}, TolOp::kAttentionFwd, DType::kF32);
   expect_gpu_close("attn_dq", to_f64(gpu.dq), to_f64(dq), r64.dq, rf.dq, sq, TolOp::kAttentionBwd, c.dtype);
   expect_gpu_close("attn_dk", to_f64(gpu.dk), to_f64(dk), r64.dk, rf.dk, skv, TolOp::kAttentionBwd, c.dtype);
   expect_gpu_close("attn_dv", to_f64(gpu.dv), to_f64(dv), r64.dv, rf.dv, skv, TolOp::kAttentionBwd, c.dtype);
@@ -150,7 +176,12 @@ VLPAR_INSTANTIATE(Shapes, VLPAR_SUITE(Attention),
         AttnCase{DType::kF16, false, 4, 1, 128, 0.f, {70, 1, 0, 65}},                // f16 · 128, MQA
         AttnCase{DType::kBF16, true, 2, 1, 128, 0.f, {127, 64}},                     // bf16 · 128
         AttnCase{DType::kF16, true, 2, 2, 64, 0.f, {96, 33}, 16.f},                  // scores ~±2000: no overflow
-        AttnCase{DType::kBF16, false, 1, 1, 128, 0.f, {200}, 8.f}),                  // one long sequence, large
+        AttnCase{DType::kBF16, false, 1, 1, 128, 0.f, {200}, 8.f},                   // one long sequence, large
+        // Separate key lengths (cross attention; causal masks bottom-right aligned): more queries than keys
+        // (leading rows see no key: out 0, lse +inf), fewer, no keys at all, no queries with keys.
+        AttnCase{DType::kBF16, true, 4, 2, 64, 0.f, {100, 5, 0, 9}, 2.f, {30, 77, 6, 0}},
+        AttnCase{DType::kF16, false, 2, 1, 128, 0.f, {70, 3, 20}, 2.f, {130, 0, 1}},
+        AttnCase{DType::kBF16, true, 2, 2, 80, 0.f, {17, 64, 1}, 2.f, {150, 64, 40}}),
     [](const auto& info) { return attn_case_name(info.param); });
 
 /// q, k, v as head slices of one packed [N, H + 2·H_kv, D] buffer (the fused QKV projection's output) give
@@ -168,7 +199,8 @@ VLPAR_TEST(VLPAR_SUITE(AttentionProps), PackedQkvViewsAndRepeatsAreBitwiseEqual)
                                        std::tuple{&in.v, c.H + c.H_kv, c.H_kv}})
     for (int64_t t = 0; t < in.n; ++t)  // token t's heads of src into heads [h0, h0 + heads) of the packed row
       std::memcpy(static_cast<char*>(qkv.view().data) + size_t(t * W + h0) * row_bytes,
-                  static_cast<const char*>(src->view().data) + size_t(t * heads) * row_bytes, size_t(heads) * row_bytes);
+                  static_cast<const char*>(src->view().data) + size_t(t * heads) * row_bytes,
+                  size_t(heads) * row_bytes);
   const Tensor qkvd = upload(a, qkv), qd = upload(a, in.q), kd = upload(a, in.k), vd = upload(a, in.v);
   Status st;
   const AttnOut packed = run_gpu(a, in, qkvd.view().slice(1, 0, c.H), qkvd.view().slice(1, c.H, c.H + c.H_kv),

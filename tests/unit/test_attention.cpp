@@ -7,6 +7,7 @@
 #include <algorithm>
 #include <cmath>
 #include <cstring>
+#include <limits>
 #include <ostream>
 #include <string>
 #include <tuple>
@@ -276,6 +277,70 @@ Status forward_with(Allocator& alloc, const Inputs& in, const std::vector<int32_
   Tensor out = Tensor::zeros(alloc, {N, desc.num_heads, desc.head_dim}, DType::kF32).value();
   Tensor lse = Tensor::zeros(alloc, {desc.num_heads, N}, DType::kF32).value();
   return varlen_attention_forward(test::test_ctx(2), out, lse, in.q, in.k, in.v, cu_t, desc);
+}
+
+/// Separate query and key segments (cross attention; causal masks bottom-right aligned): more queries than keys
+/// (the leading rows see no key), fewer, a sequence without keys and one without queries. Rows that see no key
+/// get out = 0 and lse = +inf exactly; everything else follows the derived rule against the fp64 reference.
+TEST(Attention, SeparateQueryAndKeySegmentsMatchReference) {
+  Allocator alloc;
+  const Context ctx = test::test_ctx(2);
+  const std::vector<int32_t> cu_q = cu_from_lens({40, 0, 9, 3, 12}), cu_k = cu_from_lens({17, 6, 0, 25, 12});
+  const int H = 4, H_kv = 2, D = 16;
+  const int64_t n_q = cu_q.back(), n_k = cu_k.back();
+  for (bool causal : {false, true}) {
+    SCOPED_TRACE(causal ? "causal" : "bidirectional");
+    const VarlenAttentionDesc desc{H, H_kv, D, causal, 0.f};
+    Tensor cq = Tensor::empty(alloc, {int64_t(cu_q.size())}, DType::kI32).value();
+    Tensor ck = Tensor::empty(alloc, {int64_t(cu_k.size())}, DType::kI32).value();
+    std::memcpy(cq.ptr<int32_t>(), cu_q.data(), cu_q.size() * sizeof(int32_t));
+    std::memcpy(ck.ptr<int32_t>(), cu_k.data(), cu_k.size() * sizeof(int32_t));
+    const Tensor q = test::random_tensor(alloc, {n_q, H, D}, DType::kF32, 1, -2.f, 2.f);
+    const Tensor k = test::random_tensor(alloc, {n_k, H_kv, D}, DType::kF32, 2, -2.f, 2.f);
+    const Tensor v = test::random_tensor(alloc, {n_k, H_kv, D}, DType::kF32, 3);
+    const Tensor dout = test::random_tensor(alloc, {n_q, H, D}, DType::kF32, 4);
+    auto zeros = [&](Shape shape) { return Tensor::zeros(alloc, shape, DType::kF32).value(); };
+    Tensor out = zeros({n_q, H, D}), lse = zeros({H, n_q}), dq = zeros({n_q, H, D});
+    Tensor dk = zeros({n_k, H_kv, D}), dv = zeros({n_k, H_kv, D});
+    ASSERT_TRUE(varlen_attention_forward(ctx, out, lse, q, k, v, cq, ck, desc).ok());
+    ASSERT_TRUE(varlen_attention_backward(ctx, dq, dk, dv, dout, q, k, v, out, lse, cq, ck, desc).ok());
+
+    reference::AttentionProblem p{cu_q.data(), int(cu_q.size()) - 1, H, H_kv, D, causal, 0.0, cu_k.data()};
+    auto ref = [&](auto zero) {
+      using S = decltype(zero);
+      const auto q_s = cast<S>(test::to_f64(q)), k_s = cast<S>(test::to_f64(k)), v_s = cast<S>(test::to_f64(v));
+      const auto g_s = cast<S>(test::to_f64(dout));
+      std::vector<S> o(q_s.size()), l(size_t(H * n_q)), gq(q_s.size()), gk(k_s.size()), gv(v_s.size());
+      reference::attention_forward<S>(o.data(), l.data(), q_s.data(), k_s.data(), v_s.data(), p);
+      reference::attention_backward<S>(gq.data(), gk.data(), gv.data(), g_s.data(), q_s.data(), k_s.data(),
+                                       v_s.data(), p);
+      auto f64 = [](const std::vector<S>& x) { return std::vector<double>(x.begin(), x.end()); };
+      return std::vector<std::vector<double>>{f64(o), f64(l), f64(gq), f64(gk), f64(gv)};
+    };
+    auto r64 = ref(0.0), rf = ref(0.f);
+    std::vector<double> lse_k = test::to_f64(lse);
+    int empty_rows = 0;
+    for (size_t i = 0; i < lse_k.size(); ++i) {
+      ASSERT_EQ(std::isinf(r64[1][i]), std::isinf(lse_k[i])) << "lse row " << i << ": " << lse_k[i];
+      if (std::isinf(r64[1][i])) {
+        EXPECT_EQ(lse_k[i], std::numeric_limits<double>::infinity());
+        lse_k[i] = r64[1][i] = rf[1][i] = 0.0;
+        ++empty_rows;
+      }
+    }
+    EXPECT_GT(empty_rows, 0) << "the case has rows without keys";
+    const Shape sq{n_q, H, D}, sk{n_k, H_kv, D};
+    EXPECT_TRUE(test::close_to_reference("out", test::to_f64(out), r64[0], rf[0], sq, test::TolOp::kAttentionFwd,
+                                         DType::kF32));
+    EXPECT_TRUE(test::close_to_reference("lse", lse_k, r64[1], rf[1], Shape{H, n_q}, test::TolOp::kAttentionFwd,
+                                         DType::kF32));
+    EXPECT_TRUE(test::close_to_reference("dq", test::to_f64(dq), r64[2], rf[2], sq, test::TolOp::kAttentionBwd,
+                                         DType::kF32));
+    EXPECT_TRUE(test::close_to_reference("dk", test::to_f64(dk), r64[3], rf[3], sk, test::TolOp::kAttentionBwd,
+                                         DType::kF32));
+    EXPECT_TRUE(test::close_to_reference("dv", test::to_f64(dv), r64[4], rf[4], sk, test::TolOp::kAttentionBwd,
+                                         DType::kF32));
+  }
 }
 
 void expect_error(const Status& st, StatusCode code, const std::string& needle) {

@@ -1,9 +1,11 @@
 #pragma once
-// Variable-length (packed) multi-head attention, FlashAttention-2 algorithm on the CPU.
-//   q [N_tok, H, D], k/v [N_tok, H_kv, D], segments given by cu_seqlens (i32 [B+1], cu[0] = 0,
-//   cu[B] = N_tok, non-decreasing). Attention never crosses a segment; causal masks key > query within one.
-//   GQA: query head h reads kv head h / (H / H_kv).
-//   Forward: tiled online softmax, never materialises a [S, S] score matrix; saves lse [H, N_tok] (fp32,
+// Variable-length (packed) multi-head attention, FlashAttention-2 algorithm (CPU and CUDA).
+//   q [N_q, H, D], k/v [N_k, H_kv, D]; sequence b is queries [cu_q[b], cu_q[b+1]) and keys [cu_k[b], cu_k[b+1])
+//   (i32 [B+1] each, cu[0] = 0, non-decreasing, cu_q[B] = N_q, cu_k[B] = N_k; self-attention passes one
+//   cu_seqlens for both). Attention never crosses a sequence. Causal masks are bottom-right aligned: key j is
+//   visible to query i iff j <= i + S_k − S_q (j <= i when S_q = S_k); a query that sees no key (S_q > S_k, or
+//   S_k = 0) gets out = 0 and lse = +inf, and contributes no gradient. GQA: query head h reads kv head h / (H / H_kv).
+//   Forward: tiled online softmax, never materialises a [S, S] score matrix; saves lse [H, N_q] (fp32,
 //   natural log of Σ exp(scale·qk)) for the backward, which recomputes probabilities tile by tile.
 // Checks: src/kernels/ops/attention.cpp (once, for every device). CPU kernel (src/kernels/cpu/attention.cpp):
 //   storage f32, bf16 or f16 (one dtype for q/k/v/out and the
@@ -31,15 +33,29 @@ struct VarlenAttentionDesc {
 
 Status check_varlen_attention(const VarlenAttentionDesc& desc);
 
-/// @param out [N_tok, H, D] written
-/// @param lse [H, N_tok] f32 written
+/// @param out [N_q, H, D] written
+/// @param lse [H, N_q] f32 written
 Status varlen_attention_forward(const Context& ctx, TensorView out, TensorView lse, TensorView q, TensorView k,
-                                TensorView v, TensorView cu_seqlens, const VarlenAttentionDesc& desc);
+                                TensorView v, TensorView cu_seqlens_q, TensorView cu_seqlens_k,
+                                const VarlenAttentionDesc& desc);
 
-/// @param dq [N_tok, H, D], dk/dv [N_tok, H_kv, D], all written (not accumulated)
+/// @param dq [N_q, H, D], dk/dv [N_k, H_kv, D], all written (not accumulated)
 Status varlen_attention_backward(const Context& ctx, TensorView dq, TensorView dk, TensorView dv, TensorView dout,
                                  TensorView q, TensorView k, TensorView v, TensorView out, TensorView lse,
-                                 TensorView cu_seqlens, const VarlenAttentionDesc& desc);
+                                 TensorView cu_seqlens_q, TensorView cu_seqlens_k, const VarlenAttentionDesc& desc);
+
+/// Self-attention over one packed batch: queries and keys share their segments.
+inline Status varlen_attention_forward(const Context& ctx, TensorView out, TensorView lse, TensorView q,
+                                       TensorView k, TensorView v, TensorView cu_seqlens,
+                                       const VarlenAttentionDesc& desc) {
+  return varlen_attention_forward(ctx, out, lse, q, k, v, cu_seqlens, cu_seqlens, desc);
+}
+
+inline Status varlen_attention_backward(const Context& ctx, TensorView dq, TensorView dk, TensorView dv,
+                                        TensorView dout, TensorView q, TensorView k, TensorView v, TensorView out,
+                                        TensorView lse, TensorView cu_seqlens, const VarlenAttentionDesc& desc) {
+  return varlen_attention_backward(ctx, dq, dk, dv, dout, q, k, v, out, lse, cu_seqlens, cu_seqlens, desc);
+}
 
 /// @brief Attention of n new tokens over a key/value cache (incremental decoding). New token i sits at cache row
 /// past + i and attends causally to rows [0, past + i]; rows [past, past + n) must already hold the new tokens'

@@ -19,11 +19,12 @@ Status swiglu_backward(const Context& ctx, TensorView dgate, TensorView dup, Ten
 Status rotary_forward(const Context& ctx, TensorView y, TensorView x, TensorView positions, const RotaryDesc& desc);
 Status rotary_backward(const Context& ctx, TensorView dx, TensorView dy, TensorView positions,
                        const RotaryDesc& desc);
-/// cu_seqlens in host memory; the other views on one CUDA device (src/kernels/cuda/attention_ops.cu).
+/// cu_seqlens_q/k in host memory; the other views on one CUDA device (src/kernels/cuda/attention_ops.cu).
 Status varlen_attention_forward(const Context& ctx, TensorView out, TensorView lse, TensorView q, TensorView k,
-                                TensorView v, TensorView cu_seqlens, const VarlenAttentionDesc& desc);
+                                TensorView v, TensorView cu_seqlens_q, TensorView cu_seqlens_k,
+                                const VarlenAttentionDesc& desc);
 Status varlen_attention_backward(const Context& ctx, TensorView dq, TensorView dk, TensorView dv, TensorView dout,
                                  TensorView q, TensorView k, TensorView v, TensorView out, TensorView lse,
-                                 TensorView cu_seqlens, const VarlenAttentionDesc& desc);
+                                 TensorView cu_seqlens_q, TensorView cu_seqlens_k, const VarlenAttentionDesc& desc);
 
 }  // namespace vlpar::cuda_impl

@@ -6,7 +6,9 @@
 //   Backward: deterministic without atomics. D_i = rowsum(dO ∘ O) first; pass 1 over (segment, kv head, k-block)
 //             accumulates dK, dV over every q-block of every query head of the GQA group; pass 2 over
 //             (segment, head, q-block) accumulates dQ over k-blocks. Both recompute P = exp(scale·QKᵀ − lse).
-//   Causal  : tiles wholly above the diagonal are never visited; only tiles crossing it are masked.
+//   Causal  : bottom-right aligned (key j visible to query i iff j <= i + S_k − S_q; queries and keys have their own
+//             segments); tiles wholly above the diagonal are never visited, only tiles crossing it are masked. A
+//             row that sees no key ends with out = 0 and lse = +inf.
 // Tile math is Eigen (row-major Maps with OuterStride for the GEMMs, array exp for the softmax).
 // Test: tests/unit/test_attention.cpp (./build/cpu/tests/test_attention). Bench: bench/bench_attention.cpp.
 #include "vlpar/kernels/attention.hpp"
@@ -70,18 +72,29 @@ using CVMap = Eigen::Map<const Eigen::VectorXf>;
 constexpr float kNegInf = -std::numeric_limits<float>::infinity();
 // ---- segments (validated by src/kernels/ops/attention.cpp before this file runs) -------------------------
 
+/// One sequence: its queries and keys in the packed q and k. Causal masks are bottom-right aligned: key j is
+/// visible to query i iff j <= i + off with off = k_len − q_len, i.e. to the query's "diagonal position" i + off.
 struct Segment {
-  int64_t start = 0;  // first token
-  int64_t len = 0;
+  int64_t q_start = 0, q_len = 0;
+  int64_t k_start = 0, k_len = 0;
+  int64_t off() const { return k_len - q_len; }
 };
 
-/// The segments of cu_seqlens i32 [B+1] (host memory, already checked).
-std::vector<Segment> read_segments(const TensorView& cu) {
-  const int32_t* c = cu.ptr<int32_t>();
-  const int64_t B = cu.size(0) - 1;
+/// The sequences of cu_seqlens_q and cu_seqlens_k, i32 [B+1] each (host memory, already checked).
+std::vector<Segment> read_segments(const TensorView& cu_q, const TensorView& cu_k) {
+  const int32_t* q = cu_q.ptr<int32_t>();
+  const int32_t* k = cu_k.ptr<int32_t>();
+  const int64_t B = cu_q.size(0) - 1;
   std::vector<Segment> segs(static_cast<size_t>(B));
-  for (int64_t b = 0; b < B; ++b) segs[size_t(b)] = Segment{c[b], int64_t(c[b + 1]) - c[b]};
+  for (int64_t b = 0; b < B; ++b)
+    segs[size_t(b)] = Segment{q[b], int64_t(q[b + 1]) - q[b], k[b], int64_t(k[b + 1]) - k[b]};
   return segs;
+}
+
+/// Keys [0, visible_keys) of the segment are visible to some query of rows [q0, q0 + nq): all of them, or when
+/// causal those up to the last row's diagonal; 0 when none is.
+int64_t visible_keys(const Segment& s, bool causal, int64_t q0, int64_t nq) {
+  return causal ? std::clamp<int64_t>(q0 + nq + s.off(), 0, s.k_len) : s.k_len;
 }
 
 float resolved_scale(const VarlenAttentionDesc& desc) {
@@ -139,8 +152,8 @@ void store_tile(const HeadRows<T>& x, int64_t t0, int64_t h, const MMap& src) {
   }
 }
 
-/// Sets s(r, c) = value where key k0 + c lies after query q0 + r (c > r + q0 − k0): the causal mask of a tile
-/// that crosses the diagonal.
+/// Sets s(r, c) = value where key k0 + c lies after diagonal position q0 + r (c > r + q0 − k0): the causal mask of
+/// a tile that crosses the diagonal (q0 is the first row's diagonal position: its query index + S_k − S_q).
 void mask_above_diagonal(MMap& s, int64_t q0, int64_t k0, float value) {
   for (int64_t r = 0; r < s.rows(); ++r) {
     const int64_t first = std::max<int64_t>(0, r + q0 - k0 + 1);
@@ -148,7 +161,7 @@ void mask_above_diagonal(MMap& s, int64_t q0, int64_t k0, float value) {
   }
 }
 
-/// True when the tile queries [q0, q0+nq) × keys [k0, k0+nk) has some key after some query.
+/// True when the tile of diagonal positions [q0, q0+nq) × keys [k0, k0+nk) has some key after some query.
 bool crosses_diagonal(bool causal, int64_t q0, int64_t k0, int64_t nk) { return causal && k0 + nk - 1 > q0; }
 
 /// A float buffer whose first element sits on a 64-byte boundary. Eigen's reductions (row sums) and GEMV peel
@@ -170,38 +183,43 @@ class AlignedFloats {
 
 /// Per-worker buffers, sized once for the largest tile (tail tiles map a prefix).
 struct Scratch {
-  AlignedFloats q, dout, k, v, acc_a, acc_b, s, dp, m, l, alpha;
+  AlignedFloats q, dout, k, v, acc_a, acc_b, s, dp, m, l, alpha, base;
   Scratch(AttentionTiles t, int64_t D) {
     const size_t rows = size_t(std::max(t.block_q, t.block_k)), tile = rows * size_t(D);
     for (auto* b : {&q, &dout, &k, &v, &acc_a, &acc_b}) *b = AlignedFloats(tile);
     for (auto* b : {&s, &dp}) *b = AlignedFloats(size_t(t.block_q * t.block_k));
-    for (auto* b : {&m, &l, &alpha}) *b = AlignedFloats(rows);
+    for (auto* b : {&m, &l, &alpha, &base}) *b = AlignedFloats(rows);
   }
 };
 
 // ---- scheduling ---------------------------------------------------------------------------------------------
 
-/// One block of rows of one segment for one head.
+/// One block of rows (queries, or keys in the dK/dV pass) of one segment for one head.
 struct WorkItem {
-  int64_t seg_start = 0;  // first token of the segment
-  int64_t seg_len = 0;
+  Segment seg;
   int64_t begin = 0;      // block rows [begin, begin + len), relative to the segment
   int64_t len = 0;
   int head = 0;           // query head (forward, dQ) or kv head (dK/dV)
   int64_t cost = 0;       // rows × keys (or queries) visited
 };
 
+/// The first query that sees key k0 (causal: the first whose diagonal position i + off reaches it).
+int64_t first_query(const Segment& s, bool causal, int64_t k0) {
+  return causal ? std::clamp<int64_t>(k0 - s.off(), 0, s.q_len) : 0;
+}
+
 /// Items for every segment × head × block, most expensive first so the dynamic hand-out ends balanced.
-/// kv_blocks: the blocks are key blocks (dK/dV pass), which under a causal mask see queries [begin, S).
+/// kv_blocks: the blocks are key blocks (dK/dV pass), which see queries [first_query, S_q).
 std::vector<WorkItem> make_items(const std::vector<Segment>& segs, int heads, int64_t block, bool causal,
                                  bool kv_blocks) {
   std::vector<WorkItem> items;
   for (const Segment& seg : segs)
     for (int h = 0; h < heads; ++h)
-      for (int64_t b = 0; b < seg.len; b += block) {
-        const int64_t len = std::min(block, seg.len - b);
-        const int64_t visited = !causal ? seg.len : kv_blocks ? seg.len - b : b + len;
-        items.push_back(WorkItem{seg.start, seg.len, b, len, h, len * visited});
+      for (int64_t b = 0, rows = kv_blocks ? seg.k_len : seg.q_len; b < rows; b += block) {
+        const int64_t len = std::min(block, rows - b);
+        const int64_t visited =
+            kv_blocks ? seg.q_len - first_query(seg, causal, b) : visible_keys(seg, causal, b, len);
+        items.push_back(WorkItem{seg, b, len, h, len * visited});
       }
   std::stable_sort(items.begin(), items.end(), [](const WorkItem& a, const WorkItem& b) { return a.cost > b.cost; });
   return items;
@@ -252,13 +270,15 @@ struct FwdArgs {
 };
 
 /// Online-softmax step for one score tile s [nq, nk]: m ← max(m, rowmax s), alpha = exp(m_old − m),
-/// s ← exp(s − m) (masked entries 0), l ← alpha·l + rowsum s.
-void online_softmax(MMap& s, VMap& m, VMap& l, VMap& alpha, bool masked, int64_t q0, int64_t k0) {
+/// s ← exp(s − m) (masked entries 0), l ← alpha·l + rowsum s. A row that has seen no visible key yet keeps
+/// m = −inf and uses 0 in its place (base), so nothing computes −inf − (−inf).
+void online_softmax(MMap& s, VMap& m, VMap& l, VMap& alpha, VMap& base, bool masked, int64_t q0, int64_t k0) {
   if (masked) mask_above_diagonal(s, q0, k0, kNegInf);
   alpha = m;
-  m = m.cwiseMax(s.rowwise().maxCoeff());  // finite: the first tile holds key 0, which every query sees
-  alpha = (alpha - m).array().exp().matrix();
-  s.array().colwise() -= m.array();
+  m = m.cwiseMax(s.rowwise().maxCoeff());
+  base = m.unaryExpr([](float x) { return x == kNegInf ? 0.f : x; });
+  alpha = (alpha - base).array().exp().matrix();
+  s.array().colwise() -= base.array();
   s.array() = s.array().exp();
   if (masked) mask_above_diagonal(s, q0, k0, 0.f);  // Eigen's exp clamps −inf to a denormal, not 0
   l = alpha.cwiseProduct(l) + s.rowwise().sum();
@@ -266,29 +286,36 @@ void online_softmax(MMap& s, VMap& m, VMap& l, VMap& alpha, bool masked, int64_t
 
 template <class T>
 void forward_item(const FwdArgs<T>& a, const WorkItem& it, Scratch& sc) {
-  const int64_t D = a.D, q0 = it.begin, nq = it.len, bk = a.tiles.block_k;
+  const int64_t D = a.D, q0 = it.begin, nq = it.len, bk = a.tiles.block_k, diag0 = q0 + it.seg.off();
   const int hk = it.head / a.group;
-  const MMap Q = load_scaled_tile(a.q, it.seg_start + q0, nq, it.head, D, a.scale, sc.q.data());
+  const MMap Q = load_scaled_tile(a.q, it.seg.q_start + q0, nq, it.head, D, a.scale, sc.q.data());
   MMap O(sc.acc_a.data(), nq, D, Eigen::OuterStride<>(D));
-  VMap m(sc.m.data(), nq), l(sc.l.data(), nq), alpha(sc.alpha.data(), nq);
+  VMap m(sc.m.data(), nq), l(sc.l.data(), nq), alpha(sc.alpha.data(), nq), base(sc.base.data(), nq);
   O.setZero();
   m.setConstant(kNegInf);
   l.setZero();
-  const int64_t kend = a.causal ? q0 + nq : it.seg_len;
+  const int64_t kend = visible_keys(it.seg, a.causal, q0, nq);
   for (int64_t k0 = 0; k0 < kend; k0 += bk) {
     const int64_t nk = std::min(bk, kend - k0);
-    const CMap K = load_tile(a.k, it.seg_start + k0, nk, hk, D, sc.k.data());
-    const CMap V = load_tile(a.v, it.seg_start + k0, nk, hk, D, sc.v.data());
+    const CMap K = load_tile(a.k, it.seg.k_start + k0, nk, hk, D, sc.k.data());
+    const CMap V = load_tile(a.v, it.seg.k_start + k0, nk, hk, D, sc.v.data());
     MMap S(sc.s.data(), nq, nk, Eigen::OuterStride<>(nk));
     S.noalias() = Q * K.transpose();
-    online_softmax(S, m, l, alpha, crosses_diagonal(a.causal, q0, k0, nk), q0, k0);
+    online_softmax(S, m, l, alpha, base, crosses_diagonal(a.causal, diag0, k0, nk), diag0, k0);
     O.array().colwise() *= alpha.array();
     O.noalias() += S * V;
   }
-  O.array().colwise() /= l.array();
-  store_tile(a.out, it.seg_start + q0, it.head, O);
-  float* lse = a.lse + it.head * a.lse_stride + it.seg_start + q0;
-  for (int64_t r = 0; r < nq; ++r) lse[r] = m(r) + std::log(l(r));
+  float* lse = a.lse + it.head * a.lse_stride + it.seg.q_start + q0;
+  for (int64_t r = 0; r < nq; ++r) {  // a row that saw no key: out = 0, lse = +inf (its backward P is 0)
+    if (l(r) > 0.f) {
+      O.row(r) /= l(r);
+      lse[r] = m(r) + std::log(l(r));
+    } else {
+      O.row(r).setZero();
+      lse[r] = std::numeric_limits<float>::infinity();
+    }
+  }
+  store_tile(a.out, it.seg.q_start + q0, it.head, O);
 }
 
 // ---- backward -----------------------------------------------------------------------------------------------
@@ -311,7 +338,8 @@ struct BwdArgs {
   const float* di_at(int h, int64_t tok) const { return di + h * n_tok + tok; }
 };
 
-/// P = exp(Q Kᵀ − lse) for queries [q0, q0+nq) × keys [k0, k0+nk) of one segment (Q pre-scaled); masked 0.
+/// P = exp(Q Kᵀ − lse) for the queries of diagonal positions [q0, q0+nq) × keys [k0, k0+nk) of one segment (Q
+/// pre-scaled); masked 0.
 MMap probs_tile(float* buf, const MMap& Q, const CMap& K, const float* lse, bool causal, int64_t q0, int64_t k0) {
   MMap P(buf, Q.rows(), K.rows(), Eigen::OuterStride<>(K.rows()));
   P.noalias() = Q * K.transpose();
@@ -333,42 +361,42 @@ MMap ds_tile(float* buf, const MMap& P, const CMap& dO, const CMap& V, const flo
 /// dK, dV of key block it (kv head it.head): sums over every q-block of every query head in the GQA group.
 template <class T>
 void dkdv_item(const BwdArgs<T>& a, const WorkItem& it, Scratch& sc) {
-  const int64_t D = a.D, k0 = it.begin, nk = it.len, bq = a.tiles.block_q;
-  const CMap K = load_tile(a.k, it.seg_start + k0, nk, it.head, D, sc.k.data());
-  const CMap V = load_tile(a.v, it.seg_start + k0, nk, it.head, D, sc.v.data());
+  const int64_t D = a.D, k0 = it.begin, nk = it.len, bq = a.tiles.block_q, q_len = it.seg.q_len;
+  const CMap K = load_tile(a.k, it.seg.k_start + k0, nk, it.head, D, sc.k.data());
+  const CMap V = load_tile(a.v, it.seg.k_start + k0, nk, it.head, D, sc.v.data());
   MMap dK(sc.acc_a.data(), nk, D, Eigen::OuterStride<>(D)), dV(sc.acc_b.data(), nk, D, Eigen::OuterStride<>(D));
   dK.setZero();
   dV.setZero();
   for (int h = it.head * a.group; h < (it.head + 1) * a.group; ++h) {
-    for (int64_t q0 = a.causal ? k0 : 0; q0 < it.seg_len; q0 += bq) {
-      const int64_t nq = std::min(bq, it.seg_len - q0), t = it.seg_start + q0;
+    for (int64_t q0 = first_query(it.seg, a.causal, k0); q0 < q_len; q0 += bq) {
+      const int64_t nq = std::min(bq, q_len - q0), t = it.seg.q_start + q0;
       const MMap Q = load_scaled_tile(a.q, t, nq, h, D, a.scale, sc.q.data());
       const CMap dO = load_tile(a.dout, t, nq, h, D, sc.dout.data());
-      const MMap P = probs_tile(sc.s.data(), Q, K, a.lse_at(h, t), a.causal, q0, k0);
+      const MMap P = probs_tile(sc.s.data(), Q, K, a.lse_at(h, t), a.causal, q0 + it.seg.off(), k0);
       dV.noalias() += P.transpose() * dO;
       const MMap dS = ds_tile(sc.dp.data(), P, dO, V, a.di_at(h, t));
       dK.noalias() += dS.transpose() * Q;  // Q carries the softmax scale: dK = scale · dSᵀ Q
     }
   }
-  store_tile(a.dk, it.seg_start + k0, it.head, dK);
-  store_tile(a.dv, it.seg_start + k0, it.head, dV);
+  store_tile(a.dk, it.seg.k_start + k0, it.head, dK);
+  store_tile(a.dv, it.seg.k_start + k0, it.head, dV);
 }
 
 /// dQ of query block it (head it.head): sums over the key blocks the block sees.
 template <class T>
 void dq_item(const BwdArgs<T>& a, const WorkItem& it, Scratch& sc) {
-  const int64_t D = a.D, q0 = it.begin, nq = it.len, bk = a.tiles.block_k, t = it.seg_start + q0;
+  const int64_t D = a.D, q0 = it.begin, nq = it.len, bk = a.tiles.block_k, t = it.seg.q_start + q0;
   const int hk = it.head / a.group;
   const MMap Q = load_scaled_tile(a.q, t, nq, it.head, D, a.scale, sc.q.data());
   const CMap dO = load_tile(a.dout, t, nq, it.head, D, sc.dout.data());
   MMap dQ(sc.acc_a.data(), nq, D, Eigen::OuterStride<>(D));
   dQ.setZero();
-  const int64_t kend = a.causal ? q0 + nq : it.seg_len;
+  const int64_t kend = visible_keys(it.seg, a.causal, q0, nq);
   for (int64_t k0 = 0; k0 < kend; k0 += bk) {
     const int64_t nk = std::min(bk, kend - k0);
-    const CMap K = load_tile(a.k, it.seg_start + k0, nk, hk, D, sc.k.data());
-    const CMap V = load_tile(a.v, it.seg_start + k0, nk, hk, D, sc.v.data());
-    const MMap P = probs_tile(sc.s.data(), Q, K, a.lse_at(it.head, t), a.causal, q0, k0);
+    const CMap K = load_tile(a.k, it.seg.k_start + k0, nk, hk, D, sc.k.data());
+    const CMap V = load_tile(a.v, it.seg.k_start + k0, nk, hk, D, sc.v.data());
+    const MMap P = probs_tile(sc.s.data(), Q, K, a.lse_at(it.head, t), a.causal, q0 + it.seg.off(), k0);
     const MMap dS = ds_tile(sc.dp.data(), P, dO, V, a.di_at(it.head, t));
     dQ.noalias() += dS * K;
   }
@@ -397,9 +425,10 @@ std::vector<float> rowsum_dout_out(const Context& ctx, const HeadRows<const T>& 
 }  // namespace
 
 Status varlen_attention_forward(const Context& ctx, TensorView out, TensorView lse, TensorView q, TensorView k,
-                                TensorView v, TensorView cu_seqlens, const VarlenAttentionDesc& desc) {
+                                TensorView v, TensorView cu_seqlens_q, TensorView cu_seqlens_k,
+                                const VarlenAttentionDesc& desc) {
   const int H = desc.num_heads, H_kv = desc.num_kv_heads, D = desc.head_dim;
-  const std::vector<Segment> segs = read_segments(cu_seqlens);
+  const std::vector<Segment> segs = read_segments(cu_seqlens_q, cu_seqlens_k);
   const AttentionTiles tiles = attention_tiles(D);
   print_tiles("varlen_attention_forward", D, tiles);
   VLPAR_FLOAT_SWITCH(q.dtype, T, "varlen_attention_forward", {
@@ -413,10 +442,10 @@ Status varlen_attention_forward(const Context& ctx, TensorView out, TensorView l
 
 Status varlen_attention_backward(const Context& ctx, TensorView dq, TensorView dk, TensorView dv, TensorView dout,
                                  TensorView q, TensorView k, TensorView v, TensorView out, TensorView lse,
-                                 TensorView cu_seqlens, const VarlenAttentionDesc& desc) {
+                                 TensorView cu_seqlens_q, TensorView cu_seqlens_k, const VarlenAttentionDesc& desc) {
   const int H = desc.num_heads, H_kv = desc.num_kv_heads, D = desc.head_dim;
   const int64_t n_tok = q.size(0);
-  const std::vector<Segment> segs = read_segments(cu_seqlens);
+  const std::vector<Segment> segs = read_segments(cu_seqlens_q, cu_seqlens_k);
   const AttentionTiles tiles = attention_tiles(D);
   print_tiles("varlen_attention_backward", D, tiles);
   VLPAR_FLOAT_SWITCH(q.dtype, T, "varlen_attention_backward", {

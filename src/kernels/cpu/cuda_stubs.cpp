@@ -33,12 +33,12 @@ Status rotary_backward(const Context&, TensorView, TensorView, TensorView, const
 }
 
 Status varlen_attention_forward(const Context&, TensorView, TensorView, TensorView, TensorView, TensorView,
-                                TensorView, const VarlenAttentionDesc&) {
+                                TensorView, TensorView, const VarlenAttentionDesc&) {
   return VLPAR_STATUS(StatusCode::kNotSupported, "varlen_attention_forward: this build of vlpar has no CUDA kernels");
 }
 
 Status varlen_attention_backward(const Context&, TensorView, TensorView, TensorView, TensorView, TensorView,
-                                 TensorView, TensorView, TensorView, TensorView, TensorView,
+                                 TensorView, TensorView, TensorView, TensorView, TensorView, TensorView,
                                  const VarlenAttentionDesc&) {
   return VLPAR_STATUS(StatusCode::kNotSupported, "varlen_attention_backward: this build of vlpar has no CUDA kernels");
 }

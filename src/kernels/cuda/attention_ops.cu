@@ -56,23 +56,46 @@ Status check_rows_aligned(const char* op, const char* name, const TensorView& v)
   return Status::Ok();
 }
 
-/// The checks every CUDA attention call shares (dtype, head dim, host cu_seqlens); *max_len receives the longest
-/// sequence (0: nothing to launch).
-Status check_common(const char* op, const TensorView& q, const TensorView& cu_seqlens,
-                    const VarlenAttentionDesc& desc, int* max_len) {
+/// The longest segment of cu (i32 [B+1], host memory, checked by the op).
+int max_segment(const TensorView& cu) {
+  const int32_t* c = cu.ptr<int32_t>();
+  int longest = 0;
+  for (int64_t b = 0; b + 1 < cu.size(0); ++b) longest = std::max(longest, int(c[b + 1] - c[b]));
+  return longest;
+}
+
+/// The checks every CUDA attention call shares (dtype, head dim); *max_q / *max_k receive the longest query and
+/// key segments (no query: nothing to launch).
+Status check_common(const char* op, const TensorView& q, const TensorView& cu_q, const TensorView& cu_k,
+                    const VarlenAttentionDesc& desc, int* max_q, int* max_k) {
   VLPAR_CHECK_CODE(q.dtype == DType::kBF16 || q.dtype == DType::kF16, StatusCode::kNotSupported,
                    "{}: the CUDA kernel takes bf16 or f16 q/k/v, got {} (keep f32 attention on the CPU)", op,
                    dtype_name(q.dtype));
   VLPAR_CHECK_CODE(desc.head_dim % 8 == 0, StatusCode::kNotSupported,
                    "{}: head_dim {} is not a multiple of 8: the CUDA kernel loads 16-byte cp.async chunks of a row",
                    op, desc.head_dim);
-  VLPAR_CHECK(!cu_seqlens.device.is_cuda(), "{}: cu_seqlens must be in host memory (the op reads the segment "
-              "lengths to size the grid), got {}", op, cu_seqlens.to_string());
-  const int32_t* cu = cu_seqlens.ptr<int32_t>();
-  *max_len = 0;
-  for (int64_t b = 0; b + 1 < cu_seqlens.size(0); ++b) *max_len = std::max(*max_len, int(cu[b + 1] - cu[b]));
+  *max_q = max_segment(cu_q);
+  *max_k = max_segment(cu_k);
   return Status::Ok();
 }
+
+/// Copies the segment arrays to the device workspace (one copy when q and k share them), queued on ctx.stream,
+/// and points p at them. Returns the bytes used, rounded up to 256.
+Result<size_t> upload_segments(const Context& ctx, Workspace& ws, const TensorView& cu_q, const TensorView& cu_k,
+                               FlashFwdParams& p) {
+  const size_t bytes = size_t(p.batch + 1) * sizeof(int32_t);
+  const bool shared = cu_q.data == cu_k.data;
+  const auto stream = static_cast<cudaStream_t>(ctx.stream);
+  int32_t* dev = ws.ptr<int32_t>();
+  VLPAR_CUDA_CHECK(cudaMemcpyAsync(dev, cu_q.data, bytes, cudaMemcpyHostToDevice, stream));
+  if (!shared) VLPAR_CUDA_CHECK(cudaMemcpyAsync(dev + p.batch + 1, cu_k.data, bytes, cudaMemcpyHostToDevice, stream));
+  p.cu_q = dev;
+  p.cu_k = shared ? dev : dev + p.batch + 1;
+  return (2 * bytes + 255) / 256 * 256;
+}
+
+/// Device bytes upload_segments needs for B sequences.
+size_t segment_bytes(int batch) { return (2 * size_t(batch + 1) * sizeof(int32_t) + 255) / 256 * 256; }
 
 FlashFwdParams fwd_params(const TensorView& out, const TensorView& lse, const TensorView& q, const TensorView& k,
                           const TensorView& v, const TensorView& cu_seqlens, const VarlenAttentionDesc& desc,
@@ -110,24 +133,22 @@ Status with_kernel(const char* op, DType dtype, int head_dim, Fn&& fn) {
 }  // namespace
 
 Status varlen_attention_forward(const Context& ctx, TensorView out, TensorView lse, TensorView q, TensorView k,
-                                TensorView v, TensorView cu_seqlens, const VarlenAttentionDesc& desc) {
+                                TensorView v, TensorView cu_seqlens_q, TensorView cu_seqlens_k,
+                                const VarlenAttentionDesc& desc) {
   const char* op = "varlen_attention_forward";
-  int max_len = 0;
-  VLPAR_RETURN_IF_ERROR(check_common(op, q, cu_seqlens, desc, &max_len));
-  if (max_len == 0) return Status::Ok();  // no token: nothing to launch (and the views may hold no memory)
+  int max_q = 0, max_k = 0;
+  VLPAR_RETURN_IF_ERROR(check_common(op, q, cu_seqlens_q, cu_seqlens_k, desc, &max_q, &max_k));
+  if (max_q == 0) return Status::Ok();  // no query: nothing to launch (and the views may hold no memory)
   VLPAR_ASSIGN_OR_RETURN(const int device, cuda_device_of(op, {{"out", &out}, {"lse", &lse}, {"q", &q},
                                                                {"k", &k}, {"v", &v}}));
   for (const auto& [name, view] : {std::pair{"q", &q}, std::pair{"k", &k}, std::pair{"v", &v},
                                    std::pair{"out", &out}})
     VLPAR_RETURN_IF_ERROR(check_rows_aligned(op, name, *view));
-  FlashFwdParams p = fwd_params(out, lse, q, k, v, cu_seqlens, desc, max_len);
+  FlashFwdParams p = fwd_params(out, lse, q, k, v, cu_seqlens_q, desc, max_q);
   return on_device(op, device, [&]() -> Status {
-    Workspace ws(ctx, device);  // cu_seqlens on the device, queued before the kernel on the same stream
-    const size_t bytes = size_t(p.batch + 1) * sizeof(int32_t);
-    VLPAR_RETURN_IF_ERROR(ws.allocate(bytes));
-    VLPAR_CUDA_CHECK(cudaMemcpyAsync(ws.ptr<int32_t>(), cu_seqlens.data, bytes, cudaMemcpyHostToDevice,
-                                     static_cast<cudaStream_t>(ctx.stream)));
-    p.cu_q = p.cu_k = ws.ptr<int32_t>();
+    Workspace ws(ctx, device);  // the segments on the device, queued before the kernel on the same stream
+    VLPAR_RETURN_IF_ERROR(ws.allocate(segment_bytes(p.batch)));
+    VLPAR_RETURN_IF_ERROR(upload_segments(ctx, ws, cu_seqlens_q, cu_seqlens_k, p).status());
     return with_kernel(op, q.dtype, desc.head_dim, [&]<class T, int kHeadDim>() {
       return cuda_kernels::flash_fwd_run<T, kHeadDim>(p, ctx.stream);
     });
@@ -136,11 +157,11 @@ Status varlen_attention_forward(const Context& ctx, TensorView out, TensorView l
 
 Status varlen_attention_backward(const Context& ctx, TensorView dq, TensorView dk, TensorView dv, TensorView dout,
                                  TensorView q, TensorView k, TensorView v, TensorView out, TensorView lse,
-                                 TensorView cu_seqlens, const VarlenAttentionDesc& desc) {
+                                 TensorView cu_seqlens_q, TensorView cu_seqlens_k, const VarlenAttentionDesc& desc) {
   const char* op = "varlen_attention_backward";
-  int max_len = 0;
-  VLPAR_RETURN_IF_ERROR(check_common(op, q, cu_seqlens, desc, &max_len));
-  if (max_len == 0) return Status::Ok();
+  int max_q = 0, max_k = 0;
+  VLPAR_RETURN_IF_ERROR(check_common(op, q, cu_seqlens_q, cu_seqlens_k, desc, &max_q, &max_k));
+  if (max_q == 0 && max_k == 0) return Status::Ok();
   VLPAR_ASSIGN_OR_RETURN(const int device,
                          cuda_device_of(op, {{"dq", &dq}, {"dk", &dk}, {"dv", &dv}, {"dout", &dout}, {"q", &q},
                                              {"k", &k}, {"v", &v}, {"out", &out}, {"lse", &lse}}));
@@ -149,7 +170,7 @@ Status varlen_attention_backward(const Context& ctx, TensorView dq, TensorView d
                                    std::pair{"dk", &dk}, std::pair{"dv", &dv}})
     VLPAR_RETURN_IF_ERROR(check_rows_aligned(op, name, *view));
   FlashBwdParams p{};
-  p.fwd = fwd_params(out, lse, q, k, v, cu_seqlens, desc, max_len);
+  p.fwd = fwd_params(out, lse, q, k, v, cu_seqlens_q, desc, max_q);
   p.dout = dout.data;
   p.dq = dq.data;
   p.dk = dk.data;
@@ -159,16 +180,14 @@ Status varlen_attention_backward(const Context& ctx, TensorView dq, TensorView d
   p.dk_tok_stride = dk.stride(0), p.dk_head_stride = dk.stride(1);
   p.dv_tok_stride = dv.stride(0), p.dv_head_stride = dv.stride(1);
   p.n_q = q.size(0);
-  p.max_seqlen_k = max_len;  // one cu_seqlens for q and k
+  p.max_seqlen_k = max_k;
   return on_device(op, device, [&]() -> Status {
-    // One workspace: cu_seqlens (padded to 256 bytes), then delta [H, N_q] f32.
-    const size_t cu_bytes = (size_t(p.fwd.batch + 1) * sizeof(int32_t) + 255) / 256 * 256;
+    // One workspace: the segments (padded to 256 bytes), then delta [H, N_q] f32.
+    const size_t seg_bytes = segment_bytes(p.fwd.batch);
     Workspace ws(ctx, device);
-    VLPAR_RETURN_IF_ERROR(ws.allocate(cu_bytes + cuda_kernels::flash_bwd_workspace_bytes(p.n_q, desc.num_heads)));
-    VLPAR_CUDA_CHECK(cudaMemcpyAsync(ws.ptr<int32_t>(), cu_seqlens.data, size_t(p.fwd.batch + 1) * sizeof(int32_t),
-                                     cudaMemcpyHostToDevice, static_cast<cudaStream_t>(ctx.stream)));
-    p.fwd.cu_q = p.fwd.cu_k = ws.ptr<int32_t>();
-    p.delta = reinterpret_cast<float*>(ws.ptr<char>() + cu_bytes);
+    VLPAR_RETURN_IF_ERROR(ws.allocate(seg_bytes + cuda_kernels::flash_bwd_workspace_bytes(p.n_q, desc.num_heads)));
+    VLPAR_RETURN_IF_ERROR(upload_segments(ctx, ws, cu_seqlens_q, cu_seqlens_k, p.fwd).status());
+    p.delta = reinterpret_cast<float*>(ws.ptr<char>() + seg_bytes);
     return with_kernel(op, q.dtype, desc.head_dim, [&]<class T, int kHeadDim>() {
       return cuda_kernels::flash_bwd_run<T, kHeadDim>(p, ctx.stream);
     });

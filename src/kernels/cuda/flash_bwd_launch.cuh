@@ -45,7 +45,7 @@ Status flash_bwd_run(const FlashBwdParams& p, void* stream) {
   VLPAR_CHECK(f.num_kv_heads > 0 && f.num_heads % f.num_kv_heads == 0,
               "flash attention backward: num_heads {} is not a multiple of num_kv_heads {}", f.num_heads,
               f.num_kv_heads);
-  if (f.batch == 0 || p.n_q == 0 || f.num_heads == 0) return Status::Ok();
+  if (f.batch == 0 || f.num_heads == 0) return Status::Ok();
   const int64_t dot_blocks = ceil_div(p.n_q * f.num_heads, 4);
   const dim3 dot_grid(unsigned(dot_blocks < kMaxGridX ? dot_blocks : kMaxGridX));
   const dim3 dkdv_grid(unsigned(ceil_div(p.max_seqlen_k, DkDv::kBlockN)), unsigned(f.num_kv_heads),
@@ -55,7 +55,8 @@ Status flash_bwd_run(const FlashBwdParams& p, void* stream) {
     log_info("flash_bwd {} hd{} (head_dim {}): dkdv tile {}x{} grid ({},{},{}), dq tile {}x{} grid ({},{},{})",
              dtype_name(dtype_of_v<T>), kHeadDim, f.head_dim, DkDv::kBlockN, DkDv::kBlockM, dkdv_grid.x,
              dkdv_grid.y, dkdv_grid.z, Dq::kBlockM, Dq::kBlockN, dq_grid.x, dq_grid.y, dq_grid.z);
-  VLPAR_RETURN_IF_ERROR(launch<flash_bwd_dot_do_o_kernel<T>>(LaunchConfig{dot_grid, dim3(128), 0, stream}, p));
+  if (p.n_q > 0)  // no query: no delta, and dK, dV (written below) are zero
+    VLPAR_RETURN_IF_ERROR(launch<flash_bwd_dot_do_o_kernel<T>>(LaunchConfig{dot_grid, dim3(128), 0, stream}, p));
   if (p.max_seqlen_k > 0) {
     const LaunchConfig cfg{dkdv_grid, dim3(DkDv::kThreads), flash_dkdv_smem<DkDv>(), stream};
     VLPAR_RETURN_IF_ERROR((launch<flash_bwd_dkdv_kernel<T, DkDv>>(cfg, p)));

@@ -12,6 +12,8 @@
 #include <tuple>
 #include <utility>
 
+#include <fmt/format.h>
+
 #include "../cpu_impl.hpp"
 #include "vlpar/core/checks.hpp"
 #include "vlpar/kernels/cuda_ops.hpp"
@@ -41,12 +43,14 @@ Status check_one_device(const TensorView& q, const TensorView& cu_seqlens,
   return Status::Ok();
 }
 
-/// A [n_tok, heads, D] view of storage dtype `dtype` with a contiguous last dim (token and head strides free).
-Status check_head_view(const char* name, const TensorView& v, int64_t n_tok, int heads, int D, DType dtype) {
+/// A [n_tok, heads, D] view of storage dtype `dtype` with a contiguous last dim (token and head strides free);
+/// tok names the token count in messages (N_tok for the query side, N_k for keys when their segments differ).
+Status check_head_view(const char* name, const TensorView& v, int64_t n_tok, int heads, int D, DType dtype,
+                       const char* tok = "N_tok") {
   const std::string what = std::string(kVarlen) + ": " + name;
   VLPAR_RETURN_IF_ERROR(check_storage_dtype(kVarlen, name, v));
   VLPAR_CHECK(v.ndim() == 3 && v.size(0) == n_tok && v.size(1) == heads && v.size(2) == D,
-              "{} must be [N_tok={}, {}, {}], got {}", what, n_tok, heads, D, v.to_string());
+              "{} must be [{}={}, {}, {}], got {}", what, tok, n_tok, heads, D, v.to_string());
   VLPAR_CHECK(v.dtype == dtype, "{} has dtype {} but q has {} (q, k, v, out and the gradients share one dtype)",
               what, dtype_name(v.dtype), dtype_name(dtype));
   VLPAR_CHECK(v.stride(2) == 1 || D == 1, "{} must have a contiguous last dim, got {}", what, v.to_string());
@@ -65,21 +69,40 @@ Status check_lse(const TensorView& lse, int64_t n_tok, int H) {
   return Status::Ok();
 }
 
-/// cu_seqlens i32 [B+1] (host memory): cu[0] = 0, non-decreasing, cu[B] = n_tok.
-Status check_segments(const TensorView& cu, int64_t n_tok) {
+/// One segment array, i32 [B+1] (host memory): cu[0] = 0, non-decreasing, cu[B] = n_tok. `name` is how messages
+/// call it (cu_seqlens, cu_seqlens_q or cu_seqlens_k), `of` the tensor whose token count it must end at.
+Status check_segments(const TensorView& cu, int64_t n_tok, const char* name = "cu_seqlens",
+                      const char* of = "N_tok = {} (q.size(0))") {
   VLPAR_CHECK(cu.dtype == DType::kI32 && cu.ndim() == 1 && cu.size(0) >= 1,
-              "{}: cu_seqlens must be i32 [B+1] with B >= 0, got {}", kVarlen, cu.to_string());
-  VLPAR_CHECK(cu.stride(0) == 1 || cu.size(0) == 1, "{}: cu_seqlens must be contiguous, got {}", kVarlen,
+              "{}: {} must be i32 [B+1] with B >= 0, got {}", kVarlen, name, cu.to_string());
+  VLPAR_CHECK(cu.stride(0) == 1 || cu.size(0) == 1, "{}: {} must be contiguous, got {}", kVarlen, name,
               cu.to_string());
-  VLPAR_CHECK(cu.data != nullptr, "{}: cu_seqlens has null data", kVarlen);
+  VLPAR_CHECK(cu.data != nullptr, "{}: {} has null data", kVarlen, name);
   const int32_t* c = cu.ptr<int32_t>();
   const int64_t B = cu.size(0) - 1;
-  VLPAR_CHECK(c[0] == 0, "{}: cu_seqlens[0] must be 0, got {}", kVarlen, c[0]);
+  VLPAR_CHECK(c[0] == 0, "{}: {}[0] must be 0, got {}", kVarlen, name, c[0]);
   for (int64_t b = 0; b < B; ++b)
-    VLPAR_CHECK(c[b + 1] >= c[b], "{}: cu_seqlens[{}] = {} is less than cu_seqlens[{}] = {}", kVarlen, b + 1,
-                c[b + 1], b, c[b]);
-  VLPAR_CHECK(c[B] == n_tok, "{}: cu_seqlens[{}] = {} must equal N_tok = {} (q.size(0))", kVarlen, B, c[B], n_tok);
+    VLPAR_CHECK(c[b + 1] >= c[b], "{}: {}[{}] = {} is less than {}[{}] = {}", kVarlen, name, b + 1, c[b + 1], name,
+                b, c[b]);
+  VLPAR_CHECK(c[B] == n_tok, "{}: {}[{}] = {} must equal {}", kVarlen, name, B, c[B],
+              fmt::format(fmt::runtime(of), n_tok));
   return Status::Ok();
+}
+
+/// The query and key segments; returns N_k. One array for both (self-attention) is checked once, under the name
+/// cu_seqlens; separate ones must have the same B, cu_seqlens_k ending at k.size(0).
+Result<int64_t> check_qk_segments(const TensorView& cu_q, const TensorView& cu_k, const TensorView& k, int64_t n_q) {
+  const bool shared = cu_q.data == cu_k.data && cu_q.shape == cu_k.shape;
+  if (shared) {
+    VLPAR_RETURN_IF_ERROR(check_segments(cu_q, n_q));
+    return n_q;
+  }
+  VLPAR_CHECK(k.ndim() == 3, "{}: k must be [N_k, H_kv, D], got {}", kVarlen, k.to_string());
+  VLPAR_RETURN_IF_ERROR(check_segments(cu_q, n_q, "cu_seqlens_q"));
+  VLPAR_RETURN_IF_ERROR(check_segments(cu_k, k.size(0), "cu_seqlens_k", "N_k = {} (k.size(0))"));
+  VLPAR_CHECK(cu_k.size(0) == cu_q.size(0), "{}: cu_seqlens_k has {} entries but cu_seqlens_q has {} (one query and "
+              "one key segment per sequence)", kVarlen, cu_k.size(0), cu_q.size(0));
+  return k.size(0);
 }
 
 /// q's token count, after the descriptor and q's rank are checked.
@@ -104,36 +127,46 @@ Status check_varlen_attention(const VarlenAttentionDesc& desc) {
 }
 
 Status varlen_attention_forward(const Context& ctx, TensorView out, TensorView lse, TensorView q, TensorView k,
-                                TensorView v, TensorView cu_seqlens, const VarlenAttentionDesc& desc) {
-  VLPAR_RETURN_IF_ERROR(check_one_device(q, cu_seqlens, {{"out", &out}, {"lse", &lse}, {"k", &k}, {"v", &v}}));
-  VLPAR_ASSIGN_OR_RETURN(const int64_t n_tok, tokens_of(q, desc));
+                                TensorView v, TensorView cu_seqlens_q, TensorView cu_seqlens_k,
+                                const VarlenAttentionDesc& desc) {
+  VLPAR_RETURN_IF_ERROR(check_one_device(q, cu_seqlens_q, {{"out", &out}, {"lse", &lse}, {"k", &k}, {"v", &v}}));
+  VLPAR_RETURN_IF_ERROR(check_one_device(q, cu_seqlens_k, {}));
+  VLPAR_ASSIGN_OR_RETURN(const int64_t n_q, tokens_of(q, desc));
+  VLPAR_ASSIGN_OR_RETURN(const int64_t n_k, check_qk_segments(cu_seqlens_q, cu_seqlens_k, k, n_q));
   const int H = desc.num_heads, H_kv = desc.num_kv_heads, D = desc.head_dim;
-  for (const auto& [name, view, heads] : {std::tuple{"q", &q, H}, std::tuple{"k", &k, H_kv},
-                                          std::tuple{"v", &v, H_kv}, std::tuple{"out", &out, H}})
-    VLPAR_RETURN_IF_ERROR(check_head_view(name, *view, n_tok, heads, D, q.dtype));
-  VLPAR_RETURN_IF_ERROR(check_lse(lse, n_tok, H));
-  VLPAR_RETURN_IF_ERROR(check_segments(cu_seqlens, n_tok));
-  if (q.device.is_cuda()) return cuda_impl::varlen_attention_forward(ctx, out, lse, q, k, v, cu_seqlens, desc);
-  return cpu_impl::varlen_attention_forward(ctx, out, lse, q, k, v, cu_seqlens, desc);
+  const char* tok_k = n_k == n_q ? "N_tok" : "N_k";
+  for (const auto& [name, view, heads, n, tok] :
+       {std::tuple{"q", &q, H, n_q, "N_tok"}, std::tuple{"k", &k, H_kv, n_k, tok_k},
+        std::tuple{"v", &v, H_kv, n_k, tok_k}, std::tuple{"out", &out, H, n_q, "N_tok"}})
+    VLPAR_RETURN_IF_ERROR(check_head_view(name, *view, n, heads, D, q.dtype, tok));
+  VLPAR_RETURN_IF_ERROR(check_lse(lse, n_q, H));
+  if (q.device.is_cuda())
+    return cuda_impl::varlen_attention_forward(ctx, out, lse, q, k, v, cu_seqlens_q, cu_seqlens_k, desc);
+  return cpu_impl::varlen_attention_forward(ctx, out, lse, q, k, v, cu_seqlens_q, cu_seqlens_k, desc);
 }
 
 Status varlen_attention_backward(const Context& ctx, TensorView dq, TensorView dk, TensorView dv, TensorView dout,
                                  TensorView q, TensorView k, TensorView v, TensorView out, TensorView lse,
-                                 TensorView cu_seqlens, const VarlenAttentionDesc& desc) {
-  VLPAR_RETURN_IF_ERROR(check_one_device(q, cu_seqlens, {{"dq", &dq}, {"dk", &dk}, {"dv", &dv}, {"dout", &dout},
-                                                          {"k", &k}, {"v", &v}, {"out", &out}, {"lse", &lse}}));
-  VLPAR_ASSIGN_OR_RETURN(const int64_t n_tok, tokens_of(q, desc));
+                                 TensorView cu_seqlens_q, TensorView cu_seqlens_k, const VarlenAttentionDesc& desc) {
+  VLPAR_RETURN_IF_ERROR(check_one_device(q, cu_seqlens_q, {{"dq", &dq}, {"dk", &dk}, {"dv", &dv}, {"dout", &dout},
+                                                            {"k", &k}, {"v", &v}, {"out", &out}, {"lse", &lse}}));
+  VLPAR_RETURN_IF_ERROR(check_one_device(q, cu_seqlens_k, {}));
+  VLPAR_ASSIGN_OR_RETURN(const int64_t n_q, tokens_of(q, desc));
+  VLPAR_ASSIGN_OR_RETURN(const int64_t n_k, check_qk_segments(cu_seqlens_q, cu_seqlens_k, k, n_q));
   const int H = desc.num_heads, H_kv = desc.num_kv_heads, D = desc.head_dim;
-  for (const auto& [name, view, heads] : {std::tuple{"q", &q, H}, std::tuple{"out", &out, H},
-                                          std::tuple{"dout", &dout, H}, std::tuple{"dq", &dq, H},
-                                          std::tuple{"k", &k, H_kv}, std::tuple{"v", &v, H_kv},
-                                          std::tuple{"dk", &dk, H_kv}, std::tuple{"dv", &dv, H_kv}})
-    VLPAR_RETURN_IF_ERROR(check_head_view(name, *view, n_tok, heads, D, q.dtype));
-  VLPAR_RETURN_IF_ERROR(check_lse(lse, n_tok, H));
-  VLPAR_RETURN_IF_ERROR(check_segments(cu_seqlens, n_tok));
+  const char* tok_k = n_k == n_q ? "N_tok" : "N_k";
+  for (const auto& [name, view, heads, n, tok] :
+       {std::tuple{"q", &q, H, n_q, "N_tok"}, std::tuple{"out", &out, H, n_q, "N_tok"},
+        std::tuple{"dout", &dout, H, n_q, "N_tok"}, std::tuple{"dq", &dq, H, n_q, "N_tok"},
+        std::tuple{"k", &k, H_kv, n_k, tok_k}, std::tuple{"v", &v, H_kv, n_k, tok_k},
+        std::tuple{"dk", &dk, H_kv, n_k, tok_k}, std::tuple{"dv", &dv, H_kv, n_k, tok_k}})
+    VLPAR_RETURN_IF_ERROR(check_head_view(name, *view, n, heads, D, q.dtype, tok));
+  VLPAR_RETURN_IF_ERROR(check_lse(lse, n_q, H));
   if (q.device.is_cuda())
-    return cuda_impl::varlen_attention_backward(ctx, dq, dk, dv, dout, q, k, v, out, lse, cu_seqlens, desc);
-  return cpu_impl::varlen_attention_backward(ctx, dq, dk, dv, dout, q, k, v, out, lse, cu_seqlens, desc);
+    return cuda_impl::varlen_attention_backward(ctx, dq, dk, dv, dout, q, k, v, out, lse, cu_seqlens_q,
+                                                cu_seqlens_k, desc);
+  return cpu_impl::varlen_attention_backward(ctx, dq, dk, dv, dout, q, k, v, out, lse, cu_seqlens_q, cu_seqlens_k,
+                                             desc);
 }
 
 Status kv_cache_attention_forward(const Context& ctx, TensorView out, TensorView q, TensorView k_cache,
