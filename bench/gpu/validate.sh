@@ -9,7 +9,8 @@
 # bench/gpu/prepare.sh on a networked machine first and bring bench/gpu/deps/ along. Every step has a 10-minute
 # limit; a failed step is reported and the script goes on, exiting non-zero at the end if any step failed.
 # compute-sanitizer may refuse virtualised devices ("Device not supported"): reported, not a failure.
-# Usage: bench/gpu/validate.sh [build dir, default build/gpu]
+# Usage: [VALIDATE_COMMIT=<sha>] bench/gpu/validate.sh [build dir, default build/gpu]
+#   (VALIDATE_COMMIT: the commit the tree is at, for copies whose .git is stale, e.g. the device tool's)
 set -uo pipefail
 cd "$(dirname "$0")/../.."
 
@@ -123,7 +124,7 @@ step() {  # step <name>: runs it with a 10-minute limit, appends its output to t
   [ "$rc" -eq 0 ] || failed+=("$name")
 }
 
-{ echo "# GPU validation, $(date -u '+%F %T') UTC"; echo; echo "commit $(git rev-parse --short HEAD 2>/dev/null)"
+{ echo "# GPU validation, $(date -u '+%F %T') UTC"; echo; echo "commit ${VALIDATE_COMMIT:-$(git rev-parse --short HEAD 2>/dev/null)}"
   echo; echo '```'; nvidia-smi 2>&1 | head -20; nvcc --version 2>&1 | tail -2; echo '```'; echo; } > "$report"
 for s in deps configure build_tests device_query gpu_tests memcheck racecheck synccheck racecheck_probe benchmarks; do
   step "$s"
