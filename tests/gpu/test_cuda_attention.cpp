@@ -220,6 +220,33 @@ VLPAR_TEST(VLPAR_SUITE(AttentionProps), PackedQkvViewsAndRepeatsAreBitwiseEqual)
   }
 }
 
+/// With ctx.allocator set, the workspace comes from it: exactly varlen_attention_cuda_workspace_bytes at the peak,
+/// all of it returned after the call (the backward's segments and delta; the forward's segments).
+VLPAR_TEST(VLPAR_SUITE(AttentionProps), WorkspaceComesFromTheContextAllocator) {
+  VLPAR_REQUIRE_GPU();
+  Allocator a;
+  const AttnCase c{DType::kF16, true, 4, 2, 64, 0.f, {33, 0, 70}, 2.f, {40, 5, 64}};
+  const AttnInputs in = make_attn_inputs(a, c, 9);
+  const Tensor qd = upload(a, in.q), kd = upload(a, in.k), vd = upload(a, in.v), god = upload(a, in.dout);
+  const Device dev = Device::cuda(0);
+  auto zeros = [&](Shape s, DType dt) { return Tensor::zeros(a, s, dt, dev).value(); };
+  Tensor out = zeros({in.n, c.H, c.D}, c.dtype), dq = zeros({in.n, c.H, c.D}, c.dtype);
+  Tensor lse = zeros({c.H, in.n}, DType::kF32);
+  Tensor dk = zeros({in.n_k, c.H_kv, c.D}, c.dtype), dv = zeros({in.n_k, c.H_kv, c.D}, c.dtype);
+  Allocator workspace;
+  Context ctx = gpu_ctx();
+  ctx.allocator = &workspace;
+  VLPAR_ASSERT_OK_OR_SKIP(varlen_attention_forward(ctx, out, lse, qd, kd, vd, in.cu_t, in.cu_k_t, in.desc));
+  const int64_t batch = int64_t(c.lens.size());
+  EXPECT_EQ(workspace.stats(dev).peak_bytes, int64_t(varlen_attention_cuda_workspace_bytes(batch, in.n, c.H, false)));
+  workspace.reset_peak(dev);
+  ASSERT_TRUE(
+      varlen_attention_backward(ctx, dq, dk, dv, god, qd, kd, vd, out, lse, in.cu_t, in.cu_k_t, in.desc).ok());
+  EXPECT_EQ(workspace.stats(dev).peak_bytes,
+            int64_t(varlen_attention_cuda_workspace_bytes(batch, in.n, c.H, true)));
+  EXPECT_EQ(workspace.stats(dev).current_bytes, 0) << "the workspace is returned";
+}
+
 /// A batch whose sequences are all empty launches nothing and succeeds.
 VLPAR_TEST(VLPAR_SUITE(AttentionProps), EmptySequencesOnly) {
   VLPAR_REQUIRE_GPU();

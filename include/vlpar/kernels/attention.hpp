@@ -18,6 +18,9 @@
 //   (B+1)·4 bytes rounded to 256 plus H·N_tok·4 bytes from ctx.allocator (or stream-ordered when none is set).
 //   The cache attention returns kNotSupported for CUDA views. Test: tests/gpu/test_cuda_attention.cpp.
 // Test: tests/unit/test_attention.cpp. Bench: bench/bench_attention.cpp.
+#include <cstddef>
+#include <cstdint>
+
 #include "vlpar/core/context.hpp"
 #include "vlpar/core/tensor.hpp"
 
@@ -43,6 +46,15 @@ Status varlen_attention_forward(const Context& ctx, TensorView out, TensorView l
 Status varlen_attention_backward(const Context& ctx, TensorView dq, TensorView dk, TensorView dv, TensorView dout,
                                  TensorView q, TensorView k, TensorView v, TensorView out, TensorView lse,
                                  TensorView cu_seqlens_q, TensorView cu_seqlens_k, const VarlenAttentionDesc& desc);
+
+/// @brief Device bytes one CUDA attention call takes from ctx.allocator (or stream-ordered when none is set), for
+/// callers that size a pool ahead: the B+1 query and key offsets (256-byte aligned) and, for the backward,
+/// delta = rowsum(dO ∘ O) [H, N_q] f32. The backward needs no dQ partials (deterministic without atomics: dK/dV
+/// and dQ are computed by separate kernels), so this is all of it. CPU calls take none.
+inline size_t varlen_attention_cuda_workspace_bytes(int64_t batch, int64_t n_q, int num_heads, bool backward) {
+  const size_t segments = (2 * size_t(batch + 1) * sizeof(int32_t) + 255) / 256 * 256;
+  return segments + (backward ? size_t(n_q) * size_t(num_heads) * sizeof(float) : 0);
+}
 
 /// Self-attention over one packed batch: queries and keys share their segments.
 inline Status varlen_attention_forward(const Context& ctx, TensorView out, TensorView lse, TensorView q,

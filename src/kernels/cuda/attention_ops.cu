@@ -94,8 +94,9 @@ Result<size_t> upload_segments(const Context& ctx, Workspace& ws, const TensorVi
   return (2 * bytes + 255) / 256 * 256;
 }
 
-/// Device bytes upload_segments needs for B sequences.
-size_t segment_bytes(int batch) { return (2 * size_t(batch + 1) * sizeof(int32_t) + 255) / 256 * 256; }
+/// Device bytes upload_segments needs for B sequences (the public varlen_attention_cuda_workspace_bytes counts them
+/// the same way).
+size_t segment_bytes(int batch) { return varlen_attention_cuda_workspace_bytes(batch, 0, 0, false); }
 
 FlashFwdParams fwd_params(const TensorView& out, const TensorView& lse, const TensorView& q, const TensorView& k,
                           const TensorView& v, const TensorView& cu_seqlens, const VarlenAttentionDesc& desc,
