@@ -151,10 +151,10 @@ cases = [
  ("emu named barrier: completes without ordering its warps", "src/kernels/cuda/emu/runtime.cpp", "    merge_clocks(b, nb.warps);\n", "", "test_emu_warp_matrix test_cuda_warp_matrix"),
  ("emu named barrier: releases at half the count", "src/kernels/cuda/emu/runtime.cpp", "  if (nb.arrived == nb.expected) {  // the last arrival", "  if (nb.arrived * 2 >= nb.expected) {  // the last arrival", "test_emu_warp_matrix test_cuda_warp_matrix"),
  ("emu stack overflow: not recognised", "src/kernels/cuda/emu/launch.cpp", "const bool overflow = (sp != 0 && sp < t.stack_lo + 256) || (fault < t.stack_lo && fault + 8192 >= t.stack_lo);", "const bool overflow = sp == 1 && fault == 1;", "test_emu_runtime"),
- ("flash: K-by-N operands (V, dO, Q, K) read without .trans", "src/kernels/cuda/flash_common.cuh", "ptx::ldmatrix<4, true>(b, tile", "ptx::ldmatrix<4, false>(b, tile", "test_cuda_attention"),
+ ("flash: K-by-N operands (V, dO, Q, K) read without .trans", "src/kernels/cuda/mma_tiles.cuh", "ptx::ldmatrix<4, true>(b, tile", "ptx::ldmatrix<4, false>(b, tile", "test_cuda_attention"),
  ("flash fwd: O not rescaled by the new max", "src/kernels/cuda/flash_fwd_kernel.cuh", "        o[s][ot][2 * h] *= alpha;\n        o[s][ot][2 * h + 1] *= alpha;\n", "        o[s][ot][2 * h] *= 1.f;\n        o[s][ot][2 * h + 1] *= 1.f;\n", "test_cuda_attention"),
  ("flash fwd: causal diagonal off by one", "src/kernels/cuda/flash_fwd_kernel.cuh", "(p.causal && col > row + bk.seqlen_k - bk.seqlen_q)", "(p.causal && col > row + 1 + bk.seqlen_k - bk.seqlen_q)", "test_cuda_attention"),
- ("flash: rows past the sequence not zero-filled", "src/kernels/cuda/flash_common.cuh", "const bool ok = r < valid_rows && c * 8 < head_dim;", "const bool ok = (r < valid_rows || r >= 0) && c * 8 < head_dim;", "test_cuda_attention"),
+ ("flash: rows past the sequence not zero-filled", "src/kernels/cuda/mma_tiles.cuh", "const bool ok = r < valid_rows && c * 8 < head_dim;", "const bool ok = (r < valid_rows || r >= 0) && c * 8 < head_dim;", "test_cuda_attention"),
  ("flash fwd: GQA maps query heads to the wrong kv head", "src/kernels/cuda/flash_fwd_kernel.cuh", "h_kv = h / (p.num_heads / p.num_kv_heads);", "h_kv = h % p.num_kv_heads;", "test_cuda_attention"),
  ("flash fwd: no barrier before P.V reads V", "src/kernels/cuda/flash_fwd_kernel.cuh", "    __syncthreads();  // V[n] landed; every warp is done reading K[n]\n", "", "test_cuda_attention"),
  ("flash fwd: lse in log2 units", "src/kernels/cuda/flash_fwd_kernel.cuh", "m[s][hr] * 0.69314718055994531f + logf(sum)", "m[s][hr] + logf(sum)", "test_cuda_attention"),
@@ -170,6 +170,11 @@ cases = [
  ("attention cpu: causal diagonal not shifted by S_k - S_q", "src/kernels/cpu/attention.cpp", "int64_t off() const { return k_len - q_len; }", "int64_t off() const { return 0; }", "test_attention test_cuda_attention"),
  ("attention cpu: rows without keys divided by l = 0", "src/kernels/cpu/attention.cpp", "    if (l(r) > 0.f) {", "    if (l(r) >= 0.f) {", "test_attention test_cuda_attention"),
  ("attention reference: causal ignores S_k - S_q", "include/vlpar/reference/attention.hpp", "return causal ? std::min(len_k, i + 1 + len_k - len_q) : len_k;", "return causal ? std::min(len_k, i + 1 + (len_k - len_q) * 0) : len_k;", "test_attention test_cuda_attention"),
+ ("grouped gemm: second n8 tile multiplied by the first's B", "src/kernels/cuda/grouped_gemm_kernel.cuh", "mma16816<T>(acc[mi][2 * nj + 1], af[mi], b[2], b[3]);", "mma16816<T>(acc[mi][2 * nj + 1], af[mi], b[0], b[1]);", "test_cuda_grouped_gemm"),
+ ("grouped gemm: beta ignored", "src/kernels/cuda/grouped_gemm_kernel.cuh", "if (p.beta != 0.f) x0 += p.beta * dst->x, x1 += p.beta * dst->y;", "if (p.beta != 0.f) x0 += 0.f * dst->x, x1 += 0.f * dst->y;", "test_cuda_grouped_gemm"),
+ ("grouped gemm: rows past the group stored", "src/kernels/cuda/grouped_gemm_kernel.cuh", "      if (r >= w.rows) continue;\n", "", "test_cuda_grouped_gemm"),
+ ("grouped gemm: no wait for the k-step's copies", "src/kernels/cuda/grouped_gemm_kernel.cuh", "        ptx::cp_async_wait<1>();  // k-step kt landed; kt + 1 may still be in flight\n", "", "test_cuda_grouped_gemm"),
+ ("grouped gemm: tiles mapped to the group before", "src/kernels/cuda/grouped_gemm_kernel.cuh", "    if (p.tile_offsets[mid] <= tile) lo = mid;", "    if (p.tile_offsets[mid] < tile) lo = mid;", "test_cuda_grouped_gemm"),
 ]
 only = sys.argv[1:] 
 # The ctest environment of tests/CMakeLists.txt (VLPAR_MPI_TEST_ENV): root in containers, more ranks than cores.

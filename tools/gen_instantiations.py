@@ -76,6 +76,15 @@ FAMILIES = [
         dtypes=("bf16", "f16"),
     ),
     Family(
+        name="grouped_gemm",
+        header="grouped_gemm_launch.cuh",
+        summary="grouped GEMM ({dt} in, {dt} or f32 out)",
+        instances=lambda t: [
+            f"template Status grouped_gemm_run<{t}, {o}>(const GroupedGemmParams&, void*);" for o in (t, "float")
+        ],
+        dtypes=("bf16", "f16"),
+    ),
+    Family(
         name="flash_bwd",
         header="flash_bwd_launch.cuh",
         summary="varlen flash-attention backward ({dt}, kernel head dim {hd})",
@@ -86,9 +95,12 @@ FAMILIES = [
 ]
 
 
+TESTS = {"grouped_gemm": "test_cuda_grouped_gemm.cpp"}  # families tested outside tests/gpu/test_cuda_kernels.cpp
+
+
 def render(family: Family, dt: str, hd: int | None = None) -> str:
     only = f'"{dt}" is in VLPAR_DTYPES' + (f" and {hd} in VLPAR_ATTN_HEAD_DIMS" if hd else "")
-    test = "test_cuda_attention.cpp" if hd else "test_cuda_kernels.cpp"
+    test = "test_cuda_attention.cpp" if hd else TESTS.get(family.name, "test_cuda_kernels.cpp")
     lines = [
         f"{MARKER}; do not edit. Change the generator and rerun it.",
         f"// {family.summary.format(dt=dt, hd=hd)}: instantiates the launchers of {family.header}.",

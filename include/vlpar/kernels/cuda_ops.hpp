@@ -5,7 +5,11 @@
 // Implementations: src/kernels/cuda/*.cu; CPU-only stubs: src/kernels/cpu/cuda_stubs.cpp.
 #include "vlpar/core/context.hpp"
 #include "vlpar/core/tensor.hpp"
+#include <cstdint>
+#include <span>
+
 #include "vlpar/kernels/attention.hpp"
+#include "vlpar/kernels/gemm.hpp"
 #include "vlpar/kernels/rotary_math.hpp"
 
 namespace vlpar::cuda_impl {
@@ -26,5 +30,8 @@ Status varlen_attention_forward(const Context& ctx, TensorView out, TensorView l
 Status varlen_attention_backward(const Context& ctx, TensorView dq, TensorView dk, TensorView dv, TensorView dout,
                                  TensorView q, TensorView k, TensorView v, TensorView out, TensorView lse,
                                  TensorView cu_seqlens_q, TensorView cu_seqlens_k, const VarlenAttentionDesc& desc);
+/// bf16/f16 a and b, c in their dtype or f32; offsets in host memory (src/kernels/cuda/moe_ops.cu).
+Status grouped_gemm(const Context& ctx, TensorView c, TensorView a, TensorView b, std::span<const int64_t> offsets,
+                    GemmDesc desc);
 
 }  // namespace vlpar::cuda_impl

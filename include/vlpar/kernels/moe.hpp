@@ -25,7 +25,10 @@
 // GEMMs cut each group into fixed tiles (kMoeTileRows × kMoeTileCols of the output, independent of the thread
 // count), each tile one serial Eigen GEMM over the full inner dimension, tiles handed out dynamically. So results
 // are bitwise identical for any num_threads. No float atomics.
-// Storage: f32 on the CPU (other dtypes and devices return kNotSupported naming the argument).
+// Storage: f32 on the CPU (other dtypes and devices return kNotSupported naming the argument). CUDA:
+// grouped_gemm only so far (src/kernels/cuda/grouped_gemm_kernel.cuh): bf16/f16 a and b, c in their dtype or f32,
+// N, Kd and the row strides multiples of 8 elements, offsets in host memory; tiles of 128 × 128 over a persistent
+// grid, fixed k order per output element (bitwise reproducible). Test: tests/gpu/test_cuda_grouped_gemm.cpp.
 // Test: tests/unit/test_moe.cpp (./build/cpu/tests/test_moe).
 #include <cstdint>
 #include <span>

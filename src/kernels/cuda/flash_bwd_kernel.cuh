@@ -3,7 +3,7 @@
 // vlpar's two-kernel split of §2.3, the GQA reduction inside the CTA of §2.4). With s = scale·q·k (log2 domain:
 // s2 = s·log2e), P = exp2(s2 − lse·log2e) from the forward's lse, dP = dO·Vᵀ, delta = rowsum(dO ∘ O):
 //   dS = P ∘ (dP − delta),  dV = Pᵀ·dO,  dK = scale·dSᵀ·Q,  dQ = scale·dS·K.
-// Three kernels, 4 warps each, smem tiles as in the forward (flash_common.cuh: swizzled [rows, kHeadDim]):
+// Three kernels, 4 warps each, smem tiles as in the forward (mma_tiles.cuh: swizzled [rows, kHeadDim]):
 //   flash_bwd_dot_do_o_kernel  one warp per (token, head): delta[h, i] = Σ_d dO·O over the stored O, fp32.
 //   flash_bwd_dkdv_kernel      grid (ceil(max_S_k / kBlockN), H_kv, B); warp w owns keys [16w, 16w+16) of the
 //       block. For each query head of the GQA group and each query block that sees a key of the block, it
@@ -27,7 +27,7 @@
 #include <cmath>
 #include <cstdint>
 
-#include "flash_common.cuh"
+#include "mma_tiles.cuh"
 #include "ptx/cp_async.cuh"
 #include "vlpar/core/dtype.hpp"
 #include "vlpar/kernels/cuda/attention_params.hpp"
@@ -148,8 +148,8 @@ __device__ __forceinline__ void flash_bwd_stage_queries(const FlashBwdParams& p,
   const int valid = s.seqlen_q - m0;
   const auto* q = static_cast<const uint16_t*>(f.q) + (s.q_start + m0) * f.q_tok_stride + h * f.q_head_stride;
   const auto* g = static_cast<const uint16_t*>(p.dout) + (s.q_start + m0) * p.dout_tok_stride + h * p.dout_head_stride;
-  flash_load_tile<Tile::kHeadDim, Tile::kThreads>(sq, q, f.q_tok_stride, Tile::kBlockM, valid, f.head_dim);
-  flash_load_tile<Tile::kHeadDim, Tile::kThreads>(sdo, g, p.dout_tok_stride, Tile::kBlockM, valid, f.head_dim);
+  cp_async_tile<Tile::kHeadDim, Tile::kThreads>(sq, q, f.q_tok_stride, Tile::kBlockM, valid, f.head_dim);
+  cp_async_tile<Tile::kHeadDim, Tile::kThreads>(sdo, g, p.dout_tok_stride, Tile::kBlockM, valid, f.head_dim);
   for (int i = int(threadIdx.x); i < Tile::kBlockM; i += Tile::kThreads) {
     const int64_t t = s.q_start + m0 + i;
     slse[i] = i < valid ? f.lse[h * f.lse_head_stride + t] * kLog2e : INFINITY;
@@ -178,8 +178,8 @@ __global__ void __launch_bounds__(Tile::kThreads) flash_bwd_dkdv_kernel(const Fl
   float* sdelta = slse + Tile::kBlockM;
   const auto* k = static_cast<const uint16_t*>(f.k) + (s.k_start + n0) * f.k_tok_stride + h_kv * f.k_head_stride;
   const auto* v = static_cast<const uint16_t*>(f.v) + (s.k_start + n0) * f.v_tok_stride + h_kv * f.v_head_stride;
-  flash_load_tile<kD, Tile::kThreads>(sk, k, f.k_tok_stride, Tile::kBlockN, s.seqlen_k - n0, f.head_dim);
-  flash_load_tile<kD, Tile::kThreads>(sv, v, f.v_tok_stride, Tile::kBlockN, s.seqlen_k - n0, f.head_dim);
+  cp_async_tile<kD, Tile::kThreads>(sk, k, f.k_tok_stride, Tile::kBlockN, s.seqlen_k - n0, f.head_dim);
+  cp_async_tile<kD, Tile::kThreads>(sv, v, f.v_tok_stride, Tile::kBlockN, s.seqlen_k - n0, f.head_dim);
   ptx::cp_async_commit();
   // Query blocks that see a key of this block: causal ones start where row r reaches key n0,
   // r >= n0 − (S_k − S_q).
@@ -250,9 +250,9 @@ __global__ void __launch_bounds__(Tile::kThreads) flash_bwd_dq_kernel(const Flas
   for (int n = 0; n < n_tiles; ++n) {
     const int n0 = n * Tile::kBlockN;
     __syncthreads();  // every warp is done with the previous K, V
-    flash_load_tile<kD, Tile::kThreads>(sk, k + n0 * f.k_tok_stride, f.k_tok_stride, Tile::kBlockN,
+    cp_async_tile<kD, Tile::kThreads>(sk, k + n0 * f.k_tok_stride, f.k_tok_stride, Tile::kBlockN,
                                         s.seqlen_k - n0, f.head_dim);
-    flash_load_tile<kD, Tile::kThreads>(sv, v + n0 * f.v_tok_stride, f.v_tok_stride, Tile::kBlockN,
+    cp_async_tile<kD, Tile::kThreads>(sv, v + n0 * f.v_tok_stride, f.v_tok_stride, Tile::kBlockN,
                                         s.seqlen_k - n0, f.head_dim);
     ptx::cp_async_commit();
     ptx::cp_async_wait<0>();

@@ -3,7 +3,7 @@
 // §1). One CTA of 4 warps computes kBlockM query rows of one head of one sequence:
 //   grid (ceil(max_seqlen_q / kBlockM), H, B), block 128, dynamic smem (kBlockM + 2·kBlockN)·kHeadDim·2 bytes.
 //   smem  Q [kBlockM, kHeadDim] · K [kBlockN, kHeadDim] · V [kBlockN, kHeadDim], 16-bit elements, rows of 16-byte
-//         chunks XOR-swizzled (flash_smem_offset) so that the 8 row addresses of an ldmatrix phase hit 8 banks groups.
+//         chunks XOR-swizzled (swizzled_offset) so that the 8 row addresses of an ldmatrix phase hit 8 banks groups.
 //   warp w owns the m16 slabs {w, w + 4, ...} of the tile (kMSlabs of them); every warp sees all kBlockN keys, so
 //   the row max and row sum need only the 4 lanes that share a row (two shfl.xor steps), no smem reduction.
 //   S = Q·Kᵀ: A = Q via ldmatrix.x4, B = K rows (K-major) via ldmatrix.x4 without .trans (two n8 tiles per call).
@@ -28,7 +28,7 @@
 #include <cstdint>
 #include <type_traits>
 
-#include "flash_common.cuh"
+#include "mma_tiles.cuh"
 #include "ptx/cp_async.cuh"
 #include "vlpar/core/dtype.hpp"
 #include "vlpar/kernels/cuda/attention_params.hpp"
@@ -223,7 +223,7 @@ __global__ void __launch_bounds__(Tile::kThreads) flash_fwd_kernel(const FlashFw
   const float scale_log2 = p.scale * 1.4426950408889634f;
   const int n_tiles = (bk.n_keys + Tile::kBlockN - 1) / Tile::kBlockN;
   auto load = [&](uint16_t* dst, const uint16_t* src, int64_t tok_stride, int rows, int valid_rows) {
-    flash_load_tile<Tile::kHeadDim, Tile::kThreads>(dst, src, tok_stride, rows, valid_rows, p.head_dim);
+    cp_async_tile<Tile::kHeadDim, Tile::kThreads>(dst, src, tok_stride, rows, valid_rows, p.head_dim);
   };
 
   float o[Tile::kMSlabs][Tile::kNTilesO][4] = {};

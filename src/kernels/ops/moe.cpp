@@ -1,6 +1,7 @@
 // The public MoE token-path ops (dispatch plan, permute / unpermute, row dots and scaling, grouped GEMMs): every
 // argument checked once here (expert ids and the plan included), then the device's implementation (CPU:
-// src/kernels/cpu/moe.cpp; no CUDA kernel yet). Test: tests/unit/test_moe.cpp.
+// src/kernels/cpu/moe.cpp; CUDA: grouped_gemm runs src/kernels/cuda/grouped_gemm_kernel.cuh for CUDA views, the
+// other MoE ops have no CUDA kernel yet). Test: tests/unit/test_moe.cpp, tests/gpu/test_cuda_grouped_gemm.cpp.
 #include "vlpar/kernels/moe.hpp"
 
 #include <cstdint>
@@ -8,6 +9,7 @@
 
 #include "../cpu_impl.hpp"
 #include "vlpar/core/checks.hpp"
+#include "vlpar/kernels/cuda_ops.hpp"
 
 namespace vlpar {
 namespace {
@@ -20,16 +22,22 @@ Status check_f32_cpu(const char* op, const char* name, const TensorView& v) {
   return Status::Ok();
 }
 
-/// [rows, cols] (either may be -1 = any) with a contiguous last dim and non-overlapping rows: its shape.
-Result<std::pair<int64_t, int64_t>> check_rows_f32(const char* op, const char* name, const TensorView& v, int64_t rows,
-                                                   int64_t cols) {
+/// [rows, cols] (either may be -1 = any) with a contiguous last dim and non-overlapping rows: its shape. With
+/// f32_cpu, also f32 in host memory (the CPU kernels).
+Result<std::pair<int64_t, int64_t>> check_rows(const char* op, const char* name, const TensorView& v, int64_t rows,
+                                               int64_t cols, bool f32_cpu = true) {
   VLPAR_CHECK(v.ndim() == 2, "{}: {} must be 2D [{}, {}], got {}", op, name, rows, cols, v.to_string());
   VLPAR_CHECK((rows < 0 || v.size(0) == rows) && (cols < 0 || v.size(1) == cols), "{}: {} must be [{}, {}], got {}",
               op, name, rows < 0 ? v.size(0) : rows, cols < 0 ? v.size(1) : cols, v.to_string());
-  VLPAR_RETURN_IF_ERROR(check_f32_cpu(op, name, v));
+  if (f32_cpu) VLPAR_RETURN_IF_ERROR(check_f32_cpu(op, name, v));
   VLPAR_CHECK((v.stride(1) == 1 || v.size(1) <= 1) && (v.size(0) <= 1 || v.stride(0) >= v.size(1)),
               "{}: {} must have a contiguous last dim and non-overlapping rows, got {}", op, name, v.to_string());
   return std::pair<int64_t, int64_t>{v.size(0), v.size(1)};
+}
+
+Result<std::pair<int64_t, int64_t>> check_rows_f32(const char* op, const char* name, const TensorView& v, int64_t rows,
+                                                   int64_t cols) {
+  return check_rows(op, name, v, rows, cols, true);
 }
 
 Status check_plan(const char* op, const MoeDispatch& p) {
@@ -126,8 +134,9 @@ Status grouped_gemm(const Context& ctx, TensorView c, TensorView a, TensorView b
                     GemmDesc desc) {
   const char* op = "grouped_gemm";
   VLPAR_CHECK_CODE(!desc.trans_a, StatusCode::kNotSupported, "{}: trans_a is not supported (a is [rows, Kd])", op);
-  VLPAR_ASSIGN_OR_RETURN(const auto ma, check_rows_f32(op, "a", a, -1, -1));
-  VLPAR_ASSIGN_OR_RETURN(const auto mc, check_rows_f32(op, "c", c, ma.first, -1));
+  const bool cuda = a.device.is_cuda() || b.device.is_cuda() || c.device.is_cuda();  // cuda_impl names a mix
+  VLPAR_ASSIGN_OR_RETURN(const auto ma, check_rows(op, "a", a, -1, -1, !cuda));
+  VLPAR_ASSIGN_OR_RETURN(const auto mc, check_rows(op, "c", c, ma.first, -1, !cuda));
   VLPAR_RETURN_IF_ERROR(check_offsets(op, offsets, ma.first));
   const int64_t G = int64_t(offsets.size()) - 1, Kd = ma.second, N = mc.second;
   VLPAR_CHECK(b.ndim() == 3 && (b.size(0) == G || b.size(0) == 1),
@@ -135,9 +144,10 @@ Status grouped_gemm(const Context& ctx, TensorView c, TensorView a, TensorView b
   VLPAR_CHECK(b.size(1) == (desc.trans_b ? N : Kd) && b.size(2) == (desc.trans_b ? Kd : N),
               "{}: b must be [{}, {}, {}]{} for a {} and c {}, got {}", op, b.size(0), desc.trans_b ? N : Kd,
               desc.trans_b ? Kd : N, desc.trans_b ? " (trans_b)" : "", a.to_string(), c.to_string(), b.to_string());
-  VLPAR_RETURN_IF_ERROR(check_f32_cpu(op, "b", b));
+  if (!cuda) VLPAR_RETURN_IF_ERROR(check_f32_cpu(op, "b", b));
   VLPAR_CHECK((b.stride(2) == 1 || b.size(2) <= 1) && b.stride(1) >= b.size(2),
               "{}: b must have a contiguous last dim and non-overlapping rows, got {}", op, b.to_string());
+  if (cuda) return cuda_impl::grouped_gemm(ctx, c, a, b, offsets, desc);
   return cpu_impl::grouped_gemm(ctx, c, a, b, offsets, desc);
 }
 

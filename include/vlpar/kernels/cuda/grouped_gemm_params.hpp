@@ -1,0 +1,37 @@
+#pragma once
+// Parameters and launcher declaration of the CUDA grouped GEMM (STYLE §2: grouped_gemm_params.hpp (this file) ·
+// src/kernels/cuda/grouped_gemm_kernel.cuh · src/kernels/cuda/grouped_gemm_launch.cuh · generated instantiation
+// files src/kernels/cuda/grouped_gemm_<dtype>.cu · public API grouped_gemm in include/vlpar/kernels/moe.hpp).
+// c[rows of g] = alpha · a[rows of g] · op(b[g]) + beta · c[rows of g] for every group g of a ragged row split
+// (the MoE experts' token rows; empty groups allowed), 16-bit a and b, fp32 accumulation, c in T or f32.
+// Test: tests/gpu/test_cuda_grouped_gemm.cpp (ctest -L gpu; -L emu in the emulated build)
+#include <cstdint>
+
+#include "vlpar/core/status.hpp"
+
+namespace vlpar::cuda_kernels {
+
+struct GroupedGemmParams {
+  void* c;                      // [R, N] OutT, row stride ldc
+  const void* a;                // [R, Kd] T, row stride lda
+  const void* b;                // per group [Kd, N] (row stride ldb), or [N, Kd] when trans_b; T
+  const int64_t* offsets;       // [G + 1] device: rows [offsets[g], offsets[g+1]) form group g
+  const int32_t* tile_offsets;  // [G + 1] device: the first output tile of group g (prefix sums of its tiles)
+  int64_t lda, ldb, ldc;        // elements, multiples of 8 (16-byte cp.async rows)
+  int64_t b_group_stride;       // elements between two groups' b (0: one b for every group)
+  int64_t n, kd;                // N and the inner dimension Kd, multiples of 8
+  int groups;                   // G
+  int total_tiles;              // tile_offsets[G]
+  int trans_b;                  // b stored [N, Kd] (a linear layer's weight) instead of [Kd, N]
+  float alpha, beta;            // beta = 0: c is write-only (its old contents may be NaN)
+};
+
+/// Output tile of the grouped GEMM (rows × columns); a group of M rows has ceil(M / kRows)·ceil(N / kCols) tiles.
+inline constexpr int kGroupedGemmTileRows = 128;
+inline constexpr int kGroupedGemmTileCols = 128;
+
+/// @brief The grouped GEMM on a persistent grid: CTAs walk the (group, row tile, column tile) list in order.
+template <class T, class OutT>
+Status grouped_gemm_run(const GroupedGemmParams& p, void* stream);
+
+}  // namespace vlpar::cuda_kernels

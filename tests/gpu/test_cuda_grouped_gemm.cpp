@@ -1,0 +1,133 @@
+// CUDA grouped GEMM (src/kernels/cuda/grouped_gemm_kernel.cuh) through the public grouped_gemm with CUDA views,
+// against an fp64 loop with the derived rule of tests/tolerances.hpp (naive = the same loop in float, rounded to
+// c's dtype): bf16 and f16 inputs, c in the input dtype or f32, b as [Kd, N] and as [N, Kd] (trans_b), per-group
+// and broadcast b, ragged groups (0, 1, 17, 130 rows), N and Kd that are not multiples of the tile, alpha and beta
+// (beta reads c), rows outside the groups untouched, the persistent grid (a capped CTA count gives bitwise the
+// same result), and named errors. Run: ctest --test-dir build/emu -R GroupedGemm (emulated), or -L gpu on a GPU.
+#include <fmt/format.h>
+#include <gtest/gtest.h>
+
+#include <cstdint>
+#include <cstdlib>
+#include <string>
+#include <vector>
+
+#include "gpu_test_util.hpp"
+#include "test_util.hpp"
+#include "vlpar/kernels/moe.hpp"
+
+namespace vlpar {
+namespace {
+using namespace vlpar::test;
+
+struct GgCase {
+  DType dtype, out;
+  bool trans_b, broadcast_b;
+  int64_t n, kd;
+  float alpha, beta;
+};
+
+std::string gg_name(const GgCase& c) {
+  return fmt::format("{}_to_{}{}{}_n{}_k{}{}", dtype_name(c.dtype), dtype_name(c.out), c.trans_b ? "_transb" : "",
+                     c.broadcast_b ? "_bcast" : "", c.n, c.kd, c.beta != 0.f ? "_beta" : "");
+}
+
+// Rows 0..2 precede the groups and the last 5 follow them: neither may change.
+const std::vector<int64_t> kOffsets = {3, 3, 4, 134, 151, 151, 215};
+constexpr int64_t kRows = 220;
+
+/// c_ref = alpha · a[rows of g] · op(b[g]) + beta · c0 in scalar S over the groups; other rows keep c0.
+template <class S>
+std::vector<double> reference(const GgCase& c, const std::vector<double>& a, const std::vector<double>& b,
+                              const std::vector<double>& c0) {
+  std::vector<double> out = c0;
+  const int64_t G = int64_t(kOffsets.size()) - 1;
+  for (int64_t g = 0; g < G; ++g) {
+    const double* bg = b.data() + (c.broadcast_b ? 0 : g * c.n * c.kd);
+    for (int64_t r = kOffsets[size_t(g)]; r < kOffsets[size_t(g) + 1]; ++r)
+      for (int64_t j = 0; j < c.n; ++j) {
+        S acc = 0;
+        for (int64_t k = 0; k < c.kd; ++k)
+          acc += S(a[size_t(r * c.kd + k)]) * S(c.trans_b ? bg[j * c.kd + k] : bg[k * c.n + j]);
+        out[size_t(r * c.n + j)] = double(S(c.alpha) * acc + S(c.beta) * S(c0[size_t(r * c.n + j)]));
+      }
+  }
+  return out;
+}
+
+class VLPAR_SUITE(GroupedGemm) : public ::testing::TestWithParam<GgCase> {};
+
+VLPAR_TEST_P(VLPAR_SUITE(GroupedGemm), MatchesFp64AndLeavesOtherRows) {
+  VLPAR_REQUIRE_GPU();
+  const GgCase& c = GetParam();
+  Allocator al;
+  const int64_t G = int64_t(kOffsets.size()) - 1, bg = c.broadcast_b ? 1 : G;
+  const Tensor a = random_tensor(al, {kRows, c.kd}, c.dtype, 1, -2.f, 2.f);
+  const Tensor b = random_tensor(al, c.trans_b ? Shape{bg, c.n, c.kd} : Shape{bg, c.kd, c.n}, c.dtype, 2);
+  const Tensor c0 = random_tensor(al, {kRows, c.n}, c.out, 3);
+  const Tensor ad = upload(al, a), bd = upload(al, b);
+  Tensor cd = upload(al, c0);
+  VLPAR_ASSERT_OK_OR_SKIP(grouped_gemm(gpu_ctx(), cd, ad, bd, kOffsets, GemmDesc{false, c.trans_b, c.alpha, c.beta}));
+  const std::vector<double> got = to_f64(download(al, cd)), before = to_f64(c0);
+  const auto a64 = to_f64(a), b64 = to_f64(b);
+  const std::vector<double> r64 = reference<double>(c, a64, b64, before);
+  const std::vector<double> rf = round_to_dtype(reference<float>(c, a64, b64, before), c.out);
+  EXPECT_TRUE(close_to_reference("grouped_gemm_c", got, r64, rf, Shape{kRows, c.n}, TolOp::kGemm, c.out));
+  for (int64_t r : {0, 1, 2, 215, 219})
+    for (int64_t j = 0; j < c.n; ++j)
+      ASSERT_EQ(got[size_t(r * c.n + j)], before[size_t(r * c.n + j)]) << "row " << r << " is outside the groups";
+}
+
+VLPAR_INSTANTIATE(Shapes, VLPAR_SUITE(GroupedGemm),
+    ::testing::Values(
+        GgCase{DType::kBF16, DType::kBF16, true, false, 136, 40, 1.f, 0.f},    // the MoE forward: x · Wᵀ
+        GgCase{DType::kBF16, DType::kF32, false, false, 64, 96, 1.f, 0.f},     // dX = dY · W
+        GgCase{DType::kF16, DType::kF16, false, true, 136, 96, 0.5f, -1.5f},  // broadcast b, beta reads c
+        GgCase{DType::kF16, DType::kF32, true, false, 64, 40, 1.f, 1.f}),     // accumulate into f32
+    [](const auto& info) { return gg_name(info.param); });
+
+/// The persistent grid: 3 CTAs walking all 10 tiles give bitwise the result of one CTA per tile.
+VLPAR_TEST(VLPAR_SUITE(GroupedGemmProps), CappedGridIsBitwiseEqual) {
+  VLPAR_REQUIRE_GPU();
+  Allocator al;
+  const GgCase c{DType::kBF16, DType::kBF16, true, false, 136, 40, 1.f, 0.f};
+  const Tensor a = upload(al, random_tensor(al, {kRows, c.kd}, c.dtype, 1, -2.f, 2.f));
+  const Tensor b = upload(al, random_tensor(al, {int64_t(kOffsets.size()) - 1, c.n, c.kd}, c.dtype, 2));
+  Tensor c1 = Tensor::zeros(al, {kRows, c.n}, c.out, Device::cuda(0)).value();
+  Tensor c2 = Tensor::zeros(al, {kRows, c.n}, c.out, Device::cuda(0)).value();
+  const GemmDesc desc{false, true, 1.f, 0.f};
+  VLPAR_ASSERT_OK_OR_SKIP(grouped_gemm(gpu_ctx(), c1, a, b, kOffsets, desc));
+  setenv("VLPAR_GROUPED_GEMM_MAX_CTAS", "3", 1);
+  const Status st = grouped_gemm(gpu_ctx(), c2, a, b, kOffsets, desc);
+  unsetenv("VLPAR_GROUPED_GEMM_MAX_CTAS");
+  ASSERT_TRUE(st.ok()) << st.to_string();
+  EXPECT_TRUE(bitwise_equal("c: one CTA per tile vs 3 CTAs", download(al, c1), download(al, c2)));
+}
+
+VLPAR_TEST(VLPAR_SUITE(GroupedGemmProps), WhatTheKernelCannotTakeIsANamedError) {
+  VLPAR_REQUIRE_GPU();
+  Allocator al;
+  const Device dev = Device::cuda(0);
+  const std::vector<int64_t> off = {0, 5, 9};
+  auto t = [&](Shape s, DType dt) { return Tensor::zeros(al, s, dt, dev).value(); };
+  auto expect = [](const Status& st, StatusCode code, const std::string& needle) {
+    ASSERT_FALSE(st.ok()) << needle;
+    EXPECT_EQ(st.code(), code) << st.to_string();
+    EXPECT_NE(st.message().find(needle), std::string::npos) << st.message();
+  };
+  const GemmDesc tb{false, true, 1.f, 0.f};
+  expect(grouped_gemm(gpu_ctx(), t({9, 16}, DType::kF32), t({9, 16}, DType::kF32), t({2, 16, 16}, DType::kF32), off, tb),
+         StatusCode::kNotSupported, "the CUDA kernel takes bf16 or f16 a and b");
+  expect(grouped_gemm(gpu_ctx(), t({9, 16}, DType::kBF16), t({9, 16}, DType::kBF16), t({2, 16, 16}, DType::kF16), off,
+                      tb),
+         StatusCode::kInvalidArgument, "b has dtype f16 but a has bf16");
+  expect(grouped_gemm(gpu_ctx(), t({9, 16}, DType::kBF16), t({9, 12}, DType::kBF16), t({2, 16, 12}, DType::kBF16), off,
+                      tb),
+         StatusCode::kNotSupported, "must be multiples of 8 elements");
+  expect(grouped_gemm(gpu_ctx(), t({9, 16}, DType::kF16), t({9, 16}, DType::kBF16), t({2, 16, 16}, DType::kBF16), off,
+                      tb),
+         StatusCode::kNotSupported, "c must be bf16 or f32");
+}
+
+}  // namespace
+}  // namespace vlpar
