@@ -83,7 +83,12 @@ VLPAR_INSTANTIATE(Shapes, VLPAR_SUITE(GroupedGemm),
         GgCase{DType::kBF16, DType::kBF16, true, false, 136, 40, 1.f, 0.f},    // the MoE forward: x · Wᵀ
         GgCase{DType::kBF16, DType::kF32, false, false, 64, 96, 1.f, 0.f},     // dX = dY · W
         GgCase{DType::kF16, DType::kF16, false, true, 136, 96, 0.5f, -1.5f},  // broadcast b, beta reads c
-        GgCase{DType::kF16, DType::kF32, true, false, 64, 40, 1.f, 1.f}),     // accumulate into f32
+        GgCase{DType::kF16, DType::kF32, true, false, 64, 40, 1.f, 1.f},     // accumulate into f32
+        // the other (input, output, b layout) instantiations, each launched once (tools/check_emu_coverage.py)
+        GgCase{DType::kBF16, DType::kBF16, false, false, 64, 40, 1.f, 0.f},
+        GgCase{DType::kBF16, DType::kF32, true, true, 64, 40, 1.f, 0.f},
+        GgCase{DType::kF16, DType::kF16, true, false, 64, 40, 1.f, 0.f},
+        GgCase{DType::kF16, DType::kF32, false, false, 64, 40, 2.f, 0.f}),
     [](const auto& info) { return gg_name(info.param); });
 
 /// The persistent grid: 3 CTAs walking all 10 tiles give bitwise the result of one CTA per tile.
