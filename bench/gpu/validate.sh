@@ -120,11 +120,12 @@ step() {  # step <name>: runs it with a 10-minute limit, appends its output to t
   echo "$out" >> "$log"
   echo "== $name: exit $rc in $(( $(date +%s) - t0 )) s"
   { echo "## $name"; echo; echo "exit $rc after $(( $(date +%s) - t0 )) s"; echo; echo '```';
-    echo "$out" | tail -200; echo '```'; echo; } >> "$report"
+    echo "$out" | tail -200 | sed "s|$PWD/||g"; echo '```'; echo; } >> "$report"  # repo-relative paths
   [ "$rc" -eq 0 ] || failed+=("$name")
 }
 
-{ echo "# GPU validation, $(date -u '+%F %T') UTC"; echo; echo "commit ${VALIDATE_COMMIT:-$(git rev-parse --short HEAD 2>/dev/null)}"
+commit=${VALIDATE_COMMIT:-$(git rev-parse --short HEAD 2>/dev/null)}
+{ echo "# GPU validation, $(date -u '+%F %T') UTC"; echo; echo "commit $commit"
   echo; echo '```'; nvidia-smi 2>&1 | head -20; nvcc --version 2>&1 | tail -2; echo '```'; echo; } > "$report"
 for s in deps configure build_tests device_query gpu_tests memcheck racecheck synccheck racecheck_probe benchmarks; do
   step "$s"

@@ -47,9 +47,7 @@ Status with_kernel_head_dim(const char* op, int d, Fn&& fn) {
 /// cp.async moves 16-byte chunks: the view's base and its token and head strides must keep every row 16-byte
 /// aligned. Names the view and what breaks it.
 Status check_rows_aligned(const char* op, const char* name, const TensorView& v) {
-  VLPAR_CHECK_CODE(reinterpret_cast<uintptr_t>(v.data) % 16 == 0, StatusCode::kNotSupported,
-                   "{}: {} is not 16-byte aligned ({}): the CUDA kernel loads rows with 16-byte cp.async", op, name,
-                   v.to_string());
+  VLPAR_RETURN_IF_ERROR(check_cp_async_base(op, name, v));
   VLPAR_CHECK_CODE(v.stride(0) % 8 == 0 && v.stride(1) % 8 == 0, StatusCode::kNotSupported,
                    "{}: {} has token stride {} and head stride {} elements; the CUDA kernel needs multiples of 8 "
                    "(16-byte rows) ({})", op, name, v.stride(0), v.stride(1), v.to_string());
@@ -79,10 +77,10 @@ Status check_common(const char* op, const TensorView& q, const TensorView& cu_q,
   return Status::Ok();
 }
 
-/// Copies the segment arrays to the device workspace (one copy when q and k share them), queued on ctx.stream,
-/// and points p at them. Returns the bytes used, rounded up to 256.
-Result<size_t> upload_segments(const Context& ctx, Workspace& ws, const TensorView& cu_q, const TensorView& cu_k,
-                               FlashFwdParams& p) {
+/// Copies the segment arrays to the start of the device workspace (one copy when q and k share them; the space is
+/// segment_bytes), queued on ctx.stream, and points p at them.
+Status upload_segments(const Context& ctx, Workspace& ws, const TensorView& cu_q, const TensorView& cu_k,
+                       FlashFwdParams& p) {
   const size_t bytes = size_t(p.batch + 1) * sizeof(int32_t);
   const bool shared = cu_q.data == cu_k.data;
   const auto stream = static_cast<cudaStream_t>(ctx.stream);
@@ -91,7 +89,7 @@ Result<size_t> upload_segments(const Context& ctx, Workspace& ws, const TensorVi
   if (!shared) VLPAR_CUDA_CHECK(cudaMemcpyAsync(dev + p.batch + 1, cu_k.data, bytes, cudaMemcpyHostToDevice, stream));
   p.cu_q = dev;
   p.cu_k = shared ? dev : dev + p.batch + 1;
-  return (2 * bytes + 255) / 256 * 256;
+  return Status::Ok();
 }
 
 /// Device bytes upload_segments needs for B sequences (the public varlen_attention_cuda_workspace_bytes counts them
@@ -149,7 +147,7 @@ Status varlen_attention_forward(const Context& ctx, TensorView out, TensorView l
   return on_device(op, device, [&]() -> Status {
     Workspace ws(ctx, device);  // the segments on the device, queued before the kernel on the same stream
     VLPAR_RETURN_IF_ERROR(ws.allocate(segment_bytes(p.batch)));
-    VLPAR_RETURN_IF_ERROR(upload_segments(ctx, ws, cu_seqlens_q, cu_seqlens_k, p).status());
+    VLPAR_RETURN_IF_ERROR(upload_segments(ctx, ws, cu_seqlens_q, cu_seqlens_k, p));
     return with_kernel(op, q.dtype, desc.head_dim, [&]<class T, int kHeadDim>() {
       return cuda_kernels::flash_fwd_run<T, kHeadDim>(p, ctx.stream);
     });
@@ -187,7 +185,7 @@ Status varlen_attention_backward(const Context& ctx, TensorView dq, TensorView d
     const size_t seg_bytes = segment_bytes(p.fwd.batch);
     Workspace ws(ctx, device);
     VLPAR_RETURN_IF_ERROR(ws.allocate(seg_bytes + cuda_kernels::flash_bwd_workspace_bytes(p.n_q, desc.num_heads)));
-    VLPAR_RETURN_IF_ERROR(upload_segments(ctx, ws, cu_seqlens_q, cu_seqlens_k, p.fwd).status());
+    VLPAR_RETURN_IF_ERROR(upload_segments(ctx, ws, cu_seqlens_q, cu_seqlens_k, p.fwd));
     p.delta = reinterpret_cast<float*>(ws.ptr<char>() + seg_bytes);
     return with_kernel(op, q.dtype, desc.head_dim, [&]<class T, int kHeadDim>() {
       return cuda_kernels::flash_bwd_run<T, kHeadDim>(p, ctx.stream);

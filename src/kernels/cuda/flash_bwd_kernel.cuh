@@ -27,14 +27,13 @@
 #include <cmath>
 #include <cstdint>
 
+#include "flash_common.cuh"
 #include "mma_tiles.cuh"
 #include "ptx/cp_async.cuh"
 #include "vlpar/core/dtype.hpp"
 #include "vlpar/kernels/cuda/attention_params.hpp"
 
 namespace vlpar::cuda_kernels {
-
-inline constexpr float kLog2e = 1.4426950408889634f;
 
 /// Tile shape of the backward kernels: kBlockM queries × kBlockN keys per step, 4 warps (16 rows each along the
 /// dimension the kernel owns: keys for dK/dV, queries for dQ).
@@ -46,24 +45,10 @@ struct FlashBwdTile {
   static_assert(kHeadDim % 16 == 0 && kBlockM % 16 == 0 && kBlockN % 16 == 0, "tile shape");
 };
 
-/// Sequence b's token ranges in the packed q and k.
-struct FlashSeq {
-  int64_t q_start, k_start;
-  int seqlen_q, seqlen_k;
-};
 
-__device__ __forceinline__ FlashSeq flash_seq(const FlashFwdParams& p, int b) {
-  FlashSeq s;
-  s.q_start = p.cu_q[b];
-  s.k_start = p.cu_k[b];
-  s.seqlen_q = int(p.cu_q[b + 1] - s.q_start);
-  s.seqlen_k = int(p.cu_k[b + 1] - s.k_start);
-  return s;
-}
-
-/// True when key c (sequence-local) contributes to query r.
+/// True when key c (sequence-local) contributes to query r: both exist and the key is visible to the query.
 __device__ __forceinline__ bool flash_visible(const FlashFwdParams& p, const FlashSeq& s, int r, int c) {
-  return r < s.seqlen_q && c < s.seqlen_k && (!p.causal || c <= r + s.seqlen_k - s.seqlen_q);
+  return r < s.seqlen_q && flash_key_visible(p, s, r, c);
 }
 
 /// acc[nt] += A[rows 16·warp.., kHeadDim] · B[n8 tile nt, kHeadDim]ᵀ for kNTiles n8 tiles of B's rows.
@@ -240,9 +225,7 @@ __global__ void __launch_bounds__(Tile::kThreads) flash_bwd_dq_kernel(const Flas
   float* sdelta = slse + Tile::kBlockM;
   flash_bwd_stage_queries<Tile>(p, s, h, m0, sq, sdo, slse, sdelta);
   ptx::cp_async_commit();
-  const int causal_end = m0 + Tile::kBlockM + s.seqlen_k - s.seqlen_q;  // past the last key of the last row
-  const int n_keys = f.causal ? (causal_end < s.seqlen_k ? causal_end : s.seqlen_k) : s.seqlen_k;
-  const int n_tiles = n_keys > 0 ? (n_keys + Tile::kBlockN - 1) / Tile::kBlockN : 0;
+  const int n_tiles = (flash_keys_seen(f, s, m0, Tile::kBlockM) + Tile::kBlockN - 1) / Tile::kBlockN;
   const auto* k = static_cast<const uint16_t*>(f.k) + s.k_start * f.k_tok_stride + h_kv * f.k_head_stride;
   const auto* v = static_cast<const uint16_t*>(f.v) + s.k_start * f.v_tok_stride + h_kv * f.v_head_stride;
   const float scale_log2 = f.scale * kLog2e;

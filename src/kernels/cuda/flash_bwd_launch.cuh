@@ -28,9 +28,10 @@ struct FlashBwdTilesFor {
   using Dq = FlashBwdTile<kHeadDim, 64, kHeadDim == 128 ? 32 : 64>;
 };
 
-/// Dynamic smem of the dK/dV kernel: K, V [kBlockN, D], Q, dO [kBlockM, D] (16-bit), lse and delta [kBlockM].
+/// Dynamic smem of either backward kernel: two [kBlockN, D] and two [kBlockM, D] 16-bit tiles (K, V and Q, dO),
+/// lse and delta [kBlockM] f32.
 template <class Tile>
-constexpr size_t flash_dkdv_smem() {
+constexpr size_t flash_bwd_smem() {
   return size_t(2 * Tile::kBlockN + 2 * Tile::kBlockM) * Tile::kHeadDim * 2 + 2 * Tile::kBlockM * sizeof(float);
 }
 
@@ -58,11 +59,11 @@ Status flash_bwd_run(const FlashBwdParams& p, void* stream) {
   if (p.n_q > 0)  // no query: no delta, and dK, dV (written below) are zero
     VLPAR_RETURN_IF_ERROR(launch<flash_bwd_dot_do_o_kernel<T>>(LaunchConfig{dot_grid, dim3(128), 0, stream}, p));
   if (p.max_seqlen_k > 0) {
-    const LaunchConfig cfg{dkdv_grid, dim3(DkDv::kThreads), flash_dkdv_smem<DkDv>(), stream};
+    const LaunchConfig cfg{dkdv_grid, dim3(DkDv::kThreads), flash_bwd_smem<DkDv>(), stream};
     VLPAR_RETURN_IF_ERROR((launch<flash_bwd_dkdv_kernel<T, DkDv>>(cfg, p)));
   }
   if (f.max_seqlen_q == 0) return Status::Ok();
-  const LaunchConfig cfg{dq_grid, dim3(Dq::kThreads), flash_dkdv_smem<Dq>(), stream};  // same smem formula
+  const LaunchConfig cfg{dq_grid, dim3(Dq::kThreads), flash_bwd_smem<Dq>(), stream};
   return launch<flash_bwd_dq_kernel<T, Dq>>(cfg, p);
 }
 

@@ -26,8 +26,8 @@
 
 #include <cmath>
 #include <cstdint>
-#include <type_traits>
 
+#include "flash_common.cuh"
 #include "mma_tiles.cuh"
 #include "ptx/cp_async.cuh"
 #include "vlpar/core/dtype.hpp"
@@ -98,24 +98,16 @@ __device__ __forceinline__ void flash_pv(float (&o)[Tile::kMSlabs][Tile::kNTiles
 }
 
 /// Per-CTA view of one (sequence, head, query tile): where the rows live and how many keys they may see.
-struct FlashFwdBlock {
-  int64_t q_start, k_start;  // first token of the sequence in the packed q and k
-  int seqlen_q, seqlen_k;
-  int m0;                    // first query row of this tile (sequence-local)
-  int n_keys;                // keys [0, n_keys) can be visible to some row of this tile
+struct FlashFwdBlock : FlashSeq {
+  int m0;      // first query row of this tile (sequence-local)
+  int n_keys;  // keys [0, n_keys) can be visible to some row of this tile
 };
 
 __device__ __forceinline__ FlashFwdBlock flash_fwd_block(const FlashFwdParams& p, int block_m) {
   FlashFwdBlock bk;
-  const int b = int(blockIdx.z);
-  bk.q_start = p.cu_q[b];
-  bk.k_start = p.cu_k[b];
-  bk.seqlen_q = int(p.cu_q[b + 1] - bk.q_start);
-  bk.seqlen_k = int(p.cu_k[b + 1] - bk.k_start);
+  static_cast<FlashSeq&>(bk) = flash_seq(p, int(blockIdx.z));
   bk.m0 = int(blockIdx.x) * block_m;
-  const int causal_end = bk.m0 + block_m + bk.seqlen_k - bk.seqlen_q;  // one past the last key of the last row
-  bk.n_keys = p.causal ? (causal_end < bk.seqlen_k ? causal_end : bk.seqlen_k) : bk.seqlen_k;
-  if (bk.n_keys < 0) bk.n_keys = 0;
+  bk.n_keys = flash_keys_seen(p, bk, bk.m0, block_m);
   return bk;
 }
 
@@ -137,7 +129,7 @@ __device__ __forceinline__ void flash_scale_mask(float (&acc)[Tile::kMSlabs][Til
         if (need_mask) {
           const int row = bk.m0 + 16 * (warp + Tile::kWarps * s) + lane / 4 + 8 * (i >> 1);
           const int col = n0 + 8 * nt + 2 * (lane % 4) + (i & 1);
-          if (col >= bk.seqlen_k || (p.causal && col > row + bk.seqlen_k - bk.seqlen_q)) x = -INFINITY;
+          if (!flash_key_visible(p, bk, row, col)) x = -INFINITY;
         }
         acc[s][nt][i] = x;
       }
@@ -220,7 +212,7 @@ __global__ void __launch_bounds__(Tile::kThreads) flash_fwd_kernel(const FlashFw
   const auto* q = static_cast<const uint16_t*>(p.q) + (bk.q_start + bk.m0) * p.q_tok_stride + h * p.q_head_stride;
   const auto* k = static_cast<const uint16_t*>(p.k) + bk.k_start * p.k_tok_stride + h_kv * p.k_head_stride;
   const auto* v = static_cast<const uint16_t*>(p.v) + bk.k_start * p.v_tok_stride + h_kv * p.v_head_stride;
-  const float scale_log2 = p.scale * 1.4426950408889634f;
+  const float scale_log2 = p.scale * kLog2e;
   const int n_tiles = (bk.n_keys + Tile::kBlockN - 1) / Tile::kBlockN;
   auto load = [&](uint16_t* dst, const uint16_t* src, int64_t tok_stride, int rows, int valid_rows) {
     cp_async_tile<Tile::kHeadDim, Tile::kThreads>(dst, src, tok_stride, rows, valid_rows, p.head_dim);

@@ -29,9 +29,7 @@ Status grouped_gemm(const Context& ctx, TensorView c, TensorView a, TensorView b
                    c.to_string());
   VLPAR_ASSIGN_OR_RETURN(const int device, cuda_device_of(op, {{"c", &c}, {"a", &a}, {"b", &b}}));
   for (const auto& [name, v] : {std::pair{"a", &a}, std::pair{"b", &b}, std::pair{"c", &c}})
-    VLPAR_CHECK_CODE(reinterpret_cast<uintptr_t>(v->data) % 16 == 0, StatusCode::kNotSupported,
-                     "{}: {} is not 16-byte aligned ({}): the CUDA kernel loads rows with 16-byte cp.async", op, name,
-                     v->to_string());
+    VLPAR_RETURN_IF_ERROR(check_cp_async_base(op, name, *v));
   const int groups = int(offsets.size()) - 1;
   cuda_kernels::GroupedGemmParams p{};
   p.c = c.data;

@@ -6,6 +6,7 @@
 #include "cuda_compat.cuh"  // first: the prelude of every CUDA source
 
 #include <cstddef>
+#include <cstdint>
 #include <initializer_list>
 #include <utility>
 
@@ -119,5 +120,13 @@ class Workspace {
 };
 
 inline float* optional_f32(const TensorView& v) { return v.empty() ? nullptr : v.ptr<float>(); }
+
+/// The view's base address is 16-byte aligned, as the tensor-core kernels' 16-byte cp.async rows need.
+inline Status check_cp_async_base(const char* op, const char* name, const TensorView& v) {
+  VLPAR_CHECK_CODE(reinterpret_cast<uintptr_t>(v.data) % 16 == 0, StatusCode::kNotSupported,
+                   "{}: {} is not 16-byte aligned ({}): the CUDA kernel loads rows with 16-byte cp.async", op, name,
+                   v.to_string());
+  return Status::Ok();
+}
 
 }  // namespace vlpar::cuda_impl

@@ -35,11 +35,6 @@ Result<std::pair<int64_t, int64_t>> check_rows(const char* op, const char* name,
   return std::pair<int64_t, int64_t>{v.size(0), v.size(1)};
 }
 
-Result<std::pair<int64_t, int64_t>> check_rows_f32(const char* op, const char* name, const TensorView& v, int64_t rows,
-                                                   int64_t cols) {
-  return check_rows(op, name, v, rows, cols, true);
-}
-
 Status check_plan(const char* op, const MoeDispatch& p) {
   VLPAR_CHECK(p.num_experts > 0 && p.top_k > 0 && p.num_tokens >= 0 &&
                   p.offsets.size() == size_t(p.num_experts) + 1 &&
@@ -96,8 +91,8 @@ Status moe_dispatch_plan(MoeDispatch& plan, TensorView indices, int num_experts)
 Status moe_permute(const Context& ctx, TensorView out, TensorView in, TensorView weights, const MoeDispatch& plan) {
   const char* op = "moe_permute";
   VLPAR_RETURN_IF_ERROR(check_plan(op, plan));
-  VLPAR_ASSIGN_OR_RETURN(const auto x, check_rows_f32(op, "in", in, plan.num_tokens, -1));
-  VLPAR_RETURN_IF_ERROR(check_rows_f32(op, "out", out, plan.num_rows(), x.second).status());
+  VLPAR_ASSIGN_OR_RETURN(const auto x, check_rows(op, "in", in, plan.num_tokens, -1));
+  VLPAR_RETURN_IF_ERROR(check_rows(op, "out", out, plan.num_rows(), x.second).status());
   VLPAR_RETURN_IF_ERROR(check_weights(op, weights, plan));
   return cpu_impl::moe_permute(ctx, out, in, weights, plan);
 }
@@ -106,8 +101,8 @@ Status moe_unpermute(const Context& ctx, TensorView out, TensorView rows, Tensor
                      const MoeDispatch& plan) {
   const char* op = "moe_unpermute";
   VLPAR_RETURN_IF_ERROR(check_plan(op, plan));
-  VLPAR_ASSIGN_OR_RETURN(const auto y, check_rows_f32(op, "rows", rows, plan.num_rows(), -1));
-  VLPAR_RETURN_IF_ERROR(check_rows_f32(op, "out", out, plan.num_tokens, y.second).status());
+  VLPAR_ASSIGN_OR_RETURN(const auto y, check_rows(op, "rows", rows, plan.num_rows(), -1));
+  VLPAR_RETURN_IF_ERROR(check_rows(op, "out", out, plan.num_tokens, y.second).status());
   VLPAR_RETURN_IF_ERROR(check_weights(op, weights, plan));
   return cpu_impl::moe_unpermute(ctx, out, rows, weights, plan);
 }
@@ -115,16 +110,16 @@ Status moe_unpermute(const Context& ctx, TensorView out, TensorView rows, Tensor
 Status moe_row_dot(const Context& ctx, TensorView dweights, TensorView a, TensorView b, const MoeDispatch& plan) {
   const char* op = "moe_row_dot";
   VLPAR_RETURN_IF_ERROR(check_plan(op, plan));
-  VLPAR_ASSIGN_OR_RETURN(const auto ra, check_rows_f32(op, "a", a, plan.num_rows(), -1));
-  VLPAR_RETURN_IF_ERROR(check_rows_f32(op, "b", b, plan.num_rows(), ra.second).status());
-  VLPAR_RETURN_IF_ERROR(check_rows_f32(op, "dweights", dweights, plan.num_tokens, plan.top_k).status());
+  VLPAR_ASSIGN_OR_RETURN(const auto ra, check_rows(op, "a", a, plan.num_rows(), -1));
+  VLPAR_RETURN_IF_ERROR(check_rows(op, "b", b, plan.num_rows(), ra.second).status());
+  VLPAR_RETURN_IF_ERROR(check_rows(op, "dweights", dweights, plan.num_tokens, plan.top_k).status());
   return cpu_impl::moe_row_dot(ctx, dweights, a, b, plan);
 }
 
 Status moe_scale_rows(const Context& ctx, TensorView rows, TensorView weights, const MoeDispatch& plan) {
   const char* op = "moe_scale_rows";
   VLPAR_RETURN_IF_ERROR(check_plan(op, plan));
-  VLPAR_RETURN_IF_ERROR(check_rows_f32(op, "rows", rows, plan.num_rows(), -1).status());
+  VLPAR_RETURN_IF_ERROR(check_rows(op, "rows", rows, plan.num_rows(), -1).status());
   VLPAR_CHECK(!weights.empty(), "{}: weights must be [{}, {}], got an empty view", op, plan.num_tokens, plan.top_k);
   VLPAR_RETURN_IF_ERROR(check_weights(op, weights, plan));
   return cpu_impl::moe_scale_rows(ctx, rows, weights, plan);
@@ -154,8 +149,8 @@ Status grouped_gemm(const Context& ctx, TensorView c, TensorView a, TensorView b
 Status grouped_weight_grad(const Context& ctx, TensorView dw, TensorView a, TensorView dc,
                            std::span<const int64_t> offsets) {
   const char* op = "grouped_weight_grad";
-  VLPAR_ASSIGN_OR_RETURN(const auto ma, check_rows_f32(op, "a", a, -1, -1));
-  VLPAR_ASSIGN_OR_RETURN(const auto mdc, check_rows_f32(op, "dc", dc, ma.first, -1));
+  VLPAR_ASSIGN_OR_RETURN(const auto ma, check_rows(op, "a", a, -1, -1));
+  VLPAR_ASSIGN_OR_RETURN(const auto mdc, check_rows(op, "dc", dc, ma.first, -1));
   VLPAR_RETURN_IF_ERROR(check_offsets(op, offsets, ma.first));
   const int64_t G = int64_t(offsets.size()) - 1, Kd = ma.second, N = mdc.second;
   VLPAR_CHECK(dw.ndim() == 3 && dw.size(0) == G && dw.size(1) == Kd && dw.size(2) == N && dw.is_contiguous(),
