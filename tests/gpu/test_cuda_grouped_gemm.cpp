@@ -15,6 +15,7 @@
 #include "gpu_test_util.hpp"
 #include "test_util.hpp"
 #include "vlpar/kernels/moe.hpp"
+#include "vlpar/reference/linear.hpp"
 
 namespace vlpar {
 namespace {
@@ -36,23 +37,20 @@ std::string gg_name(const GgCase& c) {
 const std::vector<int64_t> kOffsets = {3, 3, 4, 134, 151, 151, 215};
 constexpr int64_t kRows = 220;
 
-/// c_ref = alpha · a[rows of g] · op(b[g]) + beta · c0 in scalar S over the groups; other rows keep c0.
+/// c_ref = alpha · a[rows of g] · op(b[g]) + beta · c0 in scalar S over the groups (reference::gemm per group);
+/// other rows keep c0.
 template <class S>
 std::vector<double> reference(const GgCase& c, const std::vector<double>& a, const std::vector<double>& b,
                               const std::vector<double>& c0) {
-  std::vector<double> out = c0;
-  const int64_t G = int64_t(kOffsets.size()) - 1;
-  for (int64_t g = 0; g < G; ++g) {
-    const double* bg = b.data() + (c.broadcast_b ? 0 : g * c.n * c.kd);
-    for (int64_t r = kOffsets[size_t(g)]; r < kOffsets[size_t(g) + 1]; ++r)
-      for (int64_t j = 0; j < c.n; ++j) {
-        S acc = 0;
-        for (int64_t k = 0; k < c.kd; ++k)
-          acc += S(a[size_t(r * c.kd + k)]) * S(c.trans_b ? bg[j * c.kd + k] : bg[k * c.n + j]);
-        out[size_t(r * c.n + j)] = double(S(c.alpha) * acc + S(c.beta) * S(c0[size_t(r * c.n + j)]));
-      }
+  const std::vector<S> as = cast_vec<S>(a), bs = cast_vec<S>(b);
+  std::vector<S> out = cast_vec<S>(c0);
+  for (size_t g = 0; g + 1 < kOffsets.size(); ++g) {
+    const int64_t r0 = kOffsets[g], rows = kOffsets[g + 1] - r0;
+    const S* bg = bs.data() + (c.broadcast_b ? 0 : int64_t(g) * c.n * c.kd);
+    reference::gemm<S>(out.data() + r0 * c.n, as.data() + r0 * c.kd, bg, rows, c.n, c.kd, false, c.trans_b,
+                       S(c.alpha), S(c.beta));
   }
-  return out;
+  return to_double(out);
 }
 
 class VLPAR_SUITE(GroupedGemm) : public ::testing::TestWithParam<GgCase> {};
