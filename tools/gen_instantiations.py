@@ -78,10 +78,10 @@ FAMILIES = [
     Family(
         name="grouped_gemm",
         header="grouped_gemm_launch.cuh",
-        summary="grouped GEMM ({dt} in, {dt} or f32 out)",
+        summary="grouped GEMM ({dt} in, {dt} or f32 out) and its weight gradient (f32 out)",
         instances=lambda t: [
             f"template Status grouped_gemm_run<{t}, {o}>(const GroupedGemmParams&, void*);" for o in (t, "float")
-        ],
+        ] + [f"template Status grouped_wgrad_run<{t}>(const GroupedWgradParams&, void*);"],
         dtypes=("bf16", "f16"),
     ),
     Family(

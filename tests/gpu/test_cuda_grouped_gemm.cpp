@@ -3,7 +3,9 @@
 // c's dtype): bf16 and f16 inputs, c in the input dtype or f32, b as [Kd, N] and as [N, Kd] (trans_b), per-group
 // and broadcast b, ragged groups (0, 1, 17, 130 rows), N and Kd that are not multiples of the tile, alpha and beta
 // (beta reads c), rows outside the groups untouched, the persistent grid (a capped CTA count gives bitwise the
-// same result), and named errors. Run: ctest --test-dir build/emu -R GroupedGemm (emulated), or -L gpu on a GPU.
+// same result), and named errors; the grouped weight gradient (dw[g] += a[rows of g]ᵀ · dc[rows of g], fp32)
+// against the same per-group loops with aᵀ. Run: ctest --test-dir build/emu -R Grouped (emulated), or -L gpu on a
+// GPU.
 #include <fmt/format.h>
 #include <gtest/gtest.h>
 
@@ -89,6 +91,58 @@ VLPAR_INSTANTIATE(Shapes, VLPAR_SUITE(GroupedGemm),
         GgCase{DType::kF16, DType::kF32, false, false, 64, 40, 2.f, 0.f}),
     [](const auto& info) { return gg_name(info.param); });
 
+struct WgCase {
+  DType dtype;
+  int64_t kd, n;
+};
+
+/// dw_ref[g] = dw0[g] + a[rows of g]ᵀ · dc[rows of g] in scalar S (reference::gemm per group, aᵀ through trans_a).
+template <class S>
+std::vector<double> wgrad_reference(const WgCase& c, const std::vector<double>& a, const std::vector<double>& dc,
+                                    const std::vector<double>& dw0) {
+  const std::vector<S> as = cast_vec<S>(a), dcs = cast_vec<S>(dc);
+  std::vector<S> out = cast_vec<S>(dw0);
+  for (size_t g = 0; g + 1 < kOffsets.size(); ++g) {
+    const int64_t r0 = kOffsets[g], rows = kOffsets[g + 1] - r0;
+    reference::gemm<S>(out.data() + int64_t(g) * c.kd * c.n, as.data() + r0 * c.kd, dcs.data() + r0 * c.n, c.kd, c.n,
+                       rows, true, false, S(1), S(1));
+  }
+  return to_double(out);
+}
+
+class VLPAR_SUITE(GroupedWeightGrad) : public ::testing::TestWithParam<WgCase> {};
+
+/// dw accumulates (dw0 random, so a missing read of dw fails); the empty groups' dw stay bitwise dw0.
+VLPAR_TEST_P(VLPAR_SUITE(GroupedWeightGrad), AccumulatesFp64Sum) {
+  VLPAR_REQUIRE_GPU();
+  const WgCase& c = GetParam();
+  Allocator al;
+  const int64_t G = int64_t(kOffsets.size()) - 1;
+  const Tensor a = random_tensor(al, {kRows, c.kd}, c.dtype, 4, -2.f, 2.f);
+  const Tensor dc = random_tensor(al, {kRows, c.n}, c.dtype, 5);
+  const Tensor dw0 = random_tensor(al, {G, c.kd, c.n}, DType::kF32, 6);
+  Tensor dwd = upload(al, dw0);
+  VLPAR_ASSERT_OK_OR_SKIP(grouped_weight_grad(gpu_ctx(), dwd, upload(al, a), upload(al, dc), kOffsets));
+  const std::vector<double> got = to_f64(download(al, dwd)), before = to_f64(dw0);
+  const auto a64 = to_f64(a), dc64 = to_f64(dc);
+  const std::vector<double> r64 = wgrad_reference<double>(c, a64, dc64, before);
+  const std::vector<double> rf = wgrad_reference<float>(c, a64, dc64, before);
+  EXPECT_TRUE(close_to_reference("grouped_weight_grad_dw", got, r64, rf, Shape{G, c.kd, c.n}, TolOp::kGemm,
+                                 DType::kF32));
+  for (size_t g = 0; g + 1 < kOffsets.size(); ++g) {
+    if (kOffsets[g + 1] != kOffsets[g]) continue;
+    for (int64_t i = 0; i < c.kd * c.n; ++i)
+      ASSERT_EQ(got[g * size_t(c.kd * c.n) + size_t(i)], before[g * size_t(c.kd * c.n) + size_t(i)])
+          << "empty group " << g << " changed";
+  }
+}
+
+VLPAR_INSTANTIATE(Shapes, VLPAR_SUITE(GroupedWeightGrad),
+    ::testing::Values(WgCase{DType::kBF16, 136, 40},    // Kd past one tile, N a partial tile
+                      WgCase{DType::kF16, 40, 136}),   // N past one tile
+    [](const auto& info) { return fmt::format("{}_kd{}_n{}", dtype_name(info.param.dtype), info.param.kd,
+                                              info.param.n); });
+
 /// The persistent grid: 3 CTAs walking all 10 tiles give bitwise the result of one CTA per tile.
 VLPAR_TEST(VLPAR_SUITE(GroupedGemmProps), CappedGridIsBitwiseEqual) {
   VLPAR_REQUIRE_GPU();
@@ -107,6 +161,24 @@ VLPAR_TEST(VLPAR_SUITE(GroupedGemmProps), CappedGridIsBitwiseEqual) {
   EXPECT_TRUE(bitwise_equal("c: one CTA per tile vs 3 CTAs", download(al, c1), download(al, c2)));
 }
 
+/// The weight gradient's persistent grid: 2 CTAs walking the 8 tiles of the 4 non-empty groups give bitwise the
+/// result of one CTA per tile.
+VLPAR_TEST(VLPAR_SUITE(GroupedGemmProps), WeightGradCappedGridIsBitwiseEqual) {
+  VLPAR_REQUIRE_GPU();
+  Allocator al;
+  const Tensor a = upload(al, random_tensor(al, {kRows, 136}, DType::kBF16, 7, -2.f, 2.f));
+  const Tensor dc = upload(al, random_tensor(al, {kRows, 40}, DType::kBF16, 8));
+  const Shape dw_shape{int64_t(kOffsets.size()) - 1, 136, 40};
+  Tensor dw1 = Tensor::zeros(al, dw_shape, DType::kF32, Device::cuda(0)).value();
+  Tensor dw2 = Tensor::zeros(al, dw_shape, DType::kF32, Device::cuda(0)).value();
+  VLPAR_ASSERT_OK_OR_SKIP(grouped_weight_grad(gpu_ctx(), dw1, a, dc, kOffsets));
+  setenv("VLPAR_GROUPED_GEMM_MAX_CTAS", "2", 1);
+  const Status st = grouped_weight_grad(gpu_ctx(), dw2, a, dc, kOffsets);
+  unsetenv("VLPAR_GROUPED_GEMM_MAX_CTAS");
+  ASSERT_TRUE(st.ok()) << st.to_string();
+  EXPECT_TRUE(bitwise_equal("dw: one CTA per tile vs 2 CTAs", download(al, dw1), download(al, dw2)));
+}
+
 VLPAR_TEST(VLPAR_SUITE(GroupedGemmProps), WhatTheKernelCannotTakeIsANamedError) {
   VLPAR_REQUIRE_GPU();
   Allocator al;
@@ -120,7 +192,7 @@ VLPAR_TEST(VLPAR_SUITE(GroupedGemmProps), WhatTheKernelCannotTakeIsANamedError) 
   };
   const GemmDesc tb{false, true, 1.f, 0.f};
   expect(grouped_gemm(gpu_ctx(), t({9, 16}, DType::kF32), t({9, 16}, DType::kF32), t({2, 16, 16}, DType::kF32), off, tb),
-         StatusCode::kNotSupported, "the CUDA kernel takes bf16 or f16 a and b");
+         StatusCode::kNotSupported, "the CUDA kernel takes bf16 or f16 operands");
   expect(grouped_gemm(gpu_ctx(), t({9, 16}, DType::kBF16), t({9, 16}, DType::kBF16), t({2, 16, 16}, DType::kF16), off,
                       tb),
          StatusCode::kInvalidArgument, "b has dtype f16 but a has bf16");
@@ -130,6 +202,15 @@ VLPAR_TEST(VLPAR_SUITE(GroupedGemmProps), WhatTheKernelCannotTakeIsANamedError) 
   expect(grouped_gemm(gpu_ctx(), t({9, 16}, DType::kF16), t({9, 16}, DType::kBF16), t({2, 16, 16}, DType::kBF16), off,
                       tb),
          StatusCode::kNotSupported, "c must be bf16 or f32");
+  expect(grouped_weight_grad(gpu_ctx(), t({2, 16, 8}, DType::kBF16), t({9, 16}, DType::kBF16), t({9, 8}, DType::kBF16),
+                             off),
+         StatusCode::kNotSupported, "dw must be f32");
+  expect(grouped_weight_grad(gpu_ctx(), t({2, 16, 8}, DType::kF32), t({9, 16}, DType::kBF16), t({9, 8}, DType::kF16),
+                             off),
+         StatusCode::kInvalidArgument, "dc has dtype f16 but a has bf16");
+  expect(grouped_weight_grad(gpu_ctx(), t({2, 12, 8}, DType::kF32), t({9, 12}, DType::kBF16), t({9, 8}, DType::kBF16),
+                             off),
+         StatusCode::kNotSupported, "must be multiples of 8");
 }
 
 }  // namespace

@@ -33,5 +33,8 @@ Status varlen_attention_backward(const Context& ctx, TensorView dq, TensorView d
 /// bf16/f16 a and b, c in their dtype or f32; offsets in host memory (src/kernels/cuda/moe_ops.cu).
 Status grouped_gemm(const Context& ctx, TensorView c, TensorView a, TensorView b, std::span<const int64_t> offsets,
                     GemmDesc desc);
+/// bf16/f16 a and dc, dw f32 (accumulated); offsets in host memory (src/kernels/cuda/moe_ops.cu).
+Status grouped_weight_grad(const Context& ctx, TensorView dw, TensorView a, TensorView dc,
+                           std::span<const int64_t> offsets);
 
 }  // namespace vlpar::cuda_impl

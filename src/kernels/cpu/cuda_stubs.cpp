@@ -47,6 +47,10 @@ Status grouped_gemm(const Context&, TensorView, TensorView, TensorView, std::spa
   return VLPAR_STATUS(StatusCode::kNotSupported, "grouped_gemm: this build of vlpar has no CUDA kernels");
 }
 
+Status grouped_weight_grad(const Context&, TensorView, TensorView, TensorView, std::span<const int64_t>) {
+  return VLPAR_STATUS(StatusCode::kNotSupported, "grouped_weight_grad: this build of vlpar has no CUDA kernels");
+}
+
 }  // namespace vlpar::cuda_impl
 
 #endif  // VLPAR_WITH_CUDA

@@ -8,11 +8,18 @@
 //   otherwise), 32 KiB, loaded by 16-byte cp.async (rows past the group and columns past N or Kd zero-filled): the
 //   load of k-step kt+1 overlaps the MMAs of k-step kt. Operands through ldmatrix (.trans for a [Kd, N] b).
 //   Epilogue: alpha·acc (+ beta·c) rounded once to OutT, two columns per store, rows and columns predicated.
+// The weight gradient dw[g] += a[rows of g]ᵀ · dc[rows of g] (grouped_wgrad_kernel) reuses the tile, warps,
+// pipeline and epilogue with the roles turned: output tiles 128 (Kd) × 128 (N) of dw[g] for the non-empty groups
+// only, the inner dimension the group's rows (ragged; rows past the group zero-filled, so they add exact zeros),
+// both operands staged k-major as [32 rows, 128] tiles: A (= aᵀ) through ldmatrix.trans (load_a_km), B through
+// ldmatrix.trans; fp32 read-modify-write of dw (the gradient accumulates across calls and micro-batches).
 // Every output element is computed by one thread with a fixed k order: bitwise identical across runs and grids.
 // SASS (tools/check_sass.py, CI stage cuda): tensor-core MMAs fed by ldmatrix and a two-stage cp.async pipeline.
 // SASS grouped_gemm_kernel<bf16, *>: HMMA.16816.F32.BF16 LDSM.16.M88.4 LDGSTS.E.BYPASS.128 DEPBAR.LE BAR.SYNC regs<=255 stack<=0 threads=128
 // SASS grouped_gemm_kernel<f16, *>: HMMA.16816.F32 LDSM.16.M88.4 LDGSTS.E.BYPASS.128 DEPBAR.LE BAR.SYNC regs<=255 stack<=0 threads=128
 // SASS grouped_gemm_kernel<*, *, false>: LDSM.16.MT88.4 dynsmem=32768
+// SASS grouped_wgrad_kernel<bf16>: HMMA.16816.F32.BF16 LDSM.16.MT88.4 LDGSTS.E.BYPASS.128 DEPBAR.LE BAR.SYNC regs<=255 stack<=0 threads=128 dynsmem=32768
+// SASS grouped_wgrad_kernel<f16>: HMMA.16816.F32 LDSM.16.MT88.4 LDGSTS.E.BYPASS.128 DEPBAR.LE BAR.SYNC regs<=255 stack<=0 threads=128 dynsmem=32768
 // Test: tests/gpu/test_cuda_grouped_gemm.cpp (ctest -L gpu; -L emu in the emulated build)
 #include "cuda_compat.cuh"  // first: the prelude of every CUDA source
 
@@ -41,13 +48,20 @@ struct GroupedGemmWork {
   int64_t col0;
 };
 
-__device__ __forceinline__ GroupedGemmWork grouped_gemm_work(const GroupedGemmParams& p, int tile) {
-  int lo = 0, hi = p.groups - 1;  // the last group whose first tile is ≤ tile (empty groups share offsets)
+/// The group of output tile `tile`: the last g whose first tile is ≤ tile (an empty group shares its first tile
+/// with the next group, so it is never chosen).
+__device__ __forceinline__ int grouped_tile_group(const int32_t* tile_offsets, int groups, int tile) {
+  int lo = 0, hi = groups - 1;
   while (lo < hi) {
     const int mid = (lo + hi + 1) / 2;
-    if (p.tile_offsets[mid] <= tile) lo = mid;
+    if (tile_offsets[mid] <= tile) lo = mid;
     else hi = mid - 1;
   }
+  return lo;
+}
+
+__device__ __forceinline__ GroupedGemmWork grouped_gemm_work(const GroupedGemmParams& p, int tile) {
+  const int lo = grouped_tile_group(p.tile_offsets, p.groups, tile);
   const int col_tiles = int((p.n + GroupedGemmTile::kCols - 1) / GroupedGemmTile::kCols);
   const int local = tile - p.tile_offsets[lo];
   const int64_t m0 = int64_t(local / col_tiles) * GroupedGemmTile::kRows;
@@ -78,8 +92,9 @@ __device__ __forceinline__ void grouped_gemm_load(uint16_t* stage, const Grouped
   }
 }
 
-/// acc += A · op(B) over one k-step held in `stage`, for warp (wm, wn)'s 64 × 64 quarter of the tile.
-template <class T, bool kTransB>
+/// acc += A · op(B) over one k-step held in `stage`, for warp (wm, wn)'s 64 × 64 quarter of the tile. A is
+/// [128 m, 32 k] in the stage, or [32 k, 128 m] with kAKMajor (the weight gradient's aᵀ, through ldmatrix.trans).
+template <class T, bool kAKMajor, bool kTransB>
 __device__ __forceinline__ void grouped_gemm_mma(float (&acc)[4][8][4], const uint16_t* stage, int wm, int wn,
                                                  int lane) {
   using Tile = GroupedGemmTile;
@@ -88,7 +103,13 @@ __device__ __forceinline__ void grouped_gemm_mma(float (&acc)[4][8][4], const ui
   for (int kk = 0; kk < Tile::kK / 16; ++kk) {
     uint32_t af[4][4];
 #pragma unroll
-    for (int mi = 0; mi < 4; ++mi) load_a<Tile::kK>(af[mi], stage, 64 * wm + 16 * mi, 16 * kk, lane);
+    for (int mi = 0; mi < 4; ++mi) {
+      if constexpr (kAKMajor) {
+        load_a_km<Tile::kRows>(af[mi], stage, 64 * wm + 16 * mi, 16 * kk, lane);
+      } else {
+        load_a<Tile::kK>(af[mi], stage, 64 * wm + 16 * mi, 16 * kk, lane);
+      }
+    }
 #pragma unroll
     for (int nj = 0; nj < 4; ++nj) {  // n8 tiles 2nj, 2nj + 1
       uint32_t b[4];
@@ -106,32 +127,58 @@ __device__ __forceinline__ void grouped_gemm_mma(float (&acc)[4][8][4], const ui
   }
 }
 
-/// c = alpha · acc (+ beta · c) for the warp's rows < w.rows and columns < N, one rounding to OutT.
+/// c = alpha · acc (+ beta · c) for the warp's part of the tile whose element (0, 0) is c[row0 · ldc + col0]: its
+/// rows < rows (relative to row0) and columns < n (absolute), one rounding to OutT.
 template <class OutT>
-__device__ __forceinline__ void grouped_gemm_store(const GroupedGemmParams& p, const GroupedGemmWork& w,
-                                                   const float (&acc)[4][8][4], int wm, int wn, int lane) {
+__device__ __forceinline__ void grouped_gemm_store(OutT* c, int64_t ldc, int64_t row0, int64_t rows, int64_t col0,
+                                                   int64_t n, float alpha, float beta, const float (&acc)[4][8][4],
+                                                   int wm, int wn, int lane) {
 #pragma unroll
   for (int mi = 0; mi < 4; ++mi)
 #pragma unroll
     for (int hr = 0; hr < 2; ++hr) {
       const int64_t r = 64 * wm + 16 * mi + lane / 4 + 8 * hr;
-      if (r >= w.rows) continue;
-      OutT* row = static_cast<OutT*>(p.c) + (w.row0 + r) * p.ldc;
+      if (r >= rows) continue;
+      OutT* row = c + (row0 + r) * ldc;
 #pragma unroll
       for (int nt = 0; nt < 8; ++nt) {
-        const int64_t col = w.col0 + 64 * wn + 8 * nt + 2 * (lane % 4);
-        if (col >= p.n) continue;
-        float x0 = p.alpha * acc[mi][nt][2 * hr], x1 = p.alpha * acc[mi][nt][2 * hr + 1];
+        const int64_t col = col0 + 64 * wn + 8 * nt + 2 * (lane % 4);
+        if (col >= n) continue;
+        float x0 = alpha * acc[mi][nt][2 * hr], x1 = alpha * acc[mi][nt][2 * hr + 1];
         if constexpr (std::is_same_v<OutT, float>) {
           float2* dst = reinterpret_cast<float2*>(row + col);
-          if (p.beta != 0.f) x0 += p.beta * dst->x, x1 += p.beta * dst->y;
+          if (beta != 0.f) x0 += beta * dst->x, x1 += beta * dst->y;
           *dst = make_float2(x0, x1);
         } else {
-          if (p.beta != 0.f) x0 += p.beta * to_float(row[col]), x1 += p.beta * to_float(row[col + 1]);
+          if (beta != 0.f) x0 += beta * to_float(row[col]), x1 += beta * to_float(row[col + 1]);
           *reinterpret_cast<uint32_t*>(row + col) = pack2<OutT>(x0, x1);
         }
       }
     }
+}
+
+/// acc = Σ over k_steps of A · op(B), stage kt loaded by load(stage, kt) (which issues, not commits, its
+/// cp.async copies): two stages, the load of k-step kt + 1 overlapping the MMAs of k-step kt.
+template <class T, bool kAKMajor, bool kTransB, class Load>
+__device__ __forceinline__ void grouped_gemm_mainloop(float (&acc)[4][8][4], uint16_t* smem, int k_steps,
+                                                      const Load& load, int wm, int wn, int lane) {
+  using Tile = GroupedGemmTile;
+  if (k_steps > 0) {
+    load(smem, 0);
+    ptx::cp_async_commit();
+  }
+  for (int kt = 0; kt < k_steps; ++kt) {
+    if (kt + 1 < k_steps) {
+      load(smem + ((kt + 1) & 1) * Tile::kStageElems, kt + 1);
+      ptx::cp_async_commit();
+      ptx::cp_async_wait<1>();  // k-step kt landed; kt + 1 may still be in flight
+    } else {
+      ptx::cp_async_wait<0>();
+    }
+    __syncthreads();  // every thread's copies of k-step kt are visible
+    grouped_gemm_mma<T, kAKMajor, kTransB>(acc, smem + (kt & 1) * Tile::kStageElems, wm, wn, lane);
+    __syncthreads();  // every warp is done with this stage before the next k-step's load refills it
+  }
 }
 
 template <class T, class OutT, bool kTransB>
@@ -143,23 +190,63 @@ __global__ void __launch_bounds__(GroupedGemmTile::kThreads) grouped_gemm_kernel
   for (int tile = int(blockIdx.x); tile < p.total_tiles; tile += int(gridDim.x)) {
     const GroupedGemmWork w = grouped_gemm_work(p, tile);
     float acc[4][8][4] = {};
-    if (k_steps > 0) {
-      grouped_gemm_load<kTransB>(smem, p, w, 0);
-      ptx::cp_async_commit();
-    }
-    for (int kt = 0; kt < k_steps; ++kt) {
-      if (kt + 1 < k_steps) {
-        grouped_gemm_load<kTransB>(smem + ((kt + 1) & 1) * Tile::kStageElems, p, w, int64_t(kt + 1) * Tile::kK);
-        ptx::cp_async_commit();
-        ptx::cp_async_wait<1>();  // k-step kt landed; kt + 1 may still be in flight
-      } else {
-        ptx::cp_async_wait<0>();
-      }
-      __syncthreads();  // every thread's copies of k-step kt are visible
-      grouped_gemm_mma<T, kTransB>(acc, smem + (kt & 1) * Tile::kStageElems, wm, wn, lane);
-      __syncthreads();  // every warp is done with this stage before the next k-step's load refills it
-    }
-    grouped_gemm_store<OutT>(p, w, acc, wm, wn, lane);
+    const auto load = [&](uint16_t* stage, int kt) {
+      grouped_gemm_load<kTransB>(stage, p, w, int64_t(kt) * Tile::kK);
+    };
+    grouped_gemm_mainloop<T, false, kTransB>(acc, smem, k_steps, load, wm, wn, lane);
+    grouped_gemm_store<OutT>(static_cast<OutT*>(p.c), p.ldc, w.row0, w.rows, w.col0, p.n, p.alpha, p.beta, acc, wm,
+                             wn, lane);
+  }
+}
+
+/// The weight gradient's output tile `tile`: group, the rows it sums over, and the tile's corner in dw[g].
+struct GroupedWgradWork {
+  int group;
+  int64_t row0, rows;  // the group's rows in a and dc (the inner dimension)
+  int64_t m0, n0;      // the tile's first row (Kd index) and column (N index) in dw[g]
+};
+
+__device__ __forceinline__ GroupedWgradWork grouped_wgrad_work(const GroupedWgradParams& p, int tile) {
+  const int g = grouped_tile_group(p.tile_offsets, p.groups, tile);
+  const int col_tiles = int((p.n + GroupedGemmTile::kCols - 1) / GroupedGemmTile::kCols);
+  const int local = tile - p.tile_offsets[g];
+  GroupedWgradWork w;
+  w.group = g;
+  w.row0 = p.offsets[g];
+  w.rows = p.offsets[g + 1] - w.row0;
+  w.m0 = int64_t(local / col_tiles) * GroupedGemmTile::kRows;
+  w.n0 = int64_t(local % col_tiles) * GroupedGemmTile::kCols;
+  return w;
+}
+
+/// Issues the cp.async copies of rows [k0, k0 + 32) of the group: a's columns [m0, m0 + 128) and dc's columns
+/// [n0, n0 + 128), each a [32, 128] k-major tile; rows past the group zero-filled (they add exact zeros).
+__device__ __forceinline__ void grouped_wgrad_load(uint16_t* stage, const GroupedWgradParams& p,
+                                                   const GroupedWgradWork& w, int64_t k0) {
+  using Tile = GroupedGemmTile;
+  const int valid = int(w.rows - k0 < Tile::kK ? w.rows - k0 : Tile::kK);
+  const int64_t r = w.row0 + k0;
+  cp_async_tile<Tile::kRows, Tile::kThreads>(stage, static_cast<const uint16_t*>(p.a) + r * p.lda + w.m0, p.lda,
+                                             Tile::kK, valid, int(p.kd - w.m0));
+  cp_async_tile<Tile::kCols, Tile::kThreads>(stage + Tile::kRows * Tile::kK,
+                                             static_cast<const uint16_t*>(p.dc) + r * p.lddc + w.n0, p.lddc,
+                                             Tile::kK, valid, int(p.n - w.n0));
+}
+
+/// dw[g] += a[rows of g]ᵀ · dc[rows of g]: the tiles of the non-empty groups on a persistent grid, each output
+/// element summed over the group's rows in ascending 32-row steps by one thread (bitwise reproducible).
+template <class T>
+__global__ void __launch_bounds__(GroupedGemmTile::kThreads) grouped_wgrad_kernel(const GroupedWgradParams p) {
+  using Tile = GroupedGemmTile;
+  VLPAR_DYN_SMEM(uint16_t, smem);  // two stages of [aᵀ 32×128 | dc 32×128]
+  const int warp = int(threadIdx.x) / 32, lane = int(threadIdx.x) % 32, wm = warp / 2, wn = warp % 2;
+  for (int tile = int(blockIdx.x); tile < p.total_tiles; tile += int(gridDim.x)) {
+    const GroupedWgradWork w = grouped_wgrad_work(p, tile);
+    float acc[4][8][4] = {};
+    const auto load = [&](uint16_t* stage, int kt) { grouped_wgrad_load(stage, p, w, int64_t(kt) * Tile::kK); };
+    grouped_gemm_mainloop<T, true, false>(acc, smem, int((w.rows + Tile::kK - 1) / Tile::kK), load, wm, wn, lane);
+    grouped_gemm_store<float>(p.dw + int64_t(w.group) * p.kd * p.n, p.n, w.m0, p.kd - w.m0, w.n0, p.n, 1.f, 1.f, acc,
+                              wm, wn, lane);
   }
 }
 

@@ -88,6 +88,14 @@ __device__ __forceinline__ void load_a(uint32_t (&a)[4], const uint16_t* tile, i
   ptx::ldmatrix<4, false>(a, tile + swizzled_offset<kPitch>(row0 + lane % 16, k0 + (lane / 16) * 8));
 }
 
+/// A fragment of rows [m0, m0+16) × columns [k0, k0+16) from a tile whose rows are the K index (M-major, e.g. the
+/// activations [tokens, Kd] of a weight gradient aᵀ·dc), through ldmatrix.trans: matrices (k0, m0), (k0, m0+8),
+/// (k0+8, m0), (k0+8, m0+8) give a0..a3.
+template <int kPitch>
+__device__ __forceinline__ void load_a_km(uint32_t (&a)[4], const uint16_t* tile, int m0, int k0, int lane) {
+  ptx::ldmatrix<4, true>(a, tile + swizzled_offset<kPitch>(k0 + (lane / 16) * 8 + lane % 8, m0 + ((lane / 8) % 2) * 8));
+}
+
 /// B fragments of two n8 tiles, n in [n0, n0+16), k in [k0, k0+16), from a tile whose rows are the N index
 /// (K-major, e.g. K for Q·Kᵀ): b[0..1] tile n0, b[2..3] tile n0+8.
 template <int kPitch>

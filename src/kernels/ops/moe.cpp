@@ -1,7 +1,7 @@
 // The public MoE token-path ops (dispatch plan, permute / unpermute, row dots and scaling, grouped GEMMs): every
 // argument checked once here (expert ids and the plan included), then the device's implementation (CPU:
-// src/kernels/cpu/moe.cpp; CUDA: grouped_gemm runs src/kernels/cuda/grouped_gemm_kernel.cuh for CUDA views, the
-// other MoE ops have no CUDA kernel yet). Test: tests/unit/test_moe.cpp, tests/gpu/test_cuda_grouped_gemm.cpp.
+// src/kernels/cpu/moe.cpp; CUDA: grouped_gemm and grouped_weight_grad run src/kernels/cuda/grouped_gemm_kernel.cuh
+// for CUDA views, the other MoE ops have no CUDA kernel yet). Test: tests/unit/test_moe.cpp, tests/gpu/test_cuda_grouped_gemm.cpp.
 #include "vlpar/kernels/moe.hpp"
 
 #include <cstdint>
@@ -149,13 +149,15 @@ Status grouped_gemm(const Context& ctx, TensorView c, TensorView a, TensorView b
 Status grouped_weight_grad(const Context& ctx, TensorView dw, TensorView a, TensorView dc,
                            std::span<const int64_t> offsets) {
   const char* op = "grouped_weight_grad";
-  VLPAR_ASSIGN_OR_RETURN(const auto ma, check_rows(op, "a", a, -1, -1));
-  VLPAR_ASSIGN_OR_RETURN(const auto mdc, check_rows(op, "dc", dc, ma.first, -1));
+  const bool cuda = a.device.is_cuda() || dc.device.is_cuda() || dw.device.is_cuda();  // cuda_impl names a mix
+  VLPAR_ASSIGN_OR_RETURN(const auto ma, check_rows(op, "a", a, -1, -1, !cuda));
+  VLPAR_ASSIGN_OR_RETURN(const auto mdc, check_rows(op, "dc", dc, ma.first, -1, !cuda));
   VLPAR_RETURN_IF_ERROR(check_offsets(op, offsets, ma.first));
   const int64_t G = int64_t(offsets.size()) - 1, Kd = ma.second, N = mdc.second;
   VLPAR_CHECK(dw.ndim() == 3 && dw.size(0) == G && dw.size(1) == Kd && dw.size(2) == N && dw.is_contiguous(),
               "{}: dw must be contiguous [{}, {}, {}] for a {} and dc {}, got {}", op, G, Kd, N, a.to_string(),
               dc.to_string(), dw.to_string());
+  if (cuda) return cuda_impl::grouped_weight_grad(ctx, dw, a, dc, offsets);
   VLPAR_RETURN_IF_ERROR(check_f32_cpu(op, "dw", dw));
   return cpu_impl::grouped_weight_grad(ctx, dw, a, dc, offsets);
 }
