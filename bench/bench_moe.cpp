@@ -66,7 +66,7 @@ MoeDispatch random_plan(const Shape5& s) {
     }
   }
   MoeDispatch plan;
-  if (!moe_dispatch_plan(plan, idx, int(s.E)).ok()) std::abort();
+  if (!moe_dispatch_plan(Context{}, plan, idx, int(s.E)).ok()) std::abort();
   return plan;
 }
 

@@ -172,7 +172,7 @@ cases = [
  ("grouped gemm: second n8 tile multiplied by the first's B", "src/kernels/cuda/grouped_gemm_kernel.cuh", "mma16816<T>(acc[mi][2 * nj + 1], af[mi], b[2], b[3]);", "mma16816<T>(acc[mi][2 * nj + 1], af[mi], b[0], b[1]);", "test_cuda_grouped_gemm"),
  ("grouped gemm: beta ignored", "src/kernels/cuda/grouped_gemm_kernel.cuh", "if (beta != 0.f) x0 += beta * dst->x, x1 += beta * dst->y;", "if (beta != 0.f) x0 += 0.f * dst->x, x1 += 0.f * dst->y;", "test_cuda_grouped_gemm"),
  ("grouped gemm: rows past the group stored", "src/kernels/cuda/grouped_gemm_kernel.cuh", "      if (r >= rows) continue;\n", "", "test_cuda_grouped_gemm"),
- ("grouped gemm: no wait for the k-step's copies", "src/kernels/cuda/grouped_gemm_kernel.cuh", "        ptx::cp_async_wait<1>();  // k-step kt landed; kt + 1 may still be in flight\n", "", "test_cuda_grouped_gemm"),
+ ("grouped gemm: no wait for the k-step's copies", "src/kernels/cuda/grouped_gemm_kernel.cuh", "      ptx::cp_async_wait<1>();  // k-step kt landed; kt + 1 may still be in flight\n", "", "test_cuda_grouped_gemm"),
  ("grouped gemm: tiles mapped to the group before", "src/kernels/cuda/grouped_gemm_kernel.cuh", "    if (tile_offsets[mid] <= tile) lo = mid;", "    if (tile_offsets[mid] < tile) lo = mid;", "test_cuda_grouped_gemm"),
     ("grouped wgrad: aᵀ fragment matrices 1 and 2 swapped", "src/kernels/cuda/mma_tiles.cuh", "swizzled_offset<kPitch>(k0 + (lane / 16) * 8 + lane % 8, m0 + ((lane / 8) % 2) * 8)", "swizzled_offset<kPitch>(k0 + ((lane / 8) % 2) * 8 + lane % 8, m0 + (lane / 16) * 8)", "test_cuda_grouped_gemm"),
     ("grouped wgrad: dw overwritten, not accumulated", "src/kernels/cuda/grouped_gemm_kernel.cuh", "w.n0, p.n, 1.f, 1.f, acc", "w.n0, p.n, 1.f, 0.f, acc", "test_cuda_grouped_gemm"),

@@ -85,6 +85,14 @@ FAMILIES = [
         dtypes=("bf16", "f16"),
     ),
     Family(
+        name="moe_permute",
+        header="moe_permute_launch.cuh",
+        summary="MoE permute / unpermute / row dot ({dt} rows)",
+        instances=lambda t: [
+            f"template Status moe_{k}_run<{t}>(const MoeRowsParams&, void*);" for k in ("permute", "unpermute", "row_dot")
+        ],
+    ),
+    Family(
         name="flash_bwd",
         header="flash_bwd_launch.cuh",
         summary="varlen flash-attention backward ({dt}, kernel head dim {hd})",
@@ -95,7 +103,8 @@ FAMILIES = [
 ]
 
 
-TESTS = {"grouped_gemm": "test_cuda_grouped_gemm.cpp"}  # families tested outside tests/gpu/test_cuda_kernels.cpp
+# families tested outside tests/gpu/test_cuda_kernels.cpp
+TESTS = {"grouped_gemm": "test_cuda_grouped_gemm.cpp", "moe_permute": "test_cuda_moe_permute.cpp"}
 
 
 def render(family: Family, dt: str, hd: int | None = None) -> str:

@@ -38,7 +38,7 @@ configure() {
     -DCMAKE_PREFIX_PATH="$PWD/$build/deps/usr;$PWD/$build/deps/usr/lib/x86_64-linux-gnu/cmake"
 }
 
-gpu_test_bins=(test_cuda_kernels test_cuda_warp_matrix test_cuda_attention test_cuda_grouped_gemm)  # tests/gpu/
+gpu_test_bins=(test_cuda_kernels test_cuda_warp_matrix test_cuda_attention test_cuda_grouped_gemm test_cuda_moe_permute)  # tests/gpu/
 build_tests() { cmake --build "$build" -j"$(nproc)" --target "${gpu_test_bins[@]}" bench_cuda_attention; }
 device_query() { nvcc -o "$build/device_query" bench/gpu/device_query.cu && "$build/device_query"; }
 gpu_tests() { ctest --test-dir "$build" -L gpu --output-on-failure --no-tests=error; }

@@ -48,7 +48,7 @@
   Status scatter_rows(const Context& ctx, TensorView dst, TensorView src, TensorView index); \
   Status scatter_add_rows(const Context& ctx, TensorView dst, TensorView src, TensorView index); \
   Status zero_rows(const Context& ctx, TensorView dst, TensorView index); \
-  Status moe_dispatch_plan(MoeDispatch& plan, TensorView indices, int num_experts); \
+  Status moe_dispatch_plan(const Context& ctx, MoeDispatch& plan, TensorView indices, int num_experts); \
   Status moe_permute(const Context& ctx, TensorView out, TensorView in, TensorView weights, const MoeDispatch& plan); \
   Status moe_unpermute(const Context& ctx, TensorView out, TensorView rows, TensorView weights, const MoeDispatch& plan); \
   Status moe_row_dot(const Context& ctx, TensorView dweights, TensorView a, TensorView b, const MoeDispatch& plan); \
@@ -397,15 +397,15 @@ Status cpu_impl::zero_rows(const Context& ctx, TensorView dst, TensorView index)
   }
 }
 
-Status cpu_impl::moe_dispatch_plan(MoeDispatch& plan, TensorView indices, int num_experts) {
+Status cpu_impl::moe_dispatch_plan(const Context& ctx, MoeDispatch& plan, TensorView indices, int num_experts) {
   switch (cpu_isa_active()) {
 #if defined(VLPAR_CPU_ISA_AVX512)
-    case CpuIsa::kAvx512: return isa_avx512::moe_dispatch_plan(plan, indices, num_experts);
+    case CpuIsa::kAvx512: return isa_avx512::moe_dispatch_plan(ctx, plan, indices, num_experts);
 #endif
 #if defined(VLPAR_CPU_ISA_AVX2)
-    case CpuIsa::kAvx2: return isa_avx2::moe_dispatch_plan(plan, indices, num_experts);
+    case CpuIsa::kAvx2: return isa_avx2::moe_dispatch_plan(ctx, plan, indices, num_experts);
 #endif
-    default: return isa_base::moe_dispatch_plan(plan, indices, num_experts);
+    default: return isa_base::moe_dispatch_plan(ctx, plan, indices, num_experts);
   }
 }
 

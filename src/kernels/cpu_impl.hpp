@@ -45,7 +45,7 @@ Status gather_rows(const Context& ctx, TensorView dst, TensorView src, TensorVie
 Status scatter_rows(const Context& ctx, TensorView dst, TensorView src, TensorView index);
 Status scatter_add_rows(const Context& ctx, TensorView dst, TensorView src, TensorView index);
 Status zero_rows(const Context& ctx, TensorView dst, TensorView index);
-Status moe_dispatch_plan(MoeDispatch& plan, TensorView indices, int num_experts);
+Status moe_dispatch_plan(const Context& ctx, MoeDispatch& plan, TensorView indices, int num_experts);
 Status moe_permute(const Context& ctx, TensorView out, TensorView in, TensorView weights, const MoeDispatch& plan);
 Status moe_unpermute(const Context& ctx, TensorView out, TensorView rows, TensorView weights, const MoeDispatch& plan);
 Status moe_row_dot(const Context& ctx, TensorView dweights, TensorView a, TensorView b, const MoeDispatch& plan);

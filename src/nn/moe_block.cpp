@@ -81,7 +81,7 @@ Status MoeBlock::forward(const Context& ctx, TensorView out, TensorView x, int64
   if (aux) VLPAR_RETURN_IF_ERROR(router_aux_accumulate(*aux, st.probs, st.indices, rdesc));
 
   // Experts on the permuted rows, then the weighted combine in ascending expert order and the residual.
-  VLPAR_RETURN_IF_ERROR(moe_dispatch_plan(st.plan, st.indices, int(E)));
+  VLPAR_RETURN_IF_ERROR(moe_dispatch_plan(ctx, st.plan, st.indices, int(E)));
   VLPAR_RETURN_IF_ERROR(moe_permute(ctx, hp, st.h, {}, st.plan));
   VLPAR_RETURN_IF_ERROR(grouped_gemm(ctx, st.gu, hp, w_.gate_up, st.plan.offsets, GemmDesc{}));
   const TensorView gate = st.gu.view().slice(1, 0, I), up = st.gu.view().slice(1, I, 2 * I);

@@ -257,7 +257,7 @@ TEST(MoeDispatch, PlanIsAStableSortByExpertAndRoundTrips) {
   Tensor idx = Tensor::empty(alloc, {T, K}, DType::kI32).value();
   std::copy(ids.begin(), ids.end(), idx.ptr<int32_t>());
   MoeDispatch plan;
-  ASSERT_TRUE(moe_dispatch_plan(plan, idx, E).ok());
+  ASSERT_TRUE(moe_dispatch_plan(ctx, plan, idx, E).ok());
   const std::vector<int64_t> want_offsets = {0, 4, 7, 10, 10, 14};
   EXPECT_EQ(plan.offsets, want_offsets);
   EXPECT_EQ(plan.expert_rows(3), 0);
@@ -312,21 +312,21 @@ TEST(MoeDispatch, PlanIsAStableSortByExpertAndRoundTrips) {
 
 TEST(MoeDispatch, BadIndicesAreNamedErrors) {
   Allocator alloc;
+  const Context ctx = test_ctx();
   MoeDispatch plan;
   Tensor idx = Tensor::zeros(alloc, {3, 2}, DType::kI32).value();
   idx.ptr<int32_t>()[1] = 1;
   idx.ptr<int32_t>()[2] = 1;
   idx.ptr<int32_t>()[3] = 4;  // out of range for E = 4
-  Status s = moe_dispatch_plan(plan, idx, 4);
+  Status s = moe_dispatch_plan(ctx, plan, idx, 4);
   EXPECT_NE(s.message().find("indices[1, 1] = 4 is outside [0, 4)"), std::string::npos) << s.to_string();
   idx.ptr<int32_t>()[3] = 1;  // row 1 = {1, 1}
-  s = moe_dispatch_plan(plan, idx, 4);
+  s = moe_dispatch_plan(ctx, plan, idx, 4);
   EXPECT_NE(s.message().find("row 1 selects expert 1 twice"), std::string::npos) << s.to_string();
   Tensor f = Tensor::zeros(alloc, {3, 2}, DType::kF32).value();
-  s = moe_dispatch_plan(plan, f, 4);
+  s = moe_dispatch_plan(ctx, plan, f, 4);
   EXPECT_NE(s.message().find("indices must be i32"), std::string::npos) << s.to_string();
   Allocator a2;
-  const Context ctx = test_ctx();
   Tensor out = Tensor::empty(a2, {5, 3}, DType::kF32).value();
   Tensor in = Tensor::empty(a2, {3, 3}, DType::kF32).value();
   s = moe_permute(ctx, out, in, {}, MoeDispatch{});
@@ -343,7 +343,7 @@ TEST(MoeDispatch, CombineAddsExpertsInAscendingIdOrderBitwise) {
   Tensor idx = Tensor::empty(alloc, {T, K}, DType::kI32).value();
   std::copy(ids.begin(), ids.end(), idx.ptr<int32_t>());
   MoeDispatch plan;
-  ASSERT_TRUE(moe_dispatch_plan(plan, idx, 4).ok());
+  ASSERT_TRUE(moe_dispatch_plan(ctx, plan, idx, 4).ok());
   auto value = [](int32_t e, int64_t f) {  // by expert: 0 → 1, 2 → +big, 3 → −big (w·big cancel per token)
     const float big = f == 0 ? 1e8f : 3e8f;
     return e == 2 ? big : e == 3 ? -big : 1.f;

@@ -10,6 +10,7 @@
 
 #include "vlpar/kernels/attention.hpp"
 #include "vlpar/kernels/gemm.hpp"
+#include "vlpar/kernels/moe.hpp"
 #include "vlpar/kernels/rotary_math.hpp"
 
 namespace vlpar::cuda_impl {
@@ -33,6 +34,14 @@ Status varlen_attention_backward(const Context& ctx, TensorView dq, TensorView d
 /// bf16/f16 a and b, c in their dtype or f32; offsets in host memory (src/kernels/cuda/moe_ops.cu).
 Status grouped_gemm(const Context& ctx, TensorView c, TensorView a, TensorView b, std::span<const int64_t> offsets,
                     GemmDesc desc);
+/// The MoE dispatch plan from device i32 indices [T, K]: built on the device, mirrored into the host plan (the
+/// offsets size the grouped GEMMs); the row ops take bf16/f16/f32 rows and f32 weights (src/kernels/cuda/moe_ops.cu).
+Status moe_dispatch_plan(const Context& ctx, MoeDispatch& plan, TensorView indices, int num_experts);
+Status moe_permute(const Context& ctx, TensorView out, TensorView in, TensorView weights, const MoeDispatch& plan);
+Status moe_unpermute(const Context& ctx, TensorView out, TensorView rows, TensorView weights,
+                     const MoeDispatch& plan);
+Status moe_row_dot(const Context& ctx, TensorView dweights, TensorView a, TensorView b, const MoeDispatch& plan);
+Status moe_scale_rows(const Context& ctx, TensorView rows, TensorView weights, const MoeDispatch& plan);
 /// bf16/f16 a and dc, dw f32 (accumulated); offsets in host memory (src/kernels/cuda/moe_ops.cu).
 Status grouped_weight_grad(const Context& ctx, TensorView dw, TensorView a, TensorView dc,
                            std::span<const int64_t> offsets);

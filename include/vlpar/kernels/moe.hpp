@@ -60,7 +60,7 @@ struct MoeDispatch {
 
 /// @brief Builds the plan from the router's choices.
 /// @param indices [T, K] i32, contiguous; every id in [0, E), the K ids of a row distinct.
-Status moe_dispatch_plan(MoeDispatch& plan, TensorView indices, int num_experts);
+Status moe_dispatch_plan(const Context& ctx, MoeDispatch& plan, TensorView indices, int num_experts);
 
 /// @brief out[r] = w[a(r)] · in[t(r)], or in[t(r)] when weights is empty.
 /// @param out     [R, F] f32 written

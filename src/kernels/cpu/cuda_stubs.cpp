@@ -47,6 +47,26 @@ Status grouped_gemm(const Context&, TensorView, TensorView, TensorView, std::spa
   return VLPAR_STATUS(StatusCode::kNotSupported, "grouped_gemm: this build of vlpar has no CUDA kernels");
 }
 
+Status moe_dispatch_plan(const Context&, MoeDispatch&, TensorView, int) {
+  return VLPAR_STATUS(StatusCode::kNotSupported, "moe_dispatch_plan: this build of vlpar has no CUDA kernels");
+}
+
+Status moe_permute(const Context&, TensorView, TensorView, TensorView, const MoeDispatch&) {
+  return VLPAR_STATUS(StatusCode::kNotSupported, "moe_permute: this build of vlpar has no CUDA kernels");
+}
+
+Status moe_unpermute(const Context&, TensorView, TensorView, TensorView, const MoeDispatch&) {
+  return VLPAR_STATUS(StatusCode::kNotSupported, "moe_unpermute: this build of vlpar has no CUDA kernels");
+}
+
+Status moe_row_dot(const Context&, TensorView, TensorView, TensorView, const MoeDispatch&) {
+  return VLPAR_STATUS(StatusCode::kNotSupported, "moe_row_dot: this build of vlpar has no CUDA kernels");
+}
+
+Status moe_scale_rows(const Context&, TensorView, TensorView, const MoeDispatch&) {
+  return VLPAR_STATUS(StatusCode::kNotSupported, "moe_scale_rows: this build of vlpar has no CUDA kernels");
+}
+
 Status grouped_weight_grad(const Context&, TensorView, TensorView, TensorView, std::span<const int64_t>) {
   return VLPAR_STATUS(StatusCode::kNotSupported, "grouped_weight_grad: this build of vlpar has no CUDA kernels");
 }

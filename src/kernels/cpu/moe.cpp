@@ -45,7 +45,7 @@ std::vector<Tile> make_tiles(int64_t groups, const auto& rows_of_group, int64_t 
 
 }  // namespace
 
-Status moe_dispatch_plan(MoeDispatch& plan, TensorView indices, int num_experts) {
+Status moe_dispatch_plan(const Context&, MoeDispatch& plan, TensorView indices, int num_experts) {
   const int64_t T = indices.size(0), K = indices.size(1), R = T * K;
   const int32_t* idx = indices.ptr<int32_t>();
   std::vector<int64_t> counts(size_t(num_experts), 0);

@@ -10,11 +10,14 @@
 #include "cuda_compat.cuh"  // first: the prelude of every CUDA source
 
 #include <cstdint>
+#include <initializer_list>
+#include <utility>
 #include <span>
 #include <vector>
 
 #include "op_helpers.cuh"
 #include "vlpar/kernels/cuda/grouped_gemm_params.hpp"
+#include "vlpar/kernels/cuda/moe_permute_params.hpp"
 #include "vlpar/kernels/cuda_ops.hpp"
 
 namespace vlpar::cuda_impl {
@@ -57,7 +60,186 @@ Status check_input_dtype(const char* op, const char* name, const TensorView& v) 
   return Status::Ok();
 }
 
+/// Runs fn.template operator()<T>() for the row dtype (bf16, f16, f32).
+template <class Fn>
+Status with_row_type(const char* op, const TensorView& v, Fn&& fn) {
+  switch (v.dtype) {
+    case DType::kBF16: return if_compiled<bf16>(op, fn);
+    case DType::kF16: return if_compiled<f16>(op, fn);
+    case DType::kF32: return if_compiled<float>(op, fn);
+    default:
+      return VLPAR_STATUS(StatusCode::kNotSupported, "{}: the CUDA kernels take bf16, f16 or f32 rows, got {}", op,
+                          v.to_string());
+  }
+}
+
+/// The plan's map (row_assignment or assignment_row, [R] i32) copied to the device into ws on ctx.stream.
+Result<const int32_t*> upload_map(const Context& ctx, Workspace& ws, const std::vector<int32_t>& map) {
+  VLPAR_RETURN_IF_ERROR(ws.allocate(map.size() * sizeof(int32_t)));
+  VLPAR_CUDA_CHECK(cudaMemcpyAsync(ws.ptr<int32_t>(), map.data(), map.size() * sizeof(int32_t),
+                                   cudaMemcpyHostToDevice, static_cast<cudaStream_t>(ctx.stream)));
+  return ws.ptr<const int32_t>();
+}
+
+/// The named error for the first invalid assignment a that the device found (the host check's wording).
+Status bad_index_error(const char* op, const TensorView& indices, int64_t a, int num_experts, cudaStream_t stream) {
+  const int64_t K = indices.size(1), t = a / K, k = a % K;
+  std::vector<int32_t> row(size_t(K), 0);
+  VLPAR_CUDA_CHECK(cudaMemcpyAsync(row.data(), indices.ptr<int32_t>() + t * K, size_t(K) * sizeof(int32_t),
+                                   cudaMemcpyDeviceToHost, stream));
+  VLPAR_CUDA_CHECK(cudaStreamSynchronize(stream));
+  const int32_t e = row[size_t(k)];
+  VLPAR_CHECK(e >= 0 && e < num_experts, "{}: indices[{}, {}] = {} is outside [0, {})", op, t, k, e, num_experts);
+  for (int64_t j = 0; j < k; ++j)
+    VLPAR_CHECK(row[size_t(j)] != e, "{}: indices row {} selects expert {} twice (slots {} and {})", op, t, e, j, k);
+  return VLPAR_STATUS(StatusCode::kInternal, "{}: the device flagged assignment {} but it is valid", op, a);
+}
+
 }  // namespace
+
+Status moe_dispatch_plan(const Context& ctx, MoeDispatch& plan, TensorView indices, int num_experts) {
+  const char* op = "moe_dispatch_plan";
+  const int64_t R = indices.numel();
+  plan.num_experts = num_experts;
+  plan.top_k = int(indices.size(1));
+  plan.num_tokens = indices.size(0);
+  plan.offsets.assign(size_t(num_experts) + 1, 0);
+  plan.row_assignment.assign(size_t(R), 0);
+  plan.assignment_row.assign(size_t(R), 0);
+  if (R == 0) return Status::Ok();
+  VLPAR_ASSIGN_OR_RETURN(const int device, cuda_device_of(op, {{"indices", &indices}}));
+  return on_device(op, device, [&]() -> Status {
+    cuda_kernels::MoePlanParams p{};
+    p.indices = indices.ptr<int32_t>();
+    p.assignments = R;
+    p.top_k = plan.top_k;
+    p.experts = num_experts;
+    p.chunks = int((R + cuda_kernels::kMoePlanChunk - 1) / cuda_kernels::kMoePlanChunk);
+    // workspace: offsets [E + 1] i64 | maps [2, R] i32 | bad [1] i32 | counts [E, C] i32
+    const size_t off_bytes = size_t(num_experts + 1) * sizeof(int64_t), map_bytes = size_t(R) * sizeof(int32_t);
+    Workspace ws(ctx, device);
+    VLPAR_RETURN_IF_ERROR(
+        ws.allocate(off_bytes + 2 * map_bytes + sizeof(int32_t) + size_t(num_experts) * p.chunks * sizeof(int32_t)));
+    char* base = ws.ptr<char>();
+    p.offsets = reinterpret_cast<int64_t*>(base);
+    p.row_assignment = reinterpret_cast<int32_t*>(base + off_bytes);
+    p.assignment_row = p.row_assignment + R;
+    p.bad = p.assignment_row + R;
+    p.counts = p.bad + 1;
+    const auto stream = static_cast<cudaStream_t>(ctx.stream);
+    const int32_t none = int32_t(R);
+    VLPAR_CUDA_CHECK(cudaMemcpyAsync(p.bad, &none, sizeof(int32_t), cudaMemcpyHostToDevice, stream));
+    VLPAR_RETURN_IF_ERROR(cuda_kernels::moe_plan_run(p, ctx.stream));
+    int32_t bad = 0;  // the host sync point of the dispatch: the offsets size the grouped GEMMs
+    VLPAR_CUDA_CHECK(cudaMemcpyAsync(&bad, p.bad, sizeof(int32_t), cudaMemcpyDeviceToHost, stream));
+    VLPAR_CUDA_CHECK(cudaMemcpyAsync(plan.offsets.data(), p.offsets, off_bytes, cudaMemcpyDeviceToHost, stream));
+    VLPAR_CUDA_CHECK(cudaMemcpyAsync(plan.row_assignment.data(), p.row_assignment, map_bytes, cudaMemcpyDeviceToHost,
+                                     stream));
+    VLPAR_CUDA_CHECK(cudaMemcpyAsync(plan.assignment_row.data(), p.assignment_row, map_bytes, cudaMemcpyDeviceToHost,
+                                     stream));
+    VLPAR_CUDA_CHECK(cudaStreamSynchronize(stream));
+    if (bad < R) {
+      plan = MoeDispatch{};  // never a half-built plan
+      return bad_index_error(op, indices, bad, num_experts, stream);
+    }
+    return Status::Ok();
+  });
+}
+
+namespace {
+
+/// The row ops' shared launch: `rows` share one dtype (bf16, f16, f32), `f32` (the weights or the dots; may be
+/// empty) is f32, all on one device; the plan's map uploaded into p.map, then run<T>(p).
+template <class Run>
+Status run_rows(const Context& ctx, const char* op, std::initializer_list<std::pair<const char*, const TensorView*>>
+                rows, std::pair<const char*, const TensorView*> f32, const std::vector<int32_t>& map,
+                cuda_kernels::MoeRowsParams p, const Run& run) {
+  const TensorView& first = *rows.begin()->second;
+  for (const auto& [name, v] : rows)
+    VLPAR_CHECK(v->dtype == first.dtype, "{}: {} has dtype {} but {} has {} (one row dtype)", op, name,
+                dtype_name(v->dtype), rows.begin()->first, dtype_name(first.dtype));
+  VLPAR_CHECK_CODE(f32.second->empty() || f32.second->dtype == DType::kF32, StatusCode::kNotSupported,
+                   "{}: {} must be f32, got {}", op, f32.first, f32.second->to_string());
+  std::vector<std::pair<const char*, const TensorView*>> all(rows);
+  all.push_back(f32);
+  VLPAR_ASSIGN_OR_RETURN(const int device, cuda_device_of(op, all));
+  return on_device(op, device, [&]() -> Status {
+    Workspace ws(ctx, device);
+    VLPAR_ASSIGN_OR_RETURN(p.map, upload_map(ctx, ws, map));
+    return with_row_type(op, first, [&]<class T>() -> Status { return run.template operator()<T>(p); });
+  });
+}
+
+int64_t row_stride(const TensorView& v) { return v.size(0) <= 1 ? v.size(1) : v.stride(0); }
+
+}  // namespace
+
+Status moe_permute(const Context& ctx, TensorView out, TensorView in, TensorView weights, const MoeDispatch& plan) {
+  cuda_kernels::MoeRowsParams p{};
+  p.out = out.data;
+  p.in = in.data;
+  p.weights = weights.empty() ? nullptr : weights.ptr<float>();
+  p.items = plan.num_rows();
+  p.cols = in.size(1);
+  p.ld_out = row_stride(out);
+  p.ld_in = row_stride(in);
+  p.top_k = plan.top_k;
+  p.gather = 1;
+  return run_rows(ctx, "moe_permute", {{"in", &in}, {"out", &out}}, {"weights", &weights},
+                  plan.row_assignment, p, [&]<class T>(const cuda_kernels::MoeRowsParams& q) {
+                    return cuda_kernels::moe_permute_run<T>(q, ctx.stream);
+                  });
+}
+
+Status moe_scale_rows(const Context& ctx, TensorView rows, TensorView weights, const MoeDispatch& plan) {
+  cuda_kernels::MoeRowsParams p{};
+  p.out = rows.data;
+  p.in = rows.data;
+  p.weights = weights.ptr<float>();
+  p.items = plan.num_rows();
+  p.cols = rows.size(1);
+  p.ld_out = p.ld_in = row_stride(rows);
+  p.top_k = plan.top_k;
+  p.gather = 0;
+  return run_rows(ctx, "moe_scale_rows", {{"rows", &rows}}, {"weights", &weights}, plan.row_assignment, p,
+                  [&]<class T>(const cuda_kernels::MoeRowsParams& q) {
+                    return cuda_kernels::moe_permute_run<T>(q, ctx.stream);
+                  });
+}
+
+Status moe_unpermute(const Context& ctx, TensorView out, TensorView rows, TensorView weights,
+                     const MoeDispatch& plan) {
+  cuda_kernels::MoeRowsParams p{};
+  p.out = out.data;
+  p.in = rows.data;
+  p.weights = weights.empty() ? nullptr : weights.ptr<float>();
+  p.items = plan.num_tokens;
+  p.cols = rows.size(1);
+  p.ld_out = row_stride(out);
+  p.ld_in = row_stride(rows);
+  p.top_k = plan.top_k;
+  return run_rows(ctx, "moe_unpermute", {{"rows", &rows}, {"out", &out}}, {"weights", &weights},
+                  plan.assignment_row, p, [&]<class T>(const cuda_kernels::MoeRowsParams& q) {
+                    return cuda_kernels::moe_unpermute_run<T>(q, ctx.stream);
+                  });
+}
+
+Status moe_row_dot(const Context& ctx, TensorView dweights, TensorView a, TensorView b, const MoeDispatch& plan) {
+  VLPAR_CHECK(dweights.is_contiguous(), "moe_row_dot: dweights must be contiguous, got {}", dweights.to_string());
+  cuda_kernels::MoeRowsParams p{};
+  p.out = dweights.data;
+  p.in = a.data;
+  p.in2 = b.data;
+  p.items = plan.num_rows();
+  p.cols = a.size(1);
+  p.ld_in = row_stride(a);
+  p.ld_in2 = row_stride(b);
+  p.top_k = plan.top_k;
+  return run_rows(ctx, "moe_row_dot", {{"a", &a}, {"b", &b}}, {"dweights", &dweights}, plan.assignment_row, p,
+                  [&]<class T>(const cuda_kernels::MoeRowsParams& q) {
+                    return cuda_kernels::moe_row_dot_run<T>(q, ctx.stream);
+                  });
+}
 
 Status grouped_gemm(const Context& ctx, TensorView c, TensorView a, TensorView b, std::span<const int64_t> offsets,
                     GemmDesc desc) {

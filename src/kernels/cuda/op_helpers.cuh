@@ -8,6 +8,7 @@
 #include <cstddef>
 #include <cstdint>
 #include <initializer_list>
+#include <span>
 #include <utility>
 
 #include "vlpar/core/allocator.hpp"
@@ -55,8 +56,7 @@ Status with_weight_type(const char* op, DType w_dtype, Fn&& fn) {
 }
 
 /// The CUDA device of the views; views that are empty with no data (optional outputs) are skipped.
-inline Result<int> cuda_device_of(const char* op,
-                                  std::initializer_list<std::pair<const char*, const TensorView*>> views) {
+inline Result<int> cuda_device_of(const char* op, std::span<const std::pair<const char*, const TensorView*>> views) {
   int device = -1;
   for (const auto& [name, v] : views) {
     if (v->empty() && v->data == nullptr) continue;
@@ -67,6 +67,10 @@ inline Result<int> cuda_device_of(const char* op,
   }
   VLPAR_CHECK(device >= 0, "{}: no CUDA operand", op);
   return device;
+}
+inline Result<int> cuda_device_of(const char* op,
+                                  std::initializer_list<std::pair<const char*, const TensorView*>> views) {
+  return cuda_device_of(op, std::span(views.begin(), views.size()));
 }
 
 /// Runs fn() with `device` current, then restores the caller's device.

@@ -1,10 +1,11 @@
 // The public MoE token-path ops (dispatch plan, permute / unpermute, row dots and scaling, grouped GEMMs): every
 // argument checked once here (expert ids and the plan included), then the device's implementation (CPU:
-// src/kernels/cpu/moe.cpp; CUDA: grouped_gemm and grouped_weight_grad run src/kernels/cuda/grouped_gemm_kernel.cuh
-// for CUDA views, the other MoE ops have no CUDA kernel yet). Test: tests/unit/test_moe.cpp, tests/gpu/test_cuda_grouped_gemm.cpp.
+// src/kernels/cpu/moe.cpp; CUDA views: src/kernels/cuda/moe_ops.cu, the grouped GEMMs on grouped_gemm_kernel.cuh,
+// the plan and the row ops on moe_permute_kernel.cuh). Test: tests/unit/test_moe.cpp, tests/gpu/test_cuda_grouped_gemm.cpp.
 #include "vlpar/kernels/moe.hpp"
 
 #include <cstdint>
+#include <initializer_list>
 #include <utility>
 
 #include "../cpu_impl.hpp"
@@ -17,8 +18,8 @@ namespace {
 Status check_f32_cpu(const char* op, const char* name, const TensorView& v) {
   VLPAR_CHECK_CODE(v.dtype == DType::kF32, StatusCode::kNotSupported,
                    "{}: {} must be f32 (the CPU MoE kernels store f32), got {}", op, name, v.to_string());
-  VLPAR_CHECK_CODE(v.device.is_cpu(), StatusCode::kNotSupported, "{}: {} must be on the CPU (no CUDA MoE kernel "
-                   "yet), got {}", op, name, v.to_string());
+  VLPAR_CHECK_CODE(v.device.is_cpu(), StatusCode::kNotSupported, "{}: {} must be on the CPU, got {}", op, name,
+                   v.to_string());
   return Status::Ok();
 }
 
@@ -44,13 +45,22 @@ Status check_plan(const char* op, const MoeDispatch& p) {
   return Status::Ok();
 }
 
-/// The optional [T, K] routing weights (empty: none).
-Status check_weights(const char* op, const TensorView& w, const MoeDispatch& p) {
+/// The optional [T, K] routing weights (empty: none); f32 (on the CPU unless cuda: cuda_impl checks the device).
+Status check_weights(const char* op, const TensorView& w, const MoeDispatch& p, bool cuda) {
   if (w.empty()) return Status::Ok();
   VLPAR_CHECK(w.ndim() == 2 && w.size(0) == p.num_tokens && w.size(1) == p.top_k && w.is_contiguous(),
               "{}: weights must be contiguous [{}, {}] (tokens, top_k) or empty, got {}", op, p.num_tokens, p.top_k,
               w.to_string());
-  return check_f32_cpu(op, "weights", w);
+  VLPAR_CHECK_CODE(w.dtype == DType::kF32, StatusCode::kNotSupported, "{}: weights must be f32, got {}", op,
+                   w.to_string());
+  return cuda ? Status::Ok() : check_f32_cpu(op, "weights", w);
+}
+
+/// Whether any view is on a CUDA device (the op then runs cuda_impl, which names a device mix).
+bool any_cuda(std::initializer_list<const TensorView*> views) {
+  for (const TensorView* v : views)
+    if (v->device.is_cuda()) return true;
+  return false;
 }
 
 Status check_offsets(const char* op, std::span<const int64_t> off, int64_t rows) {
@@ -65,17 +75,17 @@ Status check_offsets(const char* op, std::span<const int64_t> off, int64_t rows)
 
 }  // namespace
 
-Status moe_dispatch_plan(MoeDispatch& plan, TensorView indices, int num_experts) {
+Status moe_dispatch_plan(const Context& ctx, MoeDispatch& plan, TensorView indices, int num_experts) {
   const char* op = "moe_dispatch_plan";
   VLPAR_CHECK(num_experts > 0, "{}: num_experts must be positive, got {}", op, num_experts);
   VLPAR_CHECK(indices.ndim() == 2 && indices.is_contiguous() && indices.size(1) > 0 &&
                   indices.size(1) <= num_experts,
               "{}: indices must be contiguous [T, K] with 1 <= K <= {} experts, got {}", op, num_experts,
               indices.to_string());
-  VLPAR_CHECK(indices.dtype == DType::kI32 && indices.device.is_cpu(), "{}: indices must be i32 on the CPU, got {}",
-              op, indices.to_string());
+  VLPAR_CHECK(indices.dtype == DType::kI32, "{}: indices must be i32, got {}", op, indices.to_string());
   const int64_t T = indices.size(0), K = indices.size(1);
   VLPAR_CHECK(T * K <= INT32_MAX, "{}: {} (token, slot) assignments overflow the i32 row ids", op, T * K);
+  if (indices.device.is_cuda()) return cuda_impl::moe_dispatch_plan(ctx, plan, indices, num_experts);
   const int32_t* idx = indices.ptr<int32_t>();
   for (int64_t t = 0; t < T; ++t)
     for (int64_t k = 0; k < K; ++k) {
@@ -85,15 +95,17 @@ Status moe_dispatch_plan(MoeDispatch& plan, TensorView indices, int num_experts)
         VLPAR_CHECK(idx[t * K + j] != e, "{}: indices row {} selects expert {} twice (slots {} and {})", op, t, e, j,
                     k);
     }
-  return cpu_impl::moe_dispatch_plan(plan, indices, num_experts);
+  return cpu_impl::moe_dispatch_plan(ctx, plan, indices, num_experts);
 }
 
 Status moe_permute(const Context& ctx, TensorView out, TensorView in, TensorView weights, const MoeDispatch& plan) {
   const char* op = "moe_permute";
   VLPAR_RETURN_IF_ERROR(check_plan(op, plan));
-  VLPAR_ASSIGN_OR_RETURN(const auto x, check_rows(op, "in", in, plan.num_tokens, -1));
-  VLPAR_RETURN_IF_ERROR(check_rows(op, "out", out, plan.num_rows(), x.second).status());
-  VLPAR_RETURN_IF_ERROR(check_weights(op, weights, plan));
+  const bool cuda = any_cuda({&out, &in, &weights});
+  VLPAR_ASSIGN_OR_RETURN(const auto x, check_rows(op, "in", in, plan.num_tokens, -1, !cuda));
+  VLPAR_RETURN_IF_ERROR(check_rows(op, "out", out, plan.num_rows(), x.second, !cuda).status());
+  VLPAR_RETURN_IF_ERROR(check_weights(op, weights, plan, cuda));
+  if (cuda) return cuda_impl::moe_permute(ctx, out, in, weights, plan);
   return cpu_impl::moe_permute(ctx, out, in, weights, plan);
 }
 
@@ -101,27 +113,33 @@ Status moe_unpermute(const Context& ctx, TensorView out, TensorView rows, Tensor
                      const MoeDispatch& plan) {
   const char* op = "moe_unpermute";
   VLPAR_RETURN_IF_ERROR(check_plan(op, plan));
-  VLPAR_ASSIGN_OR_RETURN(const auto y, check_rows(op, "rows", rows, plan.num_rows(), -1));
-  VLPAR_RETURN_IF_ERROR(check_rows(op, "out", out, plan.num_tokens, y.second).status());
-  VLPAR_RETURN_IF_ERROR(check_weights(op, weights, plan));
+  const bool cuda = any_cuda({&out, &rows, &weights});
+  VLPAR_ASSIGN_OR_RETURN(const auto y, check_rows(op, "rows", rows, plan.num_rows(), -1, !cuda));
+  VLPAR_RETURN_IF_ERROR(check_rows(op, "out", out, plan.num_tokens, y.second, !cuda).status());
+  VLPAR_RETURN_IF_ERROR(check_weights(op, weights, plan, cuda));
+  if (cuda) return cuda_impl::moe_unpermute(ctx, out, rows, weights, plan);
   return cpu_impl::moe_unpermute(ctx, out, rows, weights, plan);
 }
 
 Status moe_row_dot(const Context& ctx, TensorView dweights, TensorView a, TensorView b, const MoeDispatch& plan) {
   const char* op = "moe_row_dot";
   VLPAR_RETURN_IF_ERROR(check_plan(op, plan));
-  VLPAR_ASSIGN_OR_RETURN(const auto ra, check_rows(op, "a", a, plan.num_rows(), -1));
-  VLPAR_RETURN_IF_ERROR(check_rows(op, "b", b, plan.num_rows(), ra.second).status());
-  VLPAR_RETURN_IF_ERROR(check_rows(op, "dweights", dweights, plan.num_tokens, plan.top_k).status());
+  const bool cuda = any_cuda({&dweights, &a, &b});
+  VLPAR_ASSIGN_OR_RETURN(const auto ra, check_rows(op, "a", a, plan.num_rows(), -1, !cuda));
+  VLPAR_RETURN_IF_ERROR(check_rows(op, "b", b, plan.num_rows(), ra.second, !cuda).status());
+  VLPAR_RETURN_IF_ERROR(check_rows(op, "dweights", dweights, plan.num_tokens, plan.top_k, !cuda).status());
+  if (cuda) return cuda_impl::moe_row_dot(ctx, dweights, a, b, plan);
   return cpu_impl::moe_row_dot(ctx, dweights, a, b, plan);
 }
 
 Status moe_scale_rows(const Context& ctx, TensorView rows, TensorView weights, const MoeDispatch& plan) {
   const char* op = "moe_scale_rows";
   VLPAR_RETURN_IF_ERROR(check_plan(op, plan));
-  VLPAR_RETURN_IF_ERROR(check_rows(op, "rows", rows, plan.num_rows(), -1).status());
+  const bool cuda = any_cuda({&rows, &weights});
+  VLPAR_RETURN_IF_ERROR(check_rows(op, "rows", rows, plan.num_rows(), -1, !cuda).status());
   VLPAR_CHECK(!weights.empty(), "{}: weights must be [{}, {}], got an empty view", op, plan.num_tokens, plan.top_k);
-  VLPAR_RETURN_IF_ERROR(check_weights(op, weights, plan));
+  VLPAR_RETURN_IF_ERROR(check_weights(op, weights, plan, cuda));
+  if (cuda) return cuda_impl::moe_scale_rows(ctx, rows, weights, plan);
   return cpu_impl::moe_scale_rows(ctx, rows, weights, plan);
 }
 
