@@ -191,7 +191,8 @@ VLPAR_TEST(VLPAR_SUITE(GroupedGemmProps), WhatTheKernelCannotTakeIsANamedError) 
     EXPECT_NE(st.message().find(needle), std::string::npos) << st.message();
   };
   const GemmDesc tb{false, true, 1.f, 0.f};
-  expect(grouped_gemm(gpu_ctx(), t({9, 16}, DType::kF32), t({9, 16}, DType::kF32), t({2, 16, 16}, DType::kF32), off, tb),
+  expect(grouped_gemm(gpu_ctx(), t({9, 16}, DType::kF32), t({9, 16}, DType::kF32), t({2, 16, 16}, DType::kF32), off,
+                      tb),
          StatusCode::kNotSupported, "the CUDA kernel takes bf16 or f16 operands");
   expect(grouped_gemm(gpu_ctx(), t({9, 16}, DType::kBF16), t({9, 16}, DType::kBF16), t({2, 16, 16}, DType::kF16), off,
                       tb),

@@ -1,7 +1,8 @@
 // The public MoE token-path ops (dispatch plan, permute / unpermute, row dots and scaling, grouped GEMMs): every
 // argument checked once here (expert ids and the plan included), then the device's implementation (CPU:
 // src/kernels/cpu/moe.cpp; CUDA views: src/kernels/cuda/moe_ops.cu, the grouped GEMMs on grouped_gemm_kernel.cuh,
-// the plan and the row ops on moe_permute_kernel.cuh). Test: tests/unit/test_moe.cpp, tests/gpu/test_cuda_grouped_gemm.cpp.
+// the plan and the row ops on moe_permute_kernel.cuh). Test: tests/unit/test_moe.cpp,
+// tests/gpu/test_cuda_grouped_gemm.cpp, tests/gpu/test_cuda_moe_permute.cpp.
 #include "vlpar/kernels/moe.hpp"
 
 #include <cstdint>
