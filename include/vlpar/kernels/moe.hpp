@@ -6,7 +6,8 @@
 //   (ascending token), i.e. a stable counting sort of the assignments by expert.
 //   offsets[e] .. offsets[e+1]       the rows of expert e (the grouped GEMM's groups; empty experts allowed)
 //
-//   moe_dispatch_plan   indices [T, K]   → MoeDispatch (offsets, row → assignment, assignment → row)
+//   moe_dispatch_plan   indices [T, K]   → MoeDispatch (offsets, row → assignment, assignment → row); host or
+//                       device indices
 //   moe_permute         out[r]  = (w_a ·) in[t(r)]                          [R, F] ← [T, F]
 //   moe_unpermute       out[t]  = Σ_{k, ascending expert} (w_{t,k} ·) rows[row(t, k)]   [T, F] ← [R, F]
 //                       (the combine; also the backward of moe_permute). A token's rows in ascending expert
@@ -25,10 +26,14 @@
 // GEMMs cut each group into fixed tiles (kMoeTileRows × kMoeTileCols of the output, independent of the thread
 // count), each tile one serial Eigen GEMM over the full inner dimension, tiles handed out dynamically. So results
 // are bitwise identical for any num_threads. No float atomics.
-// Storage: f32 on the CPU (other dtypes and devices return kNotSupported naming the argument). CUDA:
-// grouped_gemm only so far (src/kernels/cuda/grouped_gemm_kernel.cuh): bf16/f16 a and b, c in their dtype or f32,
+// Storage: f32 on the CPU (other dtypes and devices return kNotSupported naming the argument). CUDA views
+// (src/kernels/cuda/moe_ops.cu): grouped_gemm (grouped_gemm_kernel.cuh: bf16/f16 a and b, c in their dtype or f32,
 // N, Kd and the row strides multiples of 8 elements, offsets in host memory; tiles of 128 × 128 over a persistent
-// grid, fixed k order per output element (bitwise reproducible). Test: tests/gpu/test_cuda_grouped_gemm.cpp.
+// grid, fixed k order per output element, bitwise reproducible) and grouped_weight_grad (the same tiles, dw f32);
+// moe_dispatch_plan from device indices (moe_plan.cu: per (chunk, expert) counts, one scan, ordered placement, so
+// the plan equals the CPU plan exactly; mirrored into the host vectors, the dispatch's sync point); the row ops
+// (moe_permute_kernel.cuh) for bf16, f16 and f32 rows with f32 weights, the plan's map uploaded per call.
+// Tests: tests/gpu/test_cuda_grouped_gemm.cpp, tests/gpu/test_cuda_moe_permute.cpp.
 // Test: tests/unit/test_moe.cpp (./build/cpu/tests/test_moe).
 #include <cstdint>
 #include <span>
@@ -58,10 +63,12 @@ struct MoeDispatch {
   int64_t expert_rows(int e) const { return offsets[size_t(e) + 1] - offsets[size_t(e)]; }
 };
 
-/// @brief Builds the plan from the router's choices.
+/// @brief Builds the plan from the router's choices (host indices: on the host; CUDA indices: on the device, then
+/// copied into the plan's host vectors). A bad id is a named error and leaves no plan behind.
 /// @param indices [T, K] i32, contiguous; every id in [0, E), the K ids of a row distinct.
 Status moe_dispatch_plan(const Context& ctx, MoeDispatch& plan, TensorView indices, int num_experts);
 
+/// Row ops: f32 rows on the CPU; bf16, f16 or f32 rows (one dtype per call) with f32 weights on CUDA.
 /// @brief out[r] = w[a(r)] · in[t(r)], or in[t(r)] when weights is empty.
 /// @param out     [R, F] f32 written
 /// @param in      [T, F] f32
