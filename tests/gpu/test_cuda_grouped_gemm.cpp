@@ -4,11 +4,13 @@
 // and broadcast b, ragged groups (0, 1, 17, 130 rows), N and Kd that are not multiples of the tile, alpha and beta
 // (beta reads c), rows outside the groups untouched, the persistent grid (a capped CTA count gives bitwise the
 // same result), and named errors; the grouped weight gradient (dw[g] += a[rows of g]ᵀ · dc[rows of g], fp32)
-// against the same per-group loops with aᵀ. Run: ctest --test-dir build/emu -R Grouped (emulated), or -L gpu on a
+// against the same per-group loops with aᵀ; the dense gemm with CUDA views on those kernels (one group per batch
+// entry). Run: ctest --test-dir build/emu -R Grouped (emulated), or -L gpu on a
 // GPU.
 #include <fmt/format.h>
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cstdint>
 #include <cstdlib>
 #include <string>
@@ -142,6 +144,61 @@ VLPAR_INSTANTIATE(Shapes, VLPAR_SUITE(GroupedWeightGrad),
                       WgCase{DType::kF16, 40, 136}),   // N past one tile
     [](const auto& info) { return fmt::format("{}_kd{}_n{}", dtype_name(info.param.dtype), info.param.kd,
                                               info.param.n); });
+
+struct DenseCase {
+  DType dtype, out;
+  bool trans_a, trans_b;
+  int64_t batch, b_batch, m, n, k;
+  float alpha, beta;
+};
+
+class VLPAR_SUITE(DenseGemm) : public ::testing::TestWithParam<DenseCase> {};
+
+/// The public gemm with CUDA views runs the grouped kernels with one group per batch entry (op(A) = Aᵀ on the
+/// weight-gradient kernel): against reference::gemm per batch entry in fp64 and in float.
+VLPAR_TEST_P(VLPAR_SUITE(DenseGemm), MatchesFp64) {
+  VLPAR_REQUIRE_GPU();
+  const DenseCase& c = GetParam();
+  Allocator al;
+  auto shape = [](int64_t batch, int64_t r, int64_t cols) {
+    return batch == 0 ? Shape{r, cols} : Shape{batch, r, cols};
+  };
+  const int64_t nb = std::max<int64_t>(c.batch, 1);
+  const Tensor a = random_tensor(al, c.trans_a ? shape(c.batch, c.k, c.m) : shape(c.batch, c.m, c.k), c.dtype, 9,
+                                 -2.f, 2.f);
+  const Tensor b = random_tensor(al, c.trans_b ? shape(c.b_batch, c.n, c.k) : shape(c.b_batch, c.k, c.n), c.dtype,
+                                 10);
+  const Tensor c0 = random_tensor(al, shape(c.batch, c.m, c.n), c.out, 11);
+  Tensor cd = upload(al, c0);
+  VLPAR_ASSERT_OK_OR_SKIP(gemm(gpu_ctx(), cd, upload(al, a), upload(al, b), GemmDesc{c.trans_a, c.trans_b, c.alpha,
+                                                                                     c.beta}));
+  const auto a64 = to_f64(a), b64 = to_f64(b), before = to_f64(c0);
+  auto ref = [&]<class S>() {
+    const std::vector<S> as = cast_vec<S>(a64), bs = cast_vec<S>(b64);
+    std::vector<S> out = cast_vec<S>(before);
+    for (int64_t i = 0; i < nb; ++i)
+      reference::gemm<S>(out.data() + i * c.m * c.n, as.data() + i * c.m * c.k,
+                         bs.data() + (c.b_batch > 1 ? i * c.k * c.n : 0), c.m, c.n, c.k, c.trans_a, c.trans_b,
+                         S(c.alpha), S(c.beta));
+    return to_double(out);
+  };
+  EXPECT_TRUE(close_to_reference("gemm_c", to_f64(download(al, cd)), ref.operator()<double>(),
+                                 round_to_dtype(ref.operator()<float>(), c.out), Shape{nb, c.m, c.n}, TolOp::kGemm,
+                                 c.out));
+}
+
+VLPAR_INSTANTIATE(Shapes, VLPAR_SUITE(DenseGemm),
+    ::testing::Values(
+        DenseCase{DType::kBF16, DType::kBF16, false, false, 0, 0, 70, 40, 136, 1.f, 0.f},   // 2D, NN
+        DenseCase{DType::kF16, DType::kF32, false, true, 0, 0, 130, 136, 40, 0.5f, 1.f},   // y = x · Wᵀ, accumulate
+        DenseCase{DType::kBF16, DType::kF32, true, false, 0, 0, 136, 40, 70, 1.f, 0.f},    // dW = xᵀ · dy
+        DenseCase{DType::kF16, DType::kF32, true, false, 3, 1, 40, 24, 33, 1.f, 1.5f},     // batched, B broadcast
+        DenseCase{DType::kBF16, DType::kBF16, false, false, 2, 1, 17, 16, 8, 2.f, 0.f}),   // batched NN
+    [](const auto& info) {
+      const DenseCase& c = info.param;
+      return fmt::format("{}_to_{}_{}{}_b{}_m{}_n{}_k{}", dtype_name(c.dtype), dtype_name(c.out), c.trans_a ? "T" : "N",
+                         c.trans_b ? "T" : "N", c.batch, c.m, c.n, c.k);
+    });
 
 /// The persistent grid: 3 CTAs walking all 10 tiles give bitwise the result of one CTA per tile.
 VLPAR_TEST(VLPAR_SUITE(GroupedGemmProps), CappedGridIsBitwiseEqual) {

@@ -31,6 +31,9 @@ Status varlen_attention_forward(const Context& ctx, TensorView out, TensorView l
 Status varlen_attention_backward(const Context& ctx, TensorView dq, TensorView dk, TensorView dv, TensorView dout,
                                  TensorView q, TensorView k, TensorView v, TensorView out, TensorView lse,
                                  TensorView cu_seqlens_q, TensorView cu_seqlens_k, const VarlenAttentionDesc& desc);
+/// Dense (batched) GEMM on the grouped GEMM kernels with one group per batch entry: bf16/f16 a and b, c in their
+/// dtype or f32; op(A)ᵀ (trans_a) only with B untransposed and c f32 (the weight-gradient kernel).
+Status gemm(const Context& ctx, TensorView c, TensorView a, TensorView b, GemmDesc desc);
 /// bf16/f16 a and b, c in their dtype or f32; offsets in host memory (src/kernels/cuda/moe_ops.cu).
 Status grouped_gemm(const Context& ctx, TensorView c, TensorView a, TensorView b, std::span<const int64_t> offsets,
                     GemmDesc desc);

@@ -43,6 +43,10 @@ Status varlen_attention_backward(const Context&, TensorView, TensorView, TensorV
   return VLPAR_STATUS(StatusCode::kNotSupported, "varlen_attention_backward: this build of vlpar has no CUDA kernels");
 }
 
+Status gemm(const Context&, TensorView, TensorView, TensorView, GemmDesc) {
+  return VLPAR_STATUS(StatusCode::kNotSupported, "gemm: this build of vlpar has no CUDA kernels");
+}
+
 Status grouped_gemm(const Context&, TensorView, TensorView, TensorView, std::span<const int64_t>, GemmDesc) {
   return VLPAR_STATUS(StatusCode::kNotSupported, "grouped_gemm: this build of vlpar has no CUDA kernels");
 }

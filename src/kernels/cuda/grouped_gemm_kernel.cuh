@@ -233,8 +233,9 @@ __device__ __forceinline__ void grouped_wgrad_load(uint16_t* stage, const Groupe
                                              Tile::kK, valid, int(p.n - w.n0));
 }
 
-/// dw[g] += a[rows of g]ᵀ · dc[rows of g]: the tiles of the non-empty groups on a persistent grid, each output
-/// element summed over the group's rows in ascending 32-row steps by one thread (bitwise reproducible).
+/// dw[g] = alpha · a[rows of g]ᵀ · dc[rows of g] + beta · dw[g] over the tiles in tile_offsets on a persistent
+/// grid, each output element summed over the group's rows in ascending 32-row steps by one thread (bitwise
+/// reproducible).
 template <class T>
 __global__ void __launch_bounds__(GroupedGemmTile::kThreads) grouped_wgrad_kernel(const GroupedWgradParams p) {
   using Tile = GroupedGemmTile;
@@ -245,8 +246,8 @@ __global__ void __launch_bounds__(GroupedGemmTile::kThreads) grouped_wgrad_kerne
     float acc[4][8][4] = {};
     const auto load = [&](uint16_t* stage, int kt) { grouped_wgrad_load(stage, p, w, int64_t(kt) * Tile::kK); };
     grouped_gemm_mainloop<T, true, false>(acc, smem, int((w.rows + Tile::kK - 1) / Tile::kK), load, wm, wn, lane);
-    grouped_gemm_store<float>(p.dw + int64_t(w.group) * p.kd * p.n, p.n, w.m0, p.kd - w.m0, w.n0, p.n, 1.f, 1.f, acc,
-                              wm, wn, lane);
+    grouped_gemm_store<float>(p.dw + w.group * p.dw_group_stride, p.ldw, w.m0, p.kd - w.m0, w.n0, p.n, p.alpha,
+                              p.beta, acc, wm, wn, lane);
   }
 }
 

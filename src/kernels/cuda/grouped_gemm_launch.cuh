@@ -51,9 +51,10 @@ Status grouped_gemm_run(const GroupedGemmParams& p, void* stream) {
 template <class T>
 Status grouped_wgrad_run(const GroupedWgradParams& p, void* stream) {
   using Tile = GroupedGemmTile;
-  VLPAR_CHECK_CODE(p.n % 8 == 0 && p.kd % 8 == 0 && p.lda % 8 == 0 && p.lddc % 8 == 0, StatusCode::kNotSupported,
-                   "grouped_weight_grad: N {} and Kd {} and the row strides (a {}, dc {}) must be multiples of 8 "
-                   "elements (16-byte cp.async rows)", p.n, p.kd, p.lda, p.lddc);
+  VLPAR_CHECK_CODE(p.n % 8 == 0 && p.kd % 8 == 0 && p.lda % 8 == 0 && p.lddc % 8 == 0 && p.ldw % 2 == 0,
+                   StatusCode::kNotSupported, "grouped_weight_grad: N {} and Kd {} and the row strides (a {}, dc {}) "
+                   "must be multiples of 8 elements (16-byte cp.async rows), dw's row stride {} even", p.n, p.kd,
+                   p.lda, p.lddc, p.ldw);
   if (p.total_tiles == 0) return Status::Ok();
   VLPAR_ASSIGN_OR_RETURN(const int64_t ctas, grouped_gemm_ctas(p.total_tiles));
   if (print_configs())

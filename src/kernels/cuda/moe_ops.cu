@@ -1,18 +1,20 @@
-// CUDA entry points of the grouped GEMM and the grouped weight gradient (include/vlpar/kernels/cuda_ops.hpp),
-// STYLE §3:
-//   desc      : the views, shapes already checked by src/kernels/ops/moe.cpp → Grouped{Gemm,Wgrad}Params
-//   check     : a and b (dc) bf16 or f16 (one dtype), c in that dtype or f32 (dw f32), trans_a off, 16-byte
-//               aligned rows
-//   workspace : the row offsets [G+1] (i64) and the groups' first tiles [G+1] (i32) on the device, stream-ordered
-//               on ctx.stream or from ctx.allocator (Workspace)
-//   run       : grouped_gemm_run<T, OutT>, grouped_wgrad_run<T> (generated src/kernels/cuda/grouped_gemm_<dtype>.cu)
-// Test: tests/gpu/test_cuda_grouped_gemm.cpp (ctest -L gpu; -L emu in the emulated build)
+// CUDA entry points of the MoE ops and the dense GEMM (include/vlpar/kernels/cuda_ops.hpp), STYLE §3:
+//   grouped_gemm, grouped_weight_grad, gemm (one group per batch entry; op(A)ᵀ on the weight-gradient kernel)
+//     desc      : the views, shapes already checked by src/kernels/ops/{moe,gemm}.cpp → Grouped{Gemm,Wgrad}Params
+//     check     : a and b (dc) bf16 or f16 (one dtype), c in that dtype or f32 (dw f32), 16-byte aligned rows
+//     workspace : the row offsets [G+1] (i64) and the groups' first tiles [G+1] (i32) on the device,
+//                 stream-ordered on ctx.stream or from ctx.allocator (Workspace)
+//     run       : grouped_gemm_run<T, OutT>, grouped_wgrad_run<T> (generated grouped_gemm_<dtype>.cu)
+//   moe_dispatch_plan: device indices → moe_plan_run (moe_plan.cu), the plan mirrored to the host, bad ids named
+//   moe_permute / moe_unpermute / moe_row_dot / moe_scale_rows: the plan's map uploaded, then moe_*_run<T>
+//     (generated moe_permute_<dtype>.cu) for bf16, f16 or f32 rows with f32 weights
+// Test: tests/gpu/test_cuda_grouped_gemm.cpp, tests/gpu/test_cuda_moe_permute.cpp (ctest -L gpu; -L emu)
 #include "cuda_compat.cuh"  // first: the prelude of every CUDA source
 
 #include <cstdint>
 #include <initializer_list>
-#include <utility>
 #include <span>
+#include <utility>
 #include <vector>
 
 #include "op_helpers.cuh"
@@ -241,15 +243,79 @@ Status moe_row_dot(const Context& ctx, TensorView dweights, TensorView a, Tensor
                   });
 }
 
-Status grouped_gemm(const Context& ctx, TensorView c, TensorView a, TensorView b, std::span<const int64_t> offsets,
-                    GemmDesc desc) {
-  const char* op = "grouped_gemm";
+namespace {
+
+/// The operand dtypes the tensor-core kernels take: a and b (dc) bf16 or f16 alike, c in their dtype or f32.
+Status check_gemm_dtypes(const char* op, const TensorView& c, const TensorView& a, const TensorView& b,
+                         const char* b_name) {
   VLPAR_RETURN_IF_ERROR(check_input_dtype(op, "a", a));
-  VLPAR_CHECK(b.dtype == a.dtype, "{}: b has dtype {} but a has {} (one input dtype)", op, dtype_name(b.dtype),
-              dtype_name(a.dtype));
+  VLPAR_CHECK(b.dtype == a.dtype, "{}: {} has dtype {} but a has {} (one input dtype)", op, b_name,
+              dtype_name(b.dtype), dtype_name(a.dtype));
   VLPAR_CHECK_CODE(c.dtype == a.dtype || c.dtype == DType::kF32, StatusCode::kNotSupported,
                    "{}: c must be {} or f32 (fp32 accumulation, one rounding), got {}", op, dtype_name(a.dtype),
                    c.to_string());
+  return Status::Ok();
+}
+
+/// Runs the grouped GEMM p over the groups of `offsets` (their tile map uploaded into a workspace).
+Status launch_grouped(const Context& ctx, const char* op, int device, cuda_kernels::GroupedGemmParams p,
+                      std::span<const int64_t> offsets, DType in, DType out) {
+  p.groups = int(offsets.size()) - 1;
+  const int64_t col_tiles = (p.n + cuda_kernels::kGroupedGemmTileCols - 1) / cuda_kernels::kGroupedGemmTileCols;
+  VLPAR_ASSIGN_OR_RETURN(const auto tiles, tile_prefix(op, offsets, [&](int64_t rows) {
+    return (rows + cuda_kernels::kGroupedGemmTileRows - 1) / cuda_kernels::kGroupedGemmTileRows * col_tiles;
+  }));
+  p.total_tiles = tiles.back();
+  if (p.total_tiles == 0) return Status::Ok();
+  return on_device(op, device, [&]() -> Status {
+    Workspace ws(ctx, device);
+    VLPAR_ASSIGN_OR_RETURN(const DeviceGroups groups, upload_groups(ctx, ws, offsets, tiles));
+    p.offsets = groups.offsets;
+    p.tile_offsets = groups.tiles;
+    auto run = [&]<class T>() -> Status {
+      return out == DType::kF32 ? cuda_kernels::grouped_gemm_run<T, float>(p, ctx.stream)
+                                : cuda_kernels::grouped_gemm_run<T, T>(p, ctx.stream);
+    };
+    return in == DType::kBF16 ? if_compiled<bf16>(op, run) : if_compiled<f16>(op, run);
+  });
+}
+
+/// Runs the weight-gradient kernel p over the groups of `offsets`; an empty group gets tiles only when beta != 1
+/// (dw = beta · dw must still be applied).
+Status launch_wgrad(const Context& ctx, const char* op, int device, cuda_kernels::GroupedWgradParams p,
+                    std::span<const int64_t> offsets, DType in) {
+  p.groups = int(offsets.size()) - 1;
+  const int64_t out_tiles = (p.kd + cuda_kernels::kGroupedGemmTileRows - 1) / cuda_kernels::kGroupedGemmTileRows *
+                            ((p.n + cuda_kernels::kGroupedGemmTileCols - 1) / cuda_kernels::kGroupedGemmTileCols);
+  VLPAR_ASSIGN_OR_RETURN(const auto tiles, tile_prefix(op, offsets, [&](int64_t rows) {
+    return rows > 0 || p.beta != 1.f ? out_tiles : 0;
+  }));
+  p.total_tiles = tiles.back();
+  if (p.total_tiles == 0) return Status::Ok();
+  return on_device(op, device, [&]() -> Status {
+    Workspace ws(ctx, device);
+    VLPAR_ASSIGN_OR_RETURN(const DeviceGroups groups, upload_groups(ctx, ws, offsets, tiles));
+    p.offsets = groups.offsets;
+    p.tile_offsets = groups.tiles;
+    auto run = [&]<class T>() -> Status { return cuda_kernels::grouped_wgrad_run<T>(p, ctx.stream); };
+    return in == DType::kBF16 ? if_compiled<bf16>(op, run) : if_compiled<f16>(op, run);
+  });
+}
+
+/// Row stride of a 2D or 3D view's matrices (any value works for a single row; its width is used then).
+int64_t matrix_ld(const TensorView& v) { return v.size(-2) <= 1 ? v.size(-1) : v.stride(-2); }
+
+/// Byte offset of batch entry i of a 2D or 3D view (a batch of 1 broadcasts).
+int64_t batch_bytes(const TensorView& v, int64_t i) {
+  return v.ndim() == 3 && v.size(0) > 1 ? i * v.stride(0) * int64_t(dtype_size(v.dtype)) : 0;
+}
+
+}  // namespace
+
+Status grouped_gemm(const Context& ctx, TensorView c, TensorView a, TensorView b, std::span<const int64_t> offsets,
+                    GemmDesc desc) {
+  const char* op = "grouped_gemm";
+  VLPAR_RETURN_IF_ERROR(check_gemm_dtypes(op, c, a, b, "b"));
   VLPAR_ASSIGN_OR_RETURN(const int device, cuda_device_of(op, {{"c", &c}, {"a", &a}, {"b", &b}}));
   for (const auto& [name, v] : {std::pair{"a", &a}, std::pair{"b", &b}, std::pair{"c", &c}})
     VLPAR_RETURN_IF_ERROR(check_cp_async_base(op, name, *v));
@@ -263,39 +329,20 @@ Status grouped_gemm(const Context& ctx, TensorView c, TensorView a, TensorView b
   p.b_group_stride = b.size(0) == 1 ? 0 : b.stride(0);
   p.n = c.size(1);
   p.kd = a.size(1);
-  p.groups = int(offsets.size()) - 1;
   p.trans_b = desc.trans_b ? 1 : 0;
   p.alpha = desc.alpha;
   p.beta = desc.beta;
   VLPAR_CHECK_CODE(p.b_group_stride % 8 == 0, StatusCode::kNotSupported,
                    "{}: b's group stride {} is not a multiple of 8 elements (16-byte rows)", op, p.b_group_stride);
-  const int64_t col_tiles = (p.n + cuda_kernels::kGroupedGemmTileCols - 1) / cuda_kernels::kGroupedGemmTileCols;
-  VLPAR_ASSIGN_OR_RETURN(const auto tiles, tile_prefix(op, offsets, [&](int64_t rows) {
-    return (rows + cuda_kernels::kGroupedGemmTileRows - 1) / cuda_kernels::kGroupedGemmTileRows * col_tiles;
-  }));
-  p.total_tiles = tiles.back();
-  if (p.total_tiles == 0) return Status::Ok();
-  return on_device(op, device, [&]() -> Status {
-    Workspace ws(ctx, device);
-    VLPAR_ASSIGN_OR_RETURN(const DeviceGroups groups, upload_groups(ctx, ws, offsets, tiles));
-    p.offsets = groups.offsets;
-    p.tile_offsets = groups.tiles;
-    auto run = [&]<class T>() -> Status {
-      return c.dtype == DType::kF32 ? cuda_kernels::grouped_gemm_run<T, float>(p, ctx.stream)
-                                    : cuda_kernels::grouped_gemm_run<T, T>(p, ctx.stream);
-    };
-    return a.dtype == DType::kBF16 ? if_compiled<bf16>(op, run) : if_compiled<f16>(op, run);
-  });
+  return launch_grouped(ctx, op, device, p, offsets, a.dtype, c.dtype);
 }
 
 Status grouped_weight_grad(const Context& ctx, TensorView dw, TensorView a, TensorView dc,
                            std::span<const int64_t> offsets) {
   const char* op = "grouped_weight_grad";
-  VLPAR_RETURN_IF_ERROR(check_input_dtype(op, "a", a));
-  VLPAR_CHECK(dc.dtype == a.dtype, "{}: dc has dtype {} but a has {} (one input dtype)", op, dtype_name(dc.dtype),
-              dtype_name(a.dtype));
   VLPAR_CHECK_CODE(dw.dtype == DType::kF32, StatusCode::kNotSupported,
                    "{}: dw must be f32 (the gradient accumulates in fp32), got {}", op, dw.to_string());
+  VLPAR_RETURN_IF_ERROR(check_gemm_dtypes(op, dw, a, dc, "dc"));
   VLPAR_ASSIGN_OR_RETURN(const int device, cuda_device_of(op, {{"dw", &dw}, {"a", &a}, {"dc", &dc}}));
   for (const auto& [name, v] : {std::pair{"a", &a}, std::pair{"dc", &dc}, std::pair{"dw", &dw}})
     VLPAR_RETURN_IF_ERROR(check_cp_async_base(op, name, *v));
@@ -307,21 +354,60 @@ Status grouped_weight_grad(const Context& ctx, TensorView dw, TensorView a, Tens
   p.lddc = dc.stride(0);
   p.kd = a.size(1);
   p.n = dc.size(1);
-  p.groups = int(offsets.size()) - 1;
-  const int64_t out_tiles = (p.kd + cuda_kernels::kGroupedGemmTileRows - 1) / cuda_kernels::kGroupedGemmTileRows *
-                            ((p.n + cuda_kernels::kGroupedGemmTileCols - 1) / cuda_kernels::kGroupedGemmTileCols);
-  VLPAR_ASSIGN_OR_RETURN(const auto tiles,
-                         tile_prefix(op, offsets, [&](int64_t rows) { return rows > 0 ? out_tiles : 0; }));
-  p.total_tiles = tiles.back();
-  if (p.total_tiles == 0) return Status::Ok();
-  return on_device(op, device, [&]() -> Status {
-    Workspace ws(ctx, device);
-    VLPAR_ASSIGN_OR_RETURN(const DeviceGroups groups, upload_groups(ctx, ws, offsets, tiles));
-    p.offsets = groups.offsets;
-    p.tile_offsets = groups.tiles;
-    auto run = [&]<class T>() -> Status { return cuda_kernels::grouped_wgrad_run<T>(p, ctx.stream); };
-    return a.dtype == DType::kBF16 ? if_compiled<bf16>(op, run) : if_compiled<f16>(op, run);
-  });
+  p.ldw = p.n;
+  p.dw_group_stride = p.kd * p.n;
+  p.alpha = p.beta = 1.f;
+  return launch_wgrad(ctx, op, device, p, offsets, a.dtype);
+}
+
+Status gemm(const Context& ctx, TensorView c, TensorView a, TensorView b, GemmDesc desc) {
+  const char* op = "gemm";
+  VLPAR_RETURN_IF_ERROR(check_gemm_dtypes(op, c, a, b, "b"));
+  VLPAR_CHECK_CODE(!(desc.trans_a && desc.trans_b), StatusCode::kNotSupported,
+                   "{}: the CUDA GEMM takes op(A) = Aᵀ only with B untransposed (the weight gradient)", op);
+  VLPAR_CHECK_CODE(!desc.trans_a || c.dtype == DType::kF32, StatusCode::kNotSupported,
+                   "{}: with trans_a (a weight gradient) the CUDA GEMM writes f32 C, got {}", op, c.to_string());
+  VLPAR_ASSIGN_OR_RETURN(const int device, cuda_device_of(op, {{"C", &c}, {"A", &a}, {"B", &b}}));
+  for (const auto& [name, v] : {std::pair{"A", &a}, std::pair{"B", &b}, std::pair{"C", &c}})
+    VLPAR_RETURN_IF_ERROR(check_cp_async_base(op, name, *v));
+  const int64_t batch = c.ndim() == 3 ? c.size(0) : 1, M = c.size(-2), N = c.size(-1);
+  const int64_t K = desc.trans_a ? a.size(-2) : a.size(-1);
+  for (int64_t i = 0; i < batch; ++i) {  // one launch per batch entry, each a one-group grouped GEMM
+    auto* ci = static_cast<char*>(c.data) + batch_bytes(c, i);
+    const auto* ai = static_cast<const char*>(a.data) + batch_bytes(a, i);
+    const auto* bi = static_cast<const char*>(b.data) + batch_bytes(b, i);
+    if (desc.trans_a) {  // C[M, N] = alpha · A[K, M]ᵀ · B[K, N] + beta · C: the K rows are the one group
+      cuda_kernels::GroupedWgradParams p{};
+      p.dw = reinterpret_cast<float*>(ci);
+      p.a = ai;
+      p.dc = bi;
+      p.lda = matrix_ld(a);
+      p.lddc = matrix_ld(b);
+      p.ldw = matrix_ld(c);
+      p.kd = M;
+      p.n = N;
+      p.alpha = desc.alpha;
+      p.beta = desc.beta;
+      const int64_t rows[2] = {0, K};
+      VLPAR_RETURN_IF_ERROR(launch_wgrad(ctx, op, device, p, rows, a.dtype));
+    } else {  // C[M, N] = alpha · A[M, K] · op(B) + beta · C: the M rows are the one group
+      cuda_kernels::GroupedGemmParams p{};
+      p.c = ci;
+      p.a = ai;
+      p.b = bi;
+      p.lda = matrix_ld(a);
+      p.ldb = matrix_ld(b);
+      p.ldc = matrix_ld(c);
+      p.n = N;
+      p.kd = K;
+      p.trans_b = desc.trans_b ? 1 : 0;
+      p.alpha = desc.alpha;
+      p.beta = desc.beta;
+      const int64_t rows[2] = {0, M};
+      VLPAR_RETURN_IF_ERROR(launch_grouped(ctx, op, device, p, rows, a.dtype, c.dtype));
+    }
+  }
+  return Status::Ok();
 }
 
 }  // namespace vlpar::cuda_impl

@@ -1,11 +1,13 @@
 // The public GEMM and linear ops: every argument checked once here, then the device's implementation (CPU:
-// src/kernels/cpu/gemm.cpp; no CUDA kernel yet). Test: tests/unit/test_gemm.cpp.
+// src/kernels/cpu/gemm.cpp; CUDA views: gemm runs the grouped GEMM kernels with one group, src/kernels/cuda/moe_ops.cu;
+// linear has no CUDA path yet). Test: tests/unit/test_gemm.cpp, tests/gpu/test_cuda_grouped_gemm.cpp.
 #include "vlpar/kernels/gemm.hpp"
 
 #include <algorithm>
 
 #include "../cpu_impl.hpp"
 #include "vlpar/core/checks.hpp"
+#include "vlpar/kernels/cuda_ops.hpp"
 
 namespace vlpar {
 namespace {
@@ -14,10 +16,12 @@ struct Dims {
   int64_t batch = 1, rows = 0, cols = 0;
 };
 
-Result<Dims> check_matrix(const char* what, const TensorView& v) {
+/// cuda: the operands of a CUDA gemm (cuda_impl checks they share one device); else they must be on the CPU.
+Result<Dims> check_matrix(const char* what, const TensorView& v, bool cuda) {
   VLPAR_CHECK(v.ndim() == 2 || v.ndim() == 3, "gemm: {} must be 2D or 3D, got {}", what, v.to_string());
   VLPAR_RETURN_IF_ERROR(check_storage_dtype("gemm", what, v));
-  VLPAR_CHECK(v.device.is_cpu(), "gemm: {} must be on the CPU (no CUDA GEMM yet), got {}", what, v.to_string());
+  VLPAR_CHECK(cuda || v.device.is_cpu(), "gemm: {} must be on the CPU like the other operands (CUDA: gemm only, "
+              "not linear yet), got {}", what, v.to_string());
   VLPAR_CHECK(v.stride(-1) == 1 || v.size(-1) <= 1, "gemm: {} must have a contiguous last dim, got strides of {}",
               what, v.to_string());
   const Dims d{v.ndim() == 3 ? v.size(0) : 1, v.size(-2), v.size(-1)};
@@ -27,10 +31,11 @@ Result<Dims> check_matrix(const char* what, const TensorView& v) {
 }
 
 // C = α·op(A)·op(B) + β·C: shapes, batches, dtypes, layout, device.
-Status check_gemm(const TensorView& c, const TensorView& a, const TensorView& b, const GemmDesc& desc) {
-  VLPAR_ASSIGN_OR_RETURN(const Dims mc, check_matrix("C", c));
-  VLPAR_ASSIGN_OR_RETURN(const Dims ma, check_matrix("A", a));
-  VLPAR_ASSIGN_OR_RETURN(const Dims mb, check_matrix("B", b));
+Status check_gemm(const TensorView& c, const TensorView& a, const TensorView& b, const GemmDesc& desc,
+                  bool cuda = false) {
+  VLPAR_ASSIGN_OR_RETURN(const Dims mc, check_matrix("C", c, cuda));
+  VLPAR_ASSIGN_OR_RETURN(const Dims ma, check_matrix("A", a, cuda));
+  VLPAR_ASSIGN_OR_RETURN(const Dims mb, check_matrix("B", b, cuda));
   const int64_t M = mc.rows, N = mc.cols, K = desc.trans_a ? ma.rows : ma.cols;
   VLPAR_CHECK((desc.trans_a ? ma.cols : ma.rows) == M, "gemm: op(A) {} has {} rows but C {} has {}", a.to_string(),
               desc.trans_a ? ma.cols : ma.rows, c.to_string(), M);
@@ -56,7 +61,9 @@ Status check_linear(const char* op, const TensorView& y, const TensorView& x, co
 }  // namespace
 
 Status gemm(const Context& ctx, TensorView c, TensorView a, TensorView b, GemmDesc desc) {
-  VLPAR_RETURN_IF_ERROR(check_gemm(c, a, b, desc));
+  const bool cuda = c.device.is_cuda() || a.device.is_cuda() || b.device.is_cuda();
+  VLPAR_RETURN_IF_ERROR(check_gemm(c, a, b, desc, cuda));
+  if (cuda) return cuda_impl::gemm(ctx, c, a, b, desc);
   return cpu_impl::gemm(ctx, c, a, b, desc);
 }
 

@@ -28,16 +28,20 @@ struct GroupedGemmParams {
 };
 
 /// The grouped weight gradient dw[g] += a[rows of g]ᵀ · dc[rows of g] (ragged inner dimension: the group's rows).
+/// dw[g] = alpha · a[rows of g]ᵀ · dc[rows of g] + beta · dw[g]; the MoE backward uses alpha = beta = 1.
 struct GroupedWgradParams {
-  float* dw;                    // [G, Kd, N] fp32, contiguous: accumulated
+  float* dw;                    // per group [Kd, N] fp32, row stride ldw, group stride dw_group_stride
   const void* a;                // [R, Kd] T, row stride lda
   const void* dc;               // [R, N] T, row stride lddc
   const int64_t* offsets;       // [G + 1] device: rows [offsets[g], offsets[g+1]) form group g
-  const int32_t* tile_offsets;  // [G + 1] device: the first output tile of group g (0 tiles for an empty group)
+  const int32_t* tile_offsets;  // [G + 1] device: the first output tile of group g (an empty group has none when
+                                // beta = 1: it would add nothing)
   int64_t lda, lddc;            // elements, multiples of 8 (16-byte cp.async rows)
+  int64_t ldw, dw_group_stride; // elements; ldw even (8-byte stores of two fp32)
   int64_t kd, n;                // dw[g] is [Kd, N]; multiples of 8
   int groups;                   // G
   int total_tiles;              // tile_offsets[G]
+  float alpha, beta;
 };
 
 /// Output tile of the grouped GEMM (rows × columns); a group of M rows has ceil(M / kRows)·ceil(N / kCols) tiles.
