@@ -39,7 +39,7 @@ configure() {
 }
 
 gpu_test_bins=(test_cuda_kernels test_cuda_warp_matrix test_cuda_attention test_cuda_grouped_gemm test_cuda_moe_permute)  # tests/gpu/
-build_tests() { cmake --build "$build" -j"$(nproc)" --target "${gpu_test_bins[@]}" bench_cuda_attention; }
+build_tests() { cmake --build "$build" -j"$(nproc)" --target "${gpu_test_bins[@]}" bench_cuda_attention bench_cuda_moe; }
 device_query() { nvcc -o "$build/device_query" bench/gpu/device_query.cu && "$build/device_query"; }
 gpu_tests() { ctest --test-dir "$build" -L gpu --output-on-failure --no-tests=error; }
 
@@ -81,12 +81,14 @@ racecheck_probe() {  # bench/gpu/racecheck_named_barrier.cu under racecheck: fai
   return $bad
 }
 
-benchmarks() {  # each CUDA kernel benchmark; the attention one next to torch's flash SDPA when python3 has torch
+benchmarks() {  # each CUDA kernel benchmark; attention next to torch's flash SDPA, MoE next to torch._grouped_mm
   local b rc=0
   for b in "$build"/bench/bench_cuda_*; do
     [ -x "$b" ] || continue
     if [ "$(basename "$b")" = bench_cuda_attention ] && python3 -c "import torch" 2> /dev/null; then
       python3 bench/gpu/bench_attention_vs_torch.py "$b" || rc=1
+    elif [ "$(basename "$b")" = bench_cuda_moe ] && python3 -c "import torch" 2> /dev/null; then
+      python3 bench/gpu/bench_moe_vs_torch.py "$b" || rc=1
     else
       "$b" || rc=1
     fi
