@@ -8,23 +8,10 @@ of both and the ratio vlpar / torch. FLOPs as the vlpar benchmark counts them (F
 Usage: bench_attention_vs_torch.py <path to bench_cuda_attention> [--iters N]
 """
 import argparse
-import csv
-import io
-import subprocess
 import sys
 
+from bench_common import run_bench, time_ms
 
-def time_ms(fn, iters):
-    import torch
-    for _ in range(2):
-        fn()
-    start, stop = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-    start.record()
-    for _ in range(iters):
-        fn()
-    stop.record()
-    torch.cuda.synchronize()
-    return start.elapsed_time(stop) / iters
 
 
 def torch_row(row, iters):
@@ -48,12 +35,10 @@ def main():
     ap.add_argument("bench")
     ap.add_argument("--iters", type=int, default=10)
     args = ap.parse_args()
-    out = subprocess.run([args.bench, "--iters", str(args.iters)], capture_output=True, text=True)
-    print(out.stdout, end="")
-    if out.returncode != 0:
-        print(out.stderr, file=sys.stderr)
-        return out.returncode
-    rows = [r for r in csv.DictReader(io.StringIO(out.stdout)) if r.get("fwd_ms")]
+    all_rows = run_bench(args.bench, args.iters)
+    if all_rows is None:
+        return 1
+    rows = [r for r in all_rows if r.get("fwd_ms")]
     if not rows:
         return 0
     try:

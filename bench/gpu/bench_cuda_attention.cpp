@@ -14,6 +14,7 @@
 #include <string>
 #include <vector>
 
+#include "bench_util.hpp"
 #include "vlpar/core/allocator.hpp"
 #include "vlpar/core/context.hpp"
 #include "vlpar/core/device.hpp"
@@ -25,6 +26,9 @@
 namespace {
 
 using namespace vlpar;
+using bench::check;
+using bench::random_device;
+using bench::time_ms;
 
 struct BenchShape {
   const char* name;
@@ -32,43 +36,6 @@ struct BenchShape {
   bool causal;
   DType dtype;
 };
-
-/// A device tensor of uniform values in [-1, 1) (Philox on the host, one copy).
-Tensor random_device(Allocator& a, Shape shape, DType dt, uint64_t seed) {
-  Tensor host = Tensor::empty(a, shape, dt).value();
-  for (int64_t i = 0; i < host.numel(); ++i) {
-    const float x = philox_uniform(seed, 0, uint64_t(i), -1.f, 1.f);
-    if (dt == DType::kBF16) host.ptr<bf16>()[i] = float_to_bf16(x);
-    else host.ptr<f16>()[i] = float_to_f16(x);
-  }
-  Tensor dev = Tensor::empty(a, shape, dt, Device::cuda(0)).value();
-  if (!copy_(dev, host).ok()) std::abort();
-  return dev;
-}
-
-void check(const Status& s, const char* what) {
-  if (s.ok()) return;
-  std::fprintf(stderr, "%s: %s\n", what, s.to_string().c_str());
-  std::exit(1);
-}
-
-/// Mean milliseconds of `iters` calls of fn after 2 warm-up calls.
-template <class Fn>
-double time_ms(int iters, Fn&& fn) {
-  for (int i = 0; i < 2; ++i) fn();
-  cudaEvent_t start, stop;
-  cudaEventCreate(&start);
-  cudaEventCreate(&stop);
-  cudaEventRecord(start);
-  for (int i = 0; i < iters; ++i) fn();
-  cudaEventRecord(stop);
-  cudaEventSynchronize(stop);
-  float ms = 0;
-  cudaEventElapsedTime(&ms, start, stop);
-  cudaEventDestroy(start);
-  cudaEventDestroy(stop);
-  return double(ms) / iters;
-}
 
 void run(const BenchShape& s, int iters) {
   constexpr int64_t kTokens = 16384;

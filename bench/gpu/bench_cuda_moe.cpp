@@ -21,6 +21,7 @@
 #include <functional>
 #include <vector>
 
+#include "bench_util.hpp"
 #include "vlpar/core/allocator.hpp"
 #include "vlpar/core/context.hpp"
 #include "vlpar/core/device.hpp"
@@ -32,48 +33,17 @@
 namespace {
 
 using namespace vlpar;
+using bench::check;
+using bench::random_device;
+using bench::time_ms;
 
 constexpr int kExperts = 128, kTopK = 8;
 constexpr int64_t kHidden = 2048, kInter = 768;
-
-void check(const Status& s, const char* what) {
-  if (s.ok()) return;
-  std::fprintf(stderr, "%s: %s\n", what, s.to_string().c_str());
-  std::exit(1);
-}
 
 void check_cublas(cublasStatus_t s, const char* what) {
   if (s == CUBLAS_STATUS_SUCCESS) return;
   std::fprintf(stderr, "%s: cuBLAS status %d\n", what, int(s));
   std::exit(1);
-}
-
-/// A bf16 device tensor of uniform values in [lo, hi) (Philox on the host, one copy).
-Tensor random_device(Allocator& a, Shape shape, uint64_t seed, float lo = -1.f, float hi = 1.f) {
-  Tensor host = Tensor::empty(a, shape, DType::kBF16).value();
-  for (int64_t i = 0; i < host.numel(); ++i)
-    host.ptr<bf16>()[i] = float_to_bf16(philox_uniform(seed, 0, uint64_t(i), lo, hi));
-  Tensor dev = Tensor::empty(a, shape, DType::kBF16, Device::cuda(0)).value();
-  check(copy_(dev, host), "upload");
-  return dev;
-}
-
-/// Mean milliseconds of `iters` calls of fn after 2 warm-up calls.
-template <class Fn>
-double time_ms(int iters, Fn&& fn) {
-  for (int i = 0; i < 2; ++i) fn();
-  cudaEvent_t start, stop;
-  cudaEventCreate(&start);
-  cudaEventCreate(&stop);
-  cudaEventRecord(start);
-  for (int i = 0; i < iters; ++i) fn();
-  cudaEventRecord(stop);
-  cudaEventSynchronize(stop);
-  float ms = 0;
-  cudaEventElapsedTime(&ms, start, stop);
-  cudaEventDestroy(start);
-  cudaEventDestroy(stop);
-  return double(ms) / iters;
 }
 
 /// [T, K] i32 host routing: K distinct experts per token, uniform or skewed (expert e drawn with weight 1/(e+1)).
@@ -134,7 +104,7 @@ void run(int64_t tokens, bool skewed, int iters, cublasHandle_t blas) {
   for (int e = 1; e <= kExperts; ++e) std::printf("%lld%s", static_cast<long long>(plan.offsets[size_t(e)]),
                                                   e < kExperts ? ";" : ",,,\n");
 
-  const Tensor x = random_device(a, {tokens, kHidden}, 1);
+  const Tensor x = random_device(a, {tokens, kHidden}, DType::kBF16, 1);
   const Tensor w = [&] {
     Tensor d = Tensor::empty(a, {tokens, kTopK}, DType::kF32, Device::cuda(0)).value();
     Tensor h = Tensor::empty(a, {tokens, kTopK}, DType::kF32).value();
@@ -158,11 +128,11 @@ void run(int64_t tokens, bool skewed, int iters, cublasHandle_t blas) {
   print_row("unpermute", tokens, skewed, unperm_ms, double(R + tokens) * kHidden * 2, 1e9, "GB/s",
             copy_ms * double(R + tokens) / (2.0 * double(R)));
 
-  const Tensor w_gu = random_device(a, {kExperts, 2 * kInter, kHidden}, 2, -0.05f, 0.05f);
-  const Tensor w_dn = random_device(a, {kExperts, kHidden, kInter}, 3, -0.05f, 0.05f);
+  const Tensor w_gu = random_device(a, {kExperts, 2 * kInter, kHidden}, DType::kBF16, 2, -0.05f, 0.05f);
+  const Tensor w_dn = random_device(a, {kExperts, kHidden, kInter}, DType::kBF16, 3, -0.05f, 0.05f);
   Tensor gu = Tensor::empty(a, {R, 2 * kInter}, DType::kBF16, Device::cuda(0)).value();
-  const Tensor act = random_device(a, {R, kInter}, 4);
-  const Tensor dy = random_device(a, {R, kHidden}, 5);
+  const Tensor act = random_device(a, {R, kInter}, DType::kBF16, 4);
+  const Tensor dy = random_device(a, {R, kHidden}, DType::kBF16, 5);
   Tensor yp = Tensor::empty(a, {R, kHidden}, DType::kBF16, Device::cuda(0)).value();
   Tensor dact = Tensor::empty(a, {R, kInter}, DType::kBF16, Device::cuda(0)).value();
   Tensor dw_dn = Tensor::zeros(a, {kExperts, kInter, kHidden}, DType::kF32, Device::cuda(0)).value();
@@ -183,7 +153,7 @@ void run(int64_t tokens, bool skewed, int iters, cublasHandle_t blas) {
     const double ms = time_ms(iters, [&] { check(g.op(), g.name); });
     // the dense baseline of equal FLOPs: one cuBLAS C[R, n] = A[R, k] · B[n, k]ᵀ
     Tensor c = Tensor::empty(a, {R, g.n}, DType::kBF16, Device::cuda(0)).value();
-    const Tensor lhs = random_device(a, {R, g.k}, 6), rhs = random_device(a, {g.n, g.k}, 7, -0.05f, 0.05f);
+    const Tensor lhs = random_device(a, {R, g.k}, DType::kBF16, 6), rhs = random_device(a, {g.n, g.k}, DType::kBF16, 7, -0.05f, 0.05f);
     const double base = time_ms(iters, [&] {
       cublas_nt(blas, c.ptr<void>(), lhs.ptr<void>(), rhs.ptr<void>(), R, g.n, g.k);
     });

@@ -8,25 +8,12 @@ TFLOP/s of both and the ratio vlpar / torch. A GEMM torch cannot run on this dev
 Usage: bench_moe_vs_torch.py <path to bench_cuda_moe> [--iters N]
 """
 import argparse
-import csv
-import io
-import subprocess
 import sys
+
+from bench_common import run_bench, time_ms
 
 HIDDEN, INTER, EXPERTS = 2048, 768, 128
 
-
-def time_ms(fn, iters):
-    import torch
-    for _ in range(2):
-        fn()
-    start, stop = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-    start.record()
-    for _ in range(iters):
-        fn()
-    stop.record()
-    torch.cuda.synchronize()
-    return start.elapsed_time(stop) / iters
 
 
 def torch_gemms(ends, iters):
@@ -60,12 +47,10 @@ def main():
     ap.add_argument("bench")
     ap.add_argument("--iters", type=int, default=10)
     args = ap.parse_args()
-    out = subprocess.run([args.bench, "--iters", str(args.iters)], capture_output=True, text=True)
-    print(out.stdout, end="")
-    if out.returncode != 0:
-        print(out.stderr, file=sys.stderr)
-        return out.returncode
-    rows = list(csv.DictReader(io.StringIO(out.stdout)))
+    all_rows = run_bench(args.bench, args.iters)
+    if all_rows is None:
+        return 1
+    rows = all_rows
     offsets = {(r["tokens"], r["routing"]): [int(v) for v in r["ms"].split(";")] for r in rows
                if r.get("what") == "offsets"}
     try:

@@ -257,14 +257,12 @@ Status check_gemm_dtypes(const char* op, const TensorView& c, const TensorView& 
   return Status::Ok();
 }
 
-/// Runs the grouped GEMM p over the groups of `offsets` (their tile map uploaded into a workspace).
-Status launch_grouped(const Context& ctx, const char* op, int device, cuda_kernels::GroupedGemmParams p,
-                      std::span<const int64_t> offsets, DType in, DType out) {
+/// Sets p's groups and tile map (uploaded into a workspace with the row offsets), then run<T>(p) for the input
+/// dtype; nothing when there is no tile.
+template <class Params, class Run>
+Status run_on_groups(const Context& ctx, const char* op, int device, Params p, std::span<const int64_t> offsets,
+                     const std::vector<int32_t>& tiles, DType in, const Run& run) {
   p.groups = int(offsets.size()) - 1;
-  const int64_t col_tiles = (p.n + cuda_kernels::kGroupedGemmTileCols - 1) / cuda_kernels::kGroupedGemmTileCols;
-  VLPAR_ASSIGN_OR_RETURN(const auto tiles, tile_prefix(op, offsets, [&](int64_t rows) {
-    return (rows + cuda_kernels::kGroupedGemmTileRows - 1) / cuda_kernels::kGroupedGemmTileRows * col_tiles;
-  }));
   p.total_tiles = tiles.back();
   if (p.total_tiles == 0) return Status::Ok();
   return on_device(op, device, [&]() -> Status {
@@ -272,34 +270,38 @@ Status launch_grouped(const Context& ctx, const char* op, int device, cuda_kerne
     VLPAR_ASSIGN_OR_RETURN(const DeviceGroups groups, upload_groups(ctx, ws, offsets, tiles));
     p.offsets = groups.offsets;
     p.tile_offsets = groups.tiles;
-    auto run = [&]<class T>() -> Status {
-      return out == DType::kF32 ? cuda_kernels::grouped_gemm_run<T, float>(p, ctx.stream)
-                                : cuda_kernels::grouped_gemm_run<T, T>(p, ctx.stream);
-    };
-    return in == DType::kBF16 ? if_compiled<bf16>(op, run) : if_compiled<f16>(op, run);
+    auto typed = [&]<class T>() -> Status { return run.template operator()<T>(p); };
+    return in == DType::kBF16 ? if_compiled<bf16>(op, typed) : if_compiled<f16>(op, typed);
   });
+}
+
+/// Runs the grouped GEMM p over the groups of `offsets`.
+Status launch_grouped(const Context& ctx, const char* op, int device, const cuda_kernels::GroupedGemmParams& p,
+                      std::span<const int64_t> offsets, DType in, DType out) {
+  const int64_t col_tiles = (p.n + cuda_kernels::kGroupedGemmTileCols - 1) / cuda_kernels::kGroupedGemmTileCols;
+  VLPAR_ASSIGN_OR_RETURN(const auto tiles, tile_prefix(op, offsets, [&](int64_t rows) {
+    return (rows + cuda_kernels::kGroupedGemmTileRows - 1) / cuda_kernels::kGroupedGemmTileRows * col_tiles;
+  }));
+  return run_on_groups(ctx, op, device, p, offsets, tiles, in,
+                       [&]<class T>(const cuda_kernels::GroupedGemmParams& q) -> Status {
+                         return out == DType::kF32 ? cuda_kernels::grouped_gemm_run<T, float>(q, ctx.stream)
+                                                   : cuda_kernels::grouped_gemm_run<T, T>(q, ctx.stream);
+                       });
 }
 
 /// Runs the weight-gradient kernel p over the groups of `offsets`; an empty group gets tiles only when beta != 1
 /// (dw = beta · dw must still be applied).
-Status launch_wgrad(const Context& ctx, const char* op, int device, cuda_kernels::GroupedWgradParams p,
+Status launch_wgrad(const Context& ctx, const char* op, int device, const cuda_kernels::GroupedWgradParams& p,
                     std::span<const int64_t> offsets, DType in) {
-  p.groups = int(offsets.size()) - 1;
   const int64_t out_tiles = (p.kd + cuda_kernels::kGroupedGemmTileRows - 1) / cuda_kernels::kGroupedGemmTileRows *
                             ((p.n + cuda_kernels::kGroupedGemmTileCols - 1) / cuda_kernels::kGroupedGemmTileCols);
   VLPAR_ASSIGN_OR_RETURN(const auto tiles, tile_prefix(op, offsets, [&](int64_t rows) {
     return rows > 0 || p.beta != 1.f ? out_tiles : 0;
   }));
-  p.total_tiles = tiles.back();
-  if (p.total_tiles == 0) return Status::Ok();
-  return on_device(op, device, [&]() -> Status {
-    Workspace ws(ctx, device);
-    VLPAR_ASSIGN_OR_RETURN(const DeviceGroups groups, upload_groups(ctx, ws, offsets, tiles));
-    p.offsets = groups.offsets;
-    p.tile_offsets = groups.tiles;
-    auto run = [&]<class T>() -> Status { return cuda_kernels::grouped_wgrad_run<T>(p, ctx.stream); };
-    return in == DType::kBF16 ? if_compiled<bf16>(op, run) : if_compiled<f16>(op, run);
-  });
+  return run_on_groups(ctx, op, device, p, offsets, tiles, in,
+                       [&]<class T>(const cuda_kernels::GroupedWgradParams& q) -> Status {
+                         return cuda_kernels::grouped_wgrad_run<T>(q, ctx.stream);
+                       });
 }
 
 /// Row stride of a 2D or 3D view's matrices (any value works for a single row; its width is used then).
