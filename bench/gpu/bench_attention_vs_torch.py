@@ -7,10 +7,9 @@ as dense [B, H, S, D] tensors, forward and backward (autograd of q, k, v), with 
 of both and the ratio vlpar / torch. FLOPs as the vlpar benchmark counts them (FlashAttention's convention).
 Usage: bench_attention_vs_torch.py <path to bench_cuda_attention> [--iters N]
 """
-import argparse
 import sys
 
-from bench_common import run_bench, time_ms
+from bench_common import bench_args, run_bench, time_ms
 
 
 
@@ -31,10 +30,7 @@ def torch_row(row, iters):
 
 
 def main():
-    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument("bench")
-    ap.add_argument("--iters", type=int, default=10)
-    args = ap.parse_args()
+    args = bench_args(__doc__)
     all_rows = run_bench(args.bench, args.iters)
     if all_rows is None:
         return 1

@@ -1,5 +1,6 @@
 """Shared parts of the torch side-by-side scripts (bench/gpu/bench_*_vs_torch.py): CUDA-event timing and running
 a vlpar benchmark program for its CSV output."""
+import argparse
 import csv
 import io
 import subprocess
@@ -28,3 +29,11 @@ def run_bench(path, iters):
         print(out.stderr, file=sys.stderr)
         return None
     return list(csv.DictReader(io.StringIO(out.stdout)))
+
+
+def bench_args(doc):
+    """The scripts' command line: the benchmark program's path and --iters."""
+    ap = argparse.ArgumentParser(description=doc, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("bench")
+    ap.add_argument("--iters", type=int, default=10)
+    return ap.parse_args()

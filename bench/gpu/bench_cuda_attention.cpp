@@ -71,13 +71,8 @@ void run(const BenchShape& s, int iters) {
 }  // namespace
 
 int main(int argc, char** argv) {
-  int iters = 10;
-  for (int i = 1; i + 1 < argc; ++i)
-    if (std::strcmp(argv[i], "--iters") == 0) iters = std::atoi(argv[i + 1]);
-  if (cuda_device_count() == 0) {
-    std::printf("no CUDA device: nothing to measure\n");
-    return 0;
-  }
+  const int iters = vlpar::bench::iters_or_no_device(argc, argv);
+  if (iters == 0) return 0;
   const std::vector<BenchShape> shapes = {
       {"fa2_hd64", 512, 32, 64, false, DType::kBF16},   {"fa2_hd64", 2048, 32, 64, false, DType::kBF16},
       {"fa2_hd64", 2048, 32, 64, true, DType::kBF16},   {"fa2_hd128", 512, 16, 128, false, DType::kBF16},

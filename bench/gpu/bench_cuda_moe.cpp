@@ -164,13 +164,8 @@ void run(int64_t tokens, bool skewed, int iters, cublasHandle_t blas) {
 }  // namespace
 
 int main(int argc, char** argv) {
-  int iters = 10;
-  for (int i = 1; i + 1 < argc; ++i)
-    if (std::strcmp(argv[i], "--iters") == 0) iters = std::atoi(argv[i + 1]);
-  if (cuda_device_count() == 0) {
-    std::printf("no CUDA device: nothing to measure\n");
-    return 0;
-  }
+  const int iters = vlpar::bench::iters_or_no_device(argc, argv);
+  if (iters == 0) return 0;
   cublasHandle_t blas;
   check_cublas(cublasCreate(&blas), "cublasCreate");
   std::printf("what,tokens,routing,ms,rate,unit,baseline_ms,baseline_ms_over_ms\n");

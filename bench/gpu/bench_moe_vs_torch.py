@@ -7,10 +7,9 @@ same four GEMMs (gate_up forward, down forward, down dX, down dW with ragged K),
 TFLOP/s of both and the ratio vlpar / torch. A GEMM torch cannot run on this device or version is reported as such.
 Usage: bench_moe_vs_torch.py <path to bench_cuda_moe> [--iters N]
 """
-import argparse
 import sys
 
-from bench_common import run_bench, time_ms
+from bench_common import bench_args, run_bench, time_ms
 
 HIDDEN, INTER, EXPERTS = 2048, 768, 128
 
@@ -43,10 +42,7 @@ def torch_gemms(ends, iters):
 
 
 def main():
-    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument("bench")
-    ap.add_argument("--iters", type=int, default=10)
-    args = ap.parse_args()
+    args = bench_args(__doc__)
     all_rows = run_bench(args.bench, args.iters)
     if all_rows is None:
         return 1

@@ -6,6 +6,7 @@
 #include <cstdint>
 #include <cstdio>
 #include <cstdlib>
+#include <cstring>
 
 #include "vlpar/core/allocator.hpp"
 #include "vlpar/core/device.hpp"
@@ -50,6 +51,19 @@ double time_ms(int iters, Fn&& fn) {
   cudaEventDestroy(start);
   cudaEventDestroy(stop);
   return double(ms) / iters;
+}
+
+/// The iteration count of `--iters N` (default 10), or 0 when there is no CUDA device (after saying so): the
+/// program then has nothing to measure and exits 0.
+inline int iters_or_no_device(int argc, char** argv) {
+  int iters = 10;
+  for (int i = 1; i + 1 < argc; ++i)
+    if (std::strcmp(argv[i], "--iters") == 0) iters = std::atoi(argv[i + 1]);
+  if (cuda_device_count() == 0) {
+    std::printf("no CUDA device: nothing to measure\n");
+    return 0;
+  }
+  return iters > 0 ? iters : 1;
 }
 
 }  // namespace vlpar::bench
