@@ -79,6 +79,7 @@ foreach(src IN LISTS sources)
       if(CUFILT)
         execute_process(COMMAND "${CUFILT}" "${kernel}" OUTPUT_VARIABLE name OUTPUT_STRIP_TRAILING_WHITESPACE)
         string(REGEX REPLACE "^void " "" name "${name}")
+        string(REPLACE "(anonymous namespace)::" "" name "${name}")  # before cutting the argument list at "("
         string(REGEX REPLACE "\\(.*$" "" name "${name}")
         string(REPLACE "vlpar::cuda_kernels::" "" name "${name}")
         string(REPLACE "vlpar::" "" name "${name}")

@@ -9,7 +9,10 @@ import argparse, pathlib, re, sys
 
 
 def normalise(name):
-    return re.sub(r"\bvlpar::(cuda_kernels::)?", "", name.strip())
+    """The kernel's name without vlpar's namespaces and an anonymous namespace (GCC: {anonymous}, c++filt:
+    (anonymous namespace)), so that the ptxas report and the emulator's log name a kernel alike."""
+    name = re.sub(r"\{anonymous\}::|\(anonymous namespace\)::", "", name.strip())
+    return re.sub(r"\bvlpar::(cuda_kernels::)?", "", name)
 
 
 def compiled_kernels(report):
@@ -17,7 +20,10 @@ def compiled_kernels(report):
     for line in pathlib.Path(report).read_text().splitlines():
         m = re.match(r"^sm_\w+\s+\d+\s+\d+\s+\d+\s+\d+/\d+\s+(.+?)\s+\[[^]]+\]$", line)
         if m:
-            names.add(normalise(m.group(1)))
+            name = normalise(m.group(1))
+            if not name:
+                sys.exit(f"check_emu_coverage: a row of {report} names no kernel: {line!r}")
+            names.add(name)
     return names
 
 

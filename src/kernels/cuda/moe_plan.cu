@@ -42,6 +42,10 @@ __device__ __forceinline__ bool moe_bad_assignment(const MoePlanParams& p, int64
   return false;
 }
 
+}  // namespace
+
+// The kernels have external names (not in the anonymous namespace) so that the ptxas report and the emulator's
+// launch log name them alike (tools/check_emu_coverage.py).
 __global__ void __launch_bounds__(kMoePlanThreads) moe_plan_count_kernel(const MoePlanParams p) {
   VLPAR_SHARED(int, scan, [kMoePlanThreads]);
   const int e = int(blockIdx.y);
@@ -94,8 +98,6 @@ __global__ void __launch_bounds__(kMoePlanThreads) moe_plan_place_kernel(const M
     row += total;
   }
 }
-
-}  // namespace
 
 Status moe_plan_run(const MoePlanParams& p, void* stream) {
   VLPAR_CHECK_CODE(p.experts <= 65535, StatusCode::kNotSupported,
