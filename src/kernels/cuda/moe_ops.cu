@@ -110,7 +110,7 @@ Status moe_dispatch_plan(const Context& ctx, MoeDispatch& plan, TensorView indic
   plan.assignment_row.assign(size_t(R), 0);
   if (R == 0) return Status::Ok();
   VLPAR_ASSIGN_OR_RETURN(const int device, cuda_device_of(op, {{"indices", &indices}}));
-  return on_device(op, device, [&]() -> Status {
+  const Status st = on_device(op, device, [&]() -> Status {
     cuda_kernels::MoePlanParams p{};
     p.indices = indices.ptr<int32_t>();
     p.assignments = R;
@@ -140,12 +140,10 @@ Status moe_dispatch_plan(const Context& ctx, MoeDispatch& plan, TensorView indic
     VLPAR_CUDA_CHECK(cudaMemcpyAsync(plan.assignment_row.data(), p.assignment_row, map_bytes, cudaMemcpyDeviceToHost,
                                      stream));
     VLPAR_CUDA_CHECK(cudaStreamSynchronize(stream));
-    if (bad < R) {
-      plan = MoeDispatch{};  // never a half-built plan
-      return bad_index_error(op, indices, bad, num_experts, stream);
-    }
-    return Status::Ok();
+    return bad < R ? bad_index_error(op, indices, bad, num_experts, stream) : Status::Ok();
   });
+  if (!st.ok()) plan = MoeDispatch{};  // never a half-built plan
+  return st;
 }
 
 namespace {
