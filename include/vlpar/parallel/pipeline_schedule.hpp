@@ -1,0 +1,98 @@
+#pragma once
+// Pipeline schedules as data (../shared/spec/pipeline-and-experts.md Part A): a schedule is one list of actions per
+// rank, generated, lowered (communication inserted), validated and simulated without running a model.
+//
+//   action      (stage, kind, micro-batch); kinds F (forward, pushes a stash), B (full backward, pops it), I
+//               (backward w.r.t. inputs: keeps what W needs), W (backward w.r.t. weights: pops the rest), and the
+//               communication SEND_F / RECV_F (activation s → s+1) and SEND_B / RECV_B (input gradient s → s−1);
+//               SEND_* carry the sender's stage, RECV_* the receiver's (2SEND_F5 pairs with 3RECV_F5).
+//   text form   <stage><KIND><mb>, e.g. 3F12, 0I4, 2SEND_F7; a schedule is one line per rank, "r<rank>: " and the
+//               actions separated by single spaces (PyTorch's _Action token syntax, so dumps can be diffed).
+//   placement   stage → rank: loop (stage s on rank s mod p; chunk c of rank r is stage c·p + r) or V (v = 2: rank
+//               r holds stages r and 2p−1−r).
+//   generators  gpipe, one_f_one_b (PipeDream-flush), interleaved_1f1b (v chunks per rank, Megatron's
+//               micro-batch groups), zb_h1 (backward split into I and W, one stage per rank), zb_v (two chunks per
+//               rank in V placement): compute-only lists.
+//   lower       inserts SEND/RECV after the compute that produces each tensor, receives appended on the peer at
+//               placement time (so blocking p2p cannot deadlock); same-rank neighbours exchange in process.
+//   validate    the invariants of spec A1.5 (counts, F before I/B before W, sends matched by receives in order),
+//               reporting the first violation with rank and position.
+//   simulate    per-action costs, dependency-driven start times: makespan, per-rank busy time, bubble fraction,
+//               peak in-flight activation stashes and weight-gradient stashes per rank; a deadlock is a named
+//               error listing every rank's head action and what it waits for.
+// Test: tests/unit/test_pipeline_schedule.cpp (the spec's worked examples and simulator table).
+#include <cstdint>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "vlpar/core/status.hpp"
+
+namespace vlpar::pipeline {
+
+enum class ActionKind : uint8_t { kF, kB, kI, kW, kSendF, kRecvF, kSendB, kRecvB };
+
+struct Action {
+  int stage = 0;
+  ActionKind kind = ActionKind::kF;
+  int mb = 0;
+  friend bool operator==(const Action&, const Action&) = default;
+};
+
+bool is_compute(ActionKind k);
+
+/// Per-rank action lists plus the stage → rank map they were generated for.
+struct Schedule {
+  int num_ranks = 0;
+  int num_stages = 0;
+  int num_microbatches = 0;
+  std::vector<int> stage_rank;              // [num_stages]
+  std::vector<std::vector<Action>> ranks;   // [num_ranks]
+};
+
+/// "3F12", "2SEND_F7".
+std::string to_string(const Action& a);
+/// One line per rank: "r0: 0F0 0F1 …".
+std::string to_string(const Schedule& s);
+/// One action of the text form; an unknown kind or a missing stage or micro-batch is a named error.
+Result<Action> parse_action(std::string_view text);
+/// The per-rank lists of the text form ("r<rank>: …" lines, ranks in order from 0).
+Result<std::vector<std::vector<Action>>> parse_ranks(std::string_view text);
+
+/// Stage → rank for v chunks per rank: loop (s mod p) or V (v = 2 only).
+std::vector<int> loop_placement(int ranks, int chunks);
+std::vector<int> v_placement(int ranks);
+
+Result<Schedule> gpipe(int ranks, int microbatches);
+Result<Schedule> one_f_one_b(int ranks, int microbatches);
+/// group: Megatron's microbatch_group_size_per_vp_stage (0: ranks); needs ranks ≤ group ≤ microbatches and
+/// microbatches mod group = 0 or ≥ ranks.
+Result<Schedule> interleaved_1f1b(int ranks, int chunks, int microbatches, int group = 0);
+Result<Schedule> zb_h1(int ranks, int microbatches);
+Result<Schedule> zb_v(int ranks, int microbatches);
+
+/// Compute-only → compute + SEND/RECV (spec A1.4); a schedule that cannot make progress is a named error.
+Result<Schedule> lower(const Schedule& compute_only);
+
+/// The invariants of spec A1.5; `lowered` adds the communication checks.
+Status validate(const Schedule& s, bool lowered);
+
+struct SimCosts {
+  double f = 1, b = 2, i = 1, w = 1;  // per action (per chunk for multi-chunk schedules); communication free
+};
+
+struct SimResult {
+  double makespan = 0;
+  std::vector<double> busy;          // [ranks] compute time
+  double bubble = 0;                 // 1 − Σ busy / (ranks · makespan)
+  std::vector<int> peak_activations; // [ranks] max in-flight (stage, mb) between F and I/B
+  std::vector<int> peak_wgrad;       // [ranks] max in-flight (stage, mb) between F and W/B
+};
+
+/// Runs every rank's list against the dependencies (F(s,j) ← F(s−1,j); I/B(s,j) ← F(s,j), I/B(s+1,j);
+/// W(s,j) ← I(s,j)); SEND/RECV are free and non-blocking (posted, as the runtime posts them; the consuming compute
+/// waits), so a lowered schedule simulates like its compute-only form. A schedule where no rank can start its next
+/// action is a deadlock error naming every rank's head and what it waits for.
+Result<SimResult> simulate(const Schedule& s, const SimCosts& costs = {});
+
+}  // namespace vlpar::pipeline
