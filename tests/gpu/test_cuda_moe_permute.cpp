@@ -5,7 +5,8 @@
 //   - moe_permute / moe_unpermute / moe_row_dot / moe_scale_rows for bf16, f16 and f32 rows, 16-byte vector and
 //     scalar instantiations (F = 40 and F = 13), against fp64 with the derived rule of tests/tolerances.hpp (naive =
 //     the same loops in float, rounded to the row dtype); permute without weights is an exact copy; unpermute sums
-//     in ascending expert order and is bitwise reproducible.
+//     in ascending expert order and is bitwise reproducible;
+//   - a padded plan (moe_pad_plan): padding rows zero after permute and scale_rows, the rest the CPU path's.
 // Run: ctest --test-dir build/emu -R MoePermute (emulated), or -L gpu on a GPU.
 #include <fmt/format.h>
 #include <gtest/gtest.h>
@@ -210,6 +211,42 @@ VLPAR_TEST(VLPAR_SUITE(MoePermuteProps), DevicePlanDrivesTheCpuOps) {
   ASSERT_TRUE(moe_permute(test_ctx(), a, x, {}, host).ok());
   ASSERT_TRUE(moe_permute(test_ctx(), b, x, {}, dev).ok());
   EXPECT_TRUE(bitwise_equal("CPU permute with the host plan vs the device plan", a, b));
+}
+
+/// A padded plan (moe_pad_plan, rows per expert a multiple of 8): the CUDA permute and scale_rows write zeros into
+/// the padding rows and equal the CPU path bitwise elsewhere (f32); row_dot and unpermute never read the padding.
+VLPAR_TEST(VLPAR_SUITE(MoePermuteProps), PaddedPlanZeroFillsAndMatchesTheCpu) {
+  VLPAR_REQUIRE_GPU();
+  Allocator al;
+  const int64_t T = 40, K = 2, F = 8;
+  const Tensor idx = route(al, T, K, 5, 1, 51);
+  MoeDispatch plan;
+  ASSERT_TRUE(moe_dispatch_plan(test_ctx(), plan, idx, 5).ok());
+  ASSERT_TRUE(moe_pad_plan(plan, 8).ok());
+  const int64_t R = plan.num_rows();
+  ASSERT_GT(R, T * K);
+  const Tensor x = random_tensor(al, {T, F}, DType::kF32, 52);
+  const Tensor w = random_tensor(al, {T, K}, DType::kF32, 53, 0.1f, 1.f);
+  Tensor garbage = Tensor::empty(al, {R, F}, DType::kF32).value();
+  std::fill(garbage.ptr<float>(), garbage.ptr<float>() + R * F, 7.f);
+  Tensor cpu = Tensor::empty(al, {R, F}, DType::kF32).value();
+  ASSERT_TRUE(moe_permute(test_ctx(), cpu, x, w, plan).ok());
+  Tensor dev = upload(al, garbage);
+  VLPAR_ASSERT_OK_OR_SKIP(moe_permute(gpu_ctx(), dev, upload(al, x), upload(al, w), plan));
+  EXPECT_TRUE(bitwise_equal("padded permute: CUDA vs CPU", download(al, dev), cpu));
+  Tensor scaled = upload(al, garbage);
+  VLPAR_ASSERT_OK_OR_SKIP(moe_scale_rows(gpu_ctx(), scaled, upload(al, w), plan));
+  const std::vector<double> s64 = to_f64(download(al, scaled));
+  for (int64_t r = 0; r < R; ++r) {
+    const int32_t a = plan.row_assignment[size_t(r)];
+    EXPECT_EQ(s64[size_t(r * F)], a < 0 ? 0.0 : double(7.f * w.ptr<float>()[a])) << "row " << r;
+  }
+  Tensor back = Tensor::zeros(al, {T, F}, DType::kF32, Device::cuda(0)).value();
+  VLPAR_ASSERT_OK_OR_SKIP(moe_unpermute(gpu_ctx(), back, dev, {}, plan));
+  Tensor back_cpu = Tensor::empty(al, {T, F}, DType::kF32).value();
+  ASSERT_TRUE(moe_unpermute(test_ctx(), back_cpu, cpu, {}, plan).ok());
+  EXPECT_TRUE(close_to_reference("padded unpermute", to_f64(download(al, back)), to_f64(back_cpu), to_f64(back_cpu),
+                                 Shape{T, F}, TolOp::kGemm, DType::kF32));
 }
 
 VLPAR_TEST(VLPAR_SUITE(MoePermuteProps), WhatTheKernelsCannotTakeIsANamedError) {

@@ -310,6 +310,63 @@ TEST(MoeDispatch, PlanIsAStableSortByExpertAndRoundTrips) {
   }
 }
 
+// moe_pad_plan: every expert's rows padded to a multiple of 4, order inside an expert kept, padding rows zero after
+// permute and scale_rows, and the token path through the padded layout bitwise the unpadded one.
+TEST(MoeDispatch, PaddedPlanKeepsTheRowsAndZeroFillsThePadding) {
+  Allocator alloc;
+  const Context ctx = test_ctx();
+  const int64_t T = 7, K = 2, F = 3;
+  const std::vector<int32_t> ids = {4, 0, 1, 4, 0, 2, 2, 1, 4, 1, 0, 4, 2, 0};
+  Tensor idx = Tensor::empty(alloc, {T, K}, DType::kI32).value();
+  std::copy(ids.begin(), ids.end(), idx.ptr<int32_t>());
+  MoeDispatch plan, padded;
+  ASSERT_TRUE(moe_dispatch_plan(ctx, plan, idx, 5).ok());
+  ASSERT_TRUE(moe_dispatch_plan(ctx, padded, idx, 5).ok());
+  ASSERT_TRUE(moe_pad_plan(padded, 4).ok());
+  EXPECT_EQ(padded.offsets, (std::vector<int64_t>{0, 4, 8, 12, 12, 16}));  // counts 4, 3, 3, 0, 4
+  EXPECT_EQ(padded.num_rows(), 16);
+  for (int e = 0; e < 5; ++e)
+    for (int64_t i = 0; i < padded.expert_rows(e); ++i) {
+      const int32_t a = padded.row_assignment[size_t(padded.offsets[size_t(e)] + i)];
+      EXPECT_EQ(a, i < plan.expert_rows(e) ? plan.row_assignment[size_t(plan.offsets[size_t(e)] + i)] : -1);
+      if (a >= 0) {
+        EXPECT_EQ(padded.assignment_row[size_t(a)], padded.offsets[size_t(e)] + i);
+      }
+    }
+  Tensor x = Tensor::empty(alloc, {T, F}, DType::kF32).value();
+  for (int64_t i = 0; i < T * F; ++i) x.ptr<float>()[i] = float(i % 11) - 4.5f;
+  Tensor w = Tensor::empty(alloc, {T, K}, DType::kF32).value();
+  for (int64_t i = 0; i < T * K; ++i) w.ptr<float>()[i] = 0.25f * float(1 + i % 3);
+  Tensor xp = Tensor::empty(alloc, {T * K, F}, DType::kF32).value();
+  Tensor xq = Tensor::empty(alloc, {16, F}, DType::kF32).value();
+  std::fill(xq.ptr<float>(), xq.ptr<float>() + 16 * F, 7.f);  // the padding rows must be overwritten
+  ASSERT_TRUE(moe_permute(ctx, xp, x, w, plan).ok());
+  ASSERT_TRUE(moe_permute(ctx, xq, x, w, padded).ok());
+  for (int64_t r = 0; r < 16; ++r)
+    for (int64_t f = 0; f < F; ++f) {
+      const int32_t a = padded.row_assignment[size_t(r)];
+      EXPECT_EQ(xq.ptr<float>()[r * F + f], a < 0 ? 0.f : xp.ptr<float>()[plan.assignment_row[size_t(a)] * F + f]);
+    }
+  Tensor back = Tensor::empty(alloc, {T, F}, DType::kF32).value();
+  Tensor backq = Tensor::empty(alloc, {T, F}, DType::kF32).value();
+  ASSERT_TRUE(moe_unpermute(ctx, back, xp, w, plan).ok());
+  ASSERT_TRUE(moe_unpermute(ctx, backq, xq, w, padded).ok());
+  EXPECT_TRUE(bitwise_equal("combine through the padded layout", back, backq));
+  Tensor dw = Tensor::empty(alloc, {T, K}, DType::kF32).value();
+  Tensor dwq = Tensor::empty(alloc, {T, K}, DType::kF32).value();
+  ASSERT_TRUE(moe_row_dot(ctx, dw, xp, xp, plan).ok());
+  ASSERT_TRUE(moe_row_dot(ctx, dwq, xq, xq, padded).ok());
+  EXPECT_TRUE(bitwise_equal("routing-weight gradient through the padded layout", dw, dwq));
+  for (int64_t i = 0; i < 16 * F; ++i) xq.ptr<float>()[i] = 5.f;
+  ASSERT_TRUE(moe_scale_rows(ctx, xq, w, padded).ok());
+  for (int64_t r = 0; r < 16; ++r) {
+    const int32_t a = padded.row_assignment[size_t(r)];
+    EXPECT_EQ(xq.ptr<float>()[r * F], a < 0 ? 0.f : 5.f * w.ptr<float>()[a]) << "row " << r;
+  }
+  EXPECT_FALSE(moe_pad_plan(padded, 4).ok()) << "padding twice";
+  EXPECT_FALSE(moe_pad_plan(plan, 0).ok());
+}
+
 TEST(MoeDispatch, BadIndicesAreNamedErrors) {
   Allocator alloc;
   const Context ctx = test_ctx();

@@ -3,7 +3,8 @@
 //
 //   assignment a = t·K + k           token t's k-th top-k choice (indices[t, k] = expert e)
 //   permuted rows r ∈ [0, R), R = T·K, grouped by expert in ascending id; inside an expert, ascending a
-//   (ascending token), i.e. a stable counting sort of the assignments by expert.
+//   (ascending token), i.e. a stable counting sort of the assignments by expert. moe_pad_plan may pad every
+//   expert's rows to a multiple (R > T·K; padding rows map to assignment −1 and permute writes zeros there).
 //   offsets[e] .. offsets[e+1]       the rows of expert e (the grouped GEMM's groups; empty experts allowed)
 //
 //   moe_dispatch_plan   indices [T, K]   → MoeDispatch (offsets, row → assignment, assignment → row); host or
@@ -37,6 +38,7 @@
 // Test: tests/unit/test_moe.cpp (./build/cpu/tests/test_moe).
 #include <cstdint>
 #include <span>
+#include <utility>
 #include <vector>
 
 #include "vlpar/core/context.hpp"
@@ -55,13 +57,42 @@ struct MoeDispatch {
   int num_experts = 0;            // E
   int top_k = 0;                  // K
   int64_t num_tokens = 0;         // T
-  std::vector<int64_t> offsets;   // [E + 1] prefix sums of the per-expert row counts; offsets[E] = T·K
-  std::vector<int32_t> row_assignment;  // [T·K] permuted row r → assignment a = t·K + k
-  std::vector<int32_t> assignment_row;  // [T·K] assignment a → permuted row r (inverse permutation)
+  std::vector<int64_t> offsets;   // [E + 1] prefix sums of the per-expert row counts; offsets[E] = R
+  std::vector<int32_t> row_assignment;  // [R] permuted row r → assignment a = t·K + k, or −1 for a padding row
+  std::vector<int32_t> assignment_row;  // [T·K] assignment a → permuted row r
+  int64_t row_multiple = 1;       // every expert's rows padded to a multiple of this (moe_pad_plan)
 
-  int64_t num_rows() const { return num_tokens * top_k; }  // R
+  int64_t num_assignments() const { return num_tokens * top_k; }  // T·K
+  /// R: T·K, or more when the experts' rows are padded.
+  int64_t num_rows() const { return offsets.empty() ? num_assignments() : offsets.back(); }
   int64_t expert_rows(int e) const { return offsets[size_t(e) + 1] - offsets[size_t(e)]; }
 };
+
+/// @brief Pads every expert's rows of a built plan to a multiple of `multiple` (e.g. the tile of a GEMM that
+/// wants aligned groups): offsets become multiples, the rows keep their order inside each expert, and the new rows
+/// map to assignment −1 (permute writes zeros there; unpermute and row_dot never read them).
+inline Status moe_pad_plan(MoeDispatch& plan, int64_t multiple) {
+  VLPAR_CHECK(multiple >= 1 && multiple <= (int64_t(1) << 20), "moe_pad_plan: multiple must be in [1, 2^20], got {}",
+              multiple);
+  VLPAR_CHECK(plan.num_experts > 0 && plan.offsets.size() == size_t(plan.num_experts) + 1 &&
+                  plan.row_multiple == 1 && plan.offsets.back() == plan.num_assignments(),
+              "moe_pad_plan: needs a built, unpadded plan (moe_dispatch_plan first)");
+  std::vector<int64_t> offsets(plan.offsets.size(), 0);
+  for (int e = 0; e < plan.num_experts; ++e)
+    offsets[size_t(e) + 1] = offsets[size_t(e)] + (plan.expert_rows(e) + multiple - 1) / multiple * multiple;
+  VLPAR_CHECK(offsets.back() <= INT32_MAX, "moe_pad_plan: {} padded rows overflow the i32 row ids", offsets.back());
+  std::vector<int32_t> row_assignment(size_t(offsets.back()), -1);
+  for (int e = 0; e < plan.num_experts; ++e)
+    for (int64_t i = 0; i < plan.expert_rows(e); ++i) {
+      const int32_t a = plan.row_assignment[size_t(plan.offsets[size_t(e)] + i)];
+      row_assignment[size_t(offsets[size_t(e)] + i)] = a;
+      plan.assignment_row[size_t(a)] = int32_t(offsets[size_t(e)] + i);
+    }
+  plan.offsets = std::move(offsets);
+  plan.row_assignment = std::move(row_assignment);
+  plan.row_multiple = multiple;
+  return Status::Ok();
+}
 
 /// @brief Builds the plan from the router's choices (host indices: on the host; CUDA indices: on the device, then
 /// copied into the plan's host vectors). A bad id is a named error and leaves no plan behind.
@@ -88,7 +119,7 @@ Status moe_unpermute(const Context& ctx, TensorView out, TensorView rows, Tensor
 /// @param a, b     [R, F] f32
 Status moe_row_dot(const Context& ctx, TensorView dweights, TensorView a, TensorView b, const MoeDispatch& plan);
 
-/// @brief rows[r] *= weights[a(r)] in place.
+/// @brief rows[r] *= weights[a(r)] in place (a padding row of a padded plan becomes zero).
 /// @param rows    [R, F] f32
 /// @param weights [T, K] f32
 Status moe_scale_rows(const Context& ctx, TensorView rows, TensorView weights, const MoeDispatch& plan);

@@ -57,6 +57,7 @@ Status moe_dispatch_plan(const Context&, MoeDispatch& plan, TensorView indices, 
   plan.num_experts = num_experts;
   plan.top_k = int(K);
   plan.num_tokens = T;
+  plan.row_multiple = 1;
   plan.offsets.assign(size_t(num_experts) + 1, 0);
   for (int e = 0; e < num_experts; ++e) plan.offsets[size_t(e) + 1] = plan.offsets[size_t(e)] + counts[size_t(e)];
   // Stable counting sort: assignments in ascending a land in ascending rows of their expert.
@@ -79,8 +80,12 @@ Status moe_permute(const Context& ctx, TensorView out, TensorView in, TensorView
   parallel_for(ctx, y.rows, [&](int64_t begin, int64_t end) {
     for (int64_t r = begin; r < end; ++r) {
       const int32_t a = plan.row_assignment[size_t(r)];
-      const float* src = x.row(a / K);
       float* dst = y.row(r);
+      if (a < 0) {  // a padding row (moe_pad_plan)
+        std::fill(dst, dst + F, 0.f);
+        continue;
+      }
+      const float* src = x.row(a / K);
       if (w) {
         const float s = w[a];
         for (int64_t f = 0; f < F; ++f) dst[f] = s * src[f];
@@ -143,9 +148,10 @@ Status moe_scale_rows(const Context& ctx, TensorView rows, TensorView weights, c
   const float* w = weights_of(weights);
   parallel_for(ctx, y.rows, [&](int64_t begin, int64_t end) {
     for (int64_t r = begin; r < end; ++r) {
-      const float s = w[plan.row_assignment[size_t(r)]];
+      const int32_t a = plan.row_assignment[size_t(r)];
+      const float s = a < 0 ? 0.f : w[a];  // a padding row becomes zero, as on CUDA
       float* p = y.row(r);
-      for (int64_t f = 0; f < y.cols; ++f) p[f] *= s;
+      for (int64_t f = 0; f < y.cols; ++f) p[f] = a < 0 ? 0.f : p[f] * s;
     }
   });
   return Status::Ok();

@@ -105,6 +105,7 @@ Status moe_dispatch_plan(const Context& ctx, MoeDispatch& plan, TensorView indic
   plan.num_experts = num_experts;
   plan.top_k = int(indices.size(1));
   plan.num_tokens = indices.size(0);
+  plan.row_multiple = 1;
   plan.offsets.assign(size_t(num_experts) + 1, 0);
   plan.row_assignment.assign(size_t(R), 0);
   plan.assignment_row.assign(size_t(R), 0);
@@ -230,7 +231,7 @@ Status moe_row_dot(const Context& ctx, TensorView dweights, TensorView a, Tensor
   p.out = dweights.data;
   p.in = a.data;
   p.in2 = b.data;
-  p.items = plan.num_rows();
+  p.items = plan.num_assignments();
   p.cols = a.size(1);
   p.ld_in = row_stride(a);
   p.ld_in2 = row_stride(b);

@@ -39,13 +39,13 @@ inline constexpr int kMoeDotWarps = 4;
 template <class T, int kVec>
 __global__ void __launch_bounds__(kMoeRowThreads) moe_permute_kernel(const MoeRowsParams p) {
   for (int64_t r = blockIdx.x; r < p.items; r += gridDim.x) {
-    const int32_t a = p.map[r];
-    const float w = p.weights != nullptr ? p.weights[a] : 1.f;
-    const T* src = static_cast<const T*>(p.in) + (p.gather ? a / p.top_k : r) * p.ld_in;
+    const int32_t a = p.map[r];  // −1: a padding row (moe_pad_plan), written as zeros
+    const float w = a < 0 ? 0.f : (p.weights != nullptr ? p.weights[a] : 1.f);
+    const T* src = static_cast<const T*>(p.in) + (p.gather && a >= 0 ? a / p.top_k : r) * p.ld_in;
     T* dst = static_cast<T*>(p.out) + r * p.ld_out;
     for (int64_t f = int64_t(threadIdx.x) * kVec; f < p.cols; f += int64_t(kMoeRowThreads) * kVec) {
-      float x[kVec];
-      load_pack<T, kVec>(x, src + f);
+      float x[kVec] = {};
+      if (a >= 0) load_pack<T, kVec>(x, src + f);
 #pragma unroll
       for (int v = 0; v < kVec; ++v) x[v] *= w;
       store_pack<T, kVec>(dst + f, x);
