@@ -149,9 +149,12 @@ Status moe_scale_rows(const Context& ctx, TensorView rows, TensorView weights, c
   parallel_for(ctx, y.rows, [&](int64_t begin, int64_t end) {
     for (int64_t r = begin; r < end; ++r) {
       const int32_t a = plan.row_assignment[size_t(r)];
-      const float s = a < 0 ? 0.f : w[a];  // a padding row becomes zero, as on CUDA
       float* p = y.row(r);
-      for (int64_t f = 0; f < y.cols; ++f) p[f] = a < 0 ? 0.f : p[f] * s;
+      if (a < 0) {  // a padding row becomes zero, as on CUDA
+        std::fill(p, p + y.cols, 0.f);
+        continue;
+      }
+      for (int64_t f = 0; f < y.cols; ++f) p[f] *= w[a];
     }
   });
   return Status::Ok();

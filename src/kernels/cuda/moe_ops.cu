@@ -18,6 +18,7 @@
 #include <vector>
 
 #include "op_helpers.cuh"
+#include "vlpar/core/dispatch.hpp"
 #include "vlpar/kernels/cuda/grouped_gemm_params.hpp"
 #include "vlpar/kernels/cuda/moe_permute_params.hpp"
 #include "vlpar/kernels/cuda_ops.hpp"
@@ -56,24 +57,8 @@ Result<DeviceGroups> upload_groups(const Context& ctx, Workspace& ws, std::span<
   return DeviceGroups{ws.ptr<int64_t>(), dev_tiles};
 }
 
-Status check_input_dtype(const char* op, const char* name, const TensorView& v) {
-  VLPAR_CHECK_CODE(v.dtype == DType::kBF16 || v.dtype == DType::kF16, StatusCode::kNotSupported,
-                   "{}: the CUDA kernel takes bf16 or f16 operands, got {} {}", op, name, v.to_string());
-  return Status::Ok();
-}
-
-/// Runs fn.template operator()<T>() for the row dtype (bf16, f16, f32).
-template <class Fn>
-Status with_row_type(const char* op, const TensorView& v, Fn&& fn) {
-  switch (v.dtype) {
-    case DType::kBF16: return if_compiled<bf16>(op, fn);
-    case DType::kF16: return if_compiled<f16>(op, fn);
-    case DType::kF32: return if_compiled<float>(op, fn);
-    default:
-      return VLPAR_STATUS(StatusCode::kNotSupported, "{}: the CUDA kernels take bf16, f16 or f32 rows, got {}", op,
-                          v.to_string());
-  }
-}
+/// Row stride of a 2D or 3D view's matrices (any value works for a single row; its width is used then).
+int64_t matrix_ld(const TensorView& v) { return v.size(-2) <= 1 ? v.size(-1) : v.stride(-2); }
 
 /// The plan's map (row_assignment or assignment_row, [R] i32) copied to the device into ws on ctx.stream.
 Result<const int32_t*> upload_map(const Context& ctx, Workspace& ws, const std::vector<int32_t>& map) {
@@ -161,17 +146,21 @@ Status run_rows(const Context& ctx, const char* op, std::initializer_list<std::p
                 dtype_name(v->dtype), rows.begin()->first, dtype_name(first.dtype));
   VLPAR_CHECK_CODE(f32.second->empty() || f32.second->dtype == DType::kF32, StatusCode::kNotSupported,
                    "{}: {} must be f32, got {}", op, f32.first, f32.second->to_string());
+  VLPAR_CHECK_CODE(first.dtype == DType::kBF16 || first.dtype == DType::kF16 || first.dtype == DType::kF32,
+                   StatusCode::kNotSupported, "{}: the CUDA kernels take bf16, f16 or f32 rows, got {}", op,
+                   first.to_string());
   std::vector<std::pair<const char*, const TensorView*>> all(rows);
   all.push_back(f32);
   VLPAR_ASSIGN_OR_RETURN(const int device, cuda_device_of(op, all));
   return on_device(op, device, [&]() -> Status {
     Workspace ws(ctx, device);
     VLPAR_ASSIGN_OR_RETURN(p.map, upload_map(ctx, ws, map));
-    return with_row_type(op, first, [&]<class T>() -> Status { return run.template operator()<T>(p); });
+    VLPAR_FLOAT_SWITCH(first.dtype, T, op, {
+      return if_compiled<T>(op, [&]<class U>() -> Status { return run.template operator()<U>(p); });
+    });
+    return Status::Ok();
   });
 }
-
-int64_t row_stride(const TensorView& v) { return v.size(0) <= 1 ? v.size(1) : v.stride(0); }
 
 }  // namespace
 
@@ -182,8 +171,8 @@ Status moe_permute(const Context& ctx, TensorView out, TensorView in, TensorView
   p.weights = weights.empty() ? nullptr : weights.ptr<float>();
   p.items = plan.num_rows();
   p.cols = in.size(1);
-  p.ld_out = row_stride(out);
-  p.ld_in = row_stride(in);
+  p.ld_out = matrix_ld(out);
+  p.ld_in = matrix_ld(in);
   p.top_k = plan.top_k;
   p.gather = 1;
   return run_rows(ctx, "moe_permute", {{"in", &in}, {"out", &out}}, {"weights", &weights},
@@ -199,7 +188,7 @@ Status moe_scale_rows(const Context& ctx, TensorView rows, TensorView weights, c
   p.weights = weights.ptr<float>();
   p.items = plan.num_rows();
   p.cols = rows.size(1);
-  p.ld_out = p.ld_in = row_stride(rows);
+  p.ld_out = p.ld_in = matrix_ld(rows);
   p.top_k = plan.top_k;
   p.gather = 0;
   return run_rows(ctx, "moe_scale_rows", {{"rows", &rows}}, {"weights", &weights}, plan.row_assignment, p,
@@ -216,8 +205,8 @@ Status moe_unpermute(const Context& ctx, TensorView out, TensorView rows, Tensor
   p.weights = weights.empty() ? nullptr : weights.ptr<float>();
   p.items = plan.num_tokens;
   p.cols = rows.size(1);
-  p.ld_out = row_stride(out);
-  p.ld_in = row_stride(rows);
+  p.ld_out = matrix_ld(out);
+  p.ld_in = matrix_ld(rows);
   p.top_k = plan.top_k;
   return run_rows(ctx, "moe_unpermute", {{"rows", &rows}, {"out", &out}}, {"weights", &weights},
                   plan.assignment_row, p, [&]<class T>(const cuda_kernels::MoeRowsParams& q) {
@@ -233,8 +222,8 @@ Status moe_row_dot(const Context& ctx, TensorView dweights, TensorView a, Tensor
   p.in2 = b.data;
   p.items = plan.num_assignments();
   p.cols = a.size(1);
-  p.ld_in = row_stride(a);
-  p.ld_in2 = row_stride(b);
+  p.ld_in = matrix_ld(a);
+  p.ld_in2 = matrix_ld(b);
   p.top_k = plan.top_k;
   return run_rows(ctx, "moe_row_dot", {{"a", &a}, {"b", &b}}, {"dweights", &dweights}, plan.assignment_row, p,
                   [&]<class T>(const cuda_kernels::MoeRowsParams& q) {
@@ -247,7 +236,8 @@ namespace {
 /// The operand dtypes the tensor-core kernels take: a and b (dc) bf16 or f16 alike, c in their dtype or f32.
 Status check_gemm_dtypes(const char* op, const TensorView& c, const TensorView& a, const TensorView& b,
                          const char* b_name) {
-  VLPAR_RETURN_IF_ERROR(check_input_dtype(op, "a", a));
+  VLPAR_CHECK_CODE(a.dtype == DType::kBF16 || a.dtype == DType::kF16, StatusCode::kNotSupported,
+                   "{}: the CUDA kernel takes bf16 or f16 operands, got a {}", op, a.to_string());
   VLPAR_CHECK(b.dtype == a.dtype, "{}: {} has dtype {} but a has {} (one input dtype)", op, b_name,
               dtype_name(b.dtype), dtype_name(a.dtype));
   VLPAR_CHECK_CODE(c.dtype == a.dtype || c.dtype == DType::kF32, StatusCode::kNotSupported,
@@ -256,55 +246,61 @@ Status check_gemm_dtypes(const char* op, const TensorView& c, const TensorView& 
   return Status::Ok();
 }
 
-/// Sets p's groups and tile map (uploaded into a workspace with the row offsets), then run<T>(p) for the input
-/// dtype; nothing when there is no tile.
+/// Uploads the groups' row offsets and tile map once into a workspace, then run<T>(p) for every launch p of `ps`
+/// (the entries of a batched GEMM share the groups and differ in their pointers); nothing when there is no tile.
 template <class Params, class Run>
-Status run_on_groups(const Context& ctx, const char* op, int device, Params p, std::span<const int64_t> offsets,
-                     const std::vector<int32_t>& tiles, DType in, const Run& run) {
-  p.groups = int(offsets.size()) - 1;
-  p.total_tiles = tiles.back();
-  if (p.total_tiles == 0) return Status::Ok();
+Status run_on_groups(const Context& ctx, const char* op, int device, std::span<const Params> ps,
+                     std::span<const int64_t> offsets, const std::vector<int32_t>& tiles, DType in, const Run& run) {
+  if (ps.empty() || tiles.back() == 0) return Status::Ok();
   return on_device(op, device, [&]() -> Status {
     Workspace ws(ctx, device);
     VLPAR_ASSIGN_OR_RETURN(const DeviceGroups groups, upload_groups(ctx, ws, offsets, tiles));
-    p.offsets = groups.offsets;
-    p.tile_offsets = groups.tiles;
-    auto typed = [&]<class T>() -> Status { return run.template operator()<T>(p); };
+    auto typed = [&]<class T>() -> Status {
+      for (Params p : ps) {
+        p.groups = int(offsets.size()) - 1;
+        p.total_tiles = tiles.back();
+        p.offsets = groups.offsets;
+        p.tile_offsets = groups.tiles;
+        VLPAR_RETURN_IF_ERROR(run.template operator()<T>(p));
+      }
+      return Status::Ok();
+    };
     return in == DType::kBF16 ? if_compiled<bf16>(op, typed) : if_compiled<f16>(op, typed);
   });
 }
 
-/// Runs the grouped GEMM p over the groups of `offsets`.
-Status launch_grouped(const Context& ctx, const char* op, int device, const cuda_kernels::GroupedGemmParams& p,
-                      std::span<const int64_t> offsets, DType in, DType out) {
-  const int64_t col_tiles = (p.n + cuda_kernels::kGroupedGemmTileCols - 1) / cuda_kernels::kGroupedGemmTileCols;
+/// Runs the grouped GEMM launches ps (one shape: N, Kd) over the groups of `offsets`.
+Status launch_grouped(const Context& ctx, const char* op, int device,
+                      std::span<const cuda_kernels::GroupedGemmParams> ps, std::span<const int64_t> offsets, DType in,
+                      DType out) {
+  if (ps.empty()) return Status::Ok();
+  const int64_t col_tiles = (ps[0].n + cuda_kernels::kGroupedGemmTileCols - 1) / cuda_kernels::kGroupedGemmTileCols;
   VLPAR_ASSIGN_OR_RETURN(const auto tiles, tile_prefix(op, offsets, [&](int64_t rows) {
     return (rows + cuda_kernels::kGroupedGemmTileRows - 1) / cuda_kernels::kGroupedGemmTileRows * col_tiles;
   }));
-  return run_on_groups(ctx, op, device, p, offsets, tiles, in,
+  return run_on_groups(ctx, op, device, ps, offsets, tiles, in,
                        [&]<class T>(const cuda_kernels::GroupedGemmParams& q) -> Status {
                          return out == DType::kF32 ? cuda_kernels::grouped_gemm_run<T, float>(q, ctx.stream)
                                                    : cuda_kernels::grouped_gemm_run<T, T>(q, ctx.stream);
                        });
 }
 
-/// Runs the weight-gradient kernel p over the groups of `offsets`; an empty group gets tiles only when beta != 1
-/// (dw = beta · dw must still be applied).
-Status launch_wgrad(const Context& ctx, const char* op, int device, const cuda_kernels::GroupedWgradParams& p,
-                    std::span<const int64_t> offsets, DType in) {
+/// Runs the weight-gradient launches ps (one shape: Kd, N; one beta) over the groups of `offsets`; an empty group
+/// gets tiles only when beta != 1 (dw = beta · dw must still be applied).
+Status launch_wgrad(const Context& ctx, const char* op, int device,
+                    std::span<const cuda_kernels::GroupedWgradParams> ps, std::span<const int64_t> offsets, DType in) {
+  if (ps.empty()) return Status::Ok();
+  const cuda_kernels::GroupedWgradParams& p = ps[0];
   const int64_t out_tiles = (p.kd + cuda_kernels::kGroupedGemmTileRows - 1) / cuda_kernels::kGroupedGemmTileRows *
                             ((p.n + cuda_kernels::kGroupedGemmTileCols - 1) / cuda_kernels::kGroupedGemmTileCols);
   VLPAR_ASSIGN_OR_RETURN(const auto tiles, tile_prefix(op, offsets, [&](int64_t rows) {
     return rows > 0 || p.beta != 1.f ? out_tiles : 0;
   }));
-  return run_on_groups(ctx, op, device, p, offsets, tiles, in,
+  return run_on_groups(ctx, op, device, ps, offsets, tiles, in,
                        [&]<class T>(const cuda_kernels::GroupedWgradParams& q) -> Status {
                          return cuda_kernels::grouped_wgrad_run<T>(q, ctx.stream);
                        });
 }
-
-/// Row stride of a 2D or 3D view's matrices (any value works for a single row; its width is used then).
-int64_t matrix_ld(const TensorView& v) { return v.size(-2) <= 1 ? v.size(-1) : v.stride(-2); }
 
 /// Byte offset of batch entry i of a 2D or 3D view (a batch of 1 broadcasts).
 int64_t batch_bytes(const TensorView& v, int64_t i) {
@@ -335,7 +331,7 @@ Status grouped_gemm(const Context& ctx, TensorView c, TensorView a, TensorView b
   p.beta = desc.beta;
   VLPAR_CHECK_CODE(p.b_group_stride % 8 == 0, StatusCode::kNotSupported,
                    "{}: b's group stride {} is not a multiple of 8 elements (16-byte rows)", op, p.b_group_stride);
-  return launch_grouped(ctx, op, device, p, offsets, a.dtype, c.dtype);
+  return launch_grouped(ctx, op, device, {&p, 1}, offsets, a.dtype, c.dtype);
 }
 
 Status grouped_weight_grad(const Context& ctx, TensorView dw, TensorView a, TensorView dc,
@@ -358,7 +354,7 @@ Status grouped_weight_grad(const Context& ctx, TensorView dw, TensorView a, Tens
   p.ldw = p.n;
   p.dw_group_stride = p.kd * p.n;
   p.alpha = p.beta = 1.f;
-  return launch_wgrad(ctx, op, device, p, offsets, a.dtype);
+  return launch_wgrad(ctx, op, device, {&p, 1}, offsets, a.dtype);
 }
 
 Status gemm(const Context& ctx, TensorView c, TensorView a, TensorView b, GemmDesc desc) {
@@ -373,7 +369,10 @@ Status gemm(const Context& ctx, TensorView c, TensorView a, TensorView b, GemmDe
     VLPAR_RETURN_IF_ERROR(check_cp_async_base(op, name, *v));
   const int64_t batch = c.ndim() == 3 ? c.size(0) : 1, M = c.size(-2), N = c.size(-1);
   const int64_t K = desc.trans_a ? a.size(-2) : a.size(-1);
-  for (int64_t i = 0; i < batch; ++i) {  // one launch per batch entry, each a one-group grouped GEMM
+  // One launch per batch entry, each a one-group grouped GEMM; the group (and its tile map) is the same for all.
+  std::vector<cuda_kernels::GroupedWgradParams> wgrads;
+  std::vector<cuda_kernels::GroupedGemmParams> gemms;
+  for (int64_t i = 0; i < batch; ++i) {
     auto* ci = static_cast<char*>(c.data) + batch_bytes(c, i);
     const auto* ai = static_cast<const char*>(a.data) + batch_bytes(a, i);
     const auto* bi = static_cast<const char*>(b.data) + batch_bytes(b, i);
@@ -389,8 +388,7 @@ Status gemm(const Context& ctx, TensorView c, TensorView a, TensorView b, GemmDe
       p.n = N;
       p.alpha = desc.alpha;
       p.beta = desc.beta;
-      const int64_t rows[2] = {0, K};
-      VLPAR_RETURN_IF_ERROR(launch_wgrad(ctx, op, device, p, rows, a.dtype));
+      wgrads.push_back(p);
     } else {  // C[M, N] = alpha · A[M, K] · op(B) + beta · C: the M rows are the one group
       cuda_kernels::GroupedGemmParams p{};
       p.c = ci;
@@ -404,11 +402,12 @@ Status gemm(const Context& ctx, TensorView c, TensorView a, TensorView b, GemmDe
       p.trans_b = desc.trans_b ? 1 : 0;
       p.alpha = desc.alpha;
       p.beta = desc.beta;
-      const int64_t rows[2] = {0, M};
-      VLPAR_RETURN_IF_ERROR(launch_grouped(ctx, op, device, p, rows, a.dtype, c.dtype));
+      gemms.push_back(p);
     }
   }
-  return Status::Ok();
+  const int64_t rows[2] = {0, desc.trans_a ? K : M};
+  if (desc.trans_a) return launch_wgrad(ctx, op, device, wgrads, rows, a.dtype);
+  return launch_grouped(ctx, op, device, gemms, rows, a.dtype, c.dtype);
 }
 
 }  // namespace vlpar::cuda_impl

@@ -148,7 +148,7 @@ Status grouped_gemm(const Context& ctx, TensorView c, TensorView a, TensorView b
                     GemmDesc desc) {
   const char* op = "grouped_gemm";
   VLPAR_CHECK_CODE(!desc.trans_a, StatusCode::kNotSupported, "{}: trans_a is not supported (a is [rows, Kd])", op);
-  const bool cuda = a.device.is_cuda() || b.device.is_cuda() || c.device.is_cuda();  // cuda_impl names a mix
+  const bool cuda = any_cuda({&a, &b, &c});
   VLPAR_ASSIGN_OR_RETURN(const auto ma, check_rows(op, "a", a, -1, -1, !cuda));
   VLPAR_ASSIGN_OR_RETURN(const auto mc, check_rows(op, "c", c, ma.first, -1, !cuda));
   VLPAR_RETURN_IF_ERROR(check_offsets(op, offsets, ma.first));
@@ -168,7 +168,7 @@ Status grouped_gemm(const Context& ctx, TensorView c, TensorView a, TensorView b
 Status grouped_weight_grad(const Context& ctx, TensorView dw, TensorView a, TensorView dc,
                            std::span<const int64_t> offsets) {
   const char* op = "grouped_weight_grad";
-  const bool cuda = a.device.is_cuda() || dc.device.is_cuda() || dw.device.is_cuda();  // cuda_impl names a mix
+  const bool cuda = any_cuda({&a, &dc, &dw});
   VLPAR_ASSIGN_OR_RETURN(const auto ma, check_rows(op, "a", a, -1, -1, !cuda));
   VLPAR_ASSIGN_OR_RETURN(const auto mdc, check_rows(op, "dc", dc, ma.first, -1, !cuda));
   VLPAR_RETURN_IF_ERROR(check_offsets(op, offsets, ma.first));
