@@ -186,7 +186,7 @@ cases = [
     ("moe plan: rows inside an expert in descending assignment order", "src/kernels/cuda/moe_plan.cu", "      p.row_assignment[row + before] = int32_t(a);\n      p.assignment_row[a] = row + before;", "      p.row_assignment[row + total - 1 - before] = int32_t(a);\n      p.assignment_row[a] = row + total - 1 - before;", "test_cuda_moe_permute"),
     ("moe plan: offsets off by one", "src/kernels/cuda/moe_plan.cu", "p.offsets[e] = p.counts[int64_t(e) * p.chunks];", "p.offsets[e] = p.counts[int64_t(e) * p.chunks] + 1;", "test_cuda_moe_permute"),
     ("moe plan: repeated ids not flagged", "src/kernels/cuda/moe_plan.cu", "if (p.indices[b] == id) return true;", "if (p.indices[b] == id && id < 0) return true;", "test_cuda_moe_permute"),
-    ("moe permute: row gathered from the slot, not the token", "src/kernels/cuda/moe_permute_kernel.cuh", "(p.gather ? a / p.top_k : r)", "(p.gather ? a % p.top_k : r)", "test_cuda_moe_permute"),
+    ("moe permute: row gathered from the slot, not the token", "src/kernels/cuda/moe_permute_kernel.cuh", "(p.gather && a >= 0 ? a / p.top_k : r)", "(p.gather && a >= 0 ? a % p.top_k : r)", "test_cuda_moe_permute"),
     ("moe unpermute: routing weights ignored", "src/kernels/cuda/moe_permute_kernel.cuh", "acc[v] += ws[j] * x[v];", "acc[v] += x[v] + ws[j] * 0.f;", "test_cuda_moe_permute"),
     ("moe row_dot: one lane's partial sum", "src/kernels/cuda/moe_permute_kernel.cuh", "    s = warp_sum(s);", "    s = s + 0.f * warp_sum(s);", "test_cuda_moe_permute"),
 ]
