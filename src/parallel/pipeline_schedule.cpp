@@ -33,8 +33,6 @@ Action act(int stage, ActionKind kind, int mb) { return Action{stage, kind, mb};
 /// A schedule shell: ranks, stages, micro-batches and the placement; empty lists.
 Schedule shell(int ranks, int microbatches, std::vector<int> stage_rank) {
   Schedule s;
-  s.num_ranks = ranks;
-  s.num_stages = int(stage_rank.size());
   s.num_microbatches = microbatches;
   s.stage_rank = std::move(stage_rank);
   s.ranks.assign(size_t(ranks), {});
@@ -240,7 +238,7 @@ namespace {
 /// Whether compute action a on rank r can be placed by lower(): its input has arrived (spec A1.4 rule 2).
 bool lower_ready(const Schedule& s, int r, const Action& a, const std::set<Key>& placed,
                  const std::set<Key>& received) {
-  const int last = s.num_stages - 1;
+  const int last = s.num_stages() - 1;
   if (a.kind == ActionKind::kF) {
     if (a.stage == 0) return true;
     return s.stage_rank[size_t(a.stage - 1)] == r ? placed.count({a.stage - 1, int(ActionKind::kF), a.mb}) > 0
@@ -259,14 +257,14 @@ bool lower_ready(const Schedule& s, int r, const Action& a, const std::set<Key>&
 
 Result<Schedule> lower(const Schedule& in) {
   VLPAR_RETURN_IF_ERROR(validate(in, /*lowered=*/false));
-  Schedule out = shell(in.num_ranks, in.num_microbatches, in.stage_rank);
-  std::vector<size_t> head(size_t(in.num_ranks), 0);
+  Schedule out = shell(in.num_ranks(), in.num_microbatches, in.stage_rank);
+  std::vector<size_t> head(size_t(in.num_ranks()), 0);
   std::set<Key> placed, received;
   size_t remaining = 0;
   for (const auto& list : in.ranks) remaining += list.size();
   while (remaining > 0) {
     bool progress = false;
-    for (int r = 0; r < in.num_ranks; ++r) {  // one action per rank and sweep, ranks ascending (PyTorch's order)
+    for (int r = 0; r < in.num_ranks(); ++r) {  // one action per rank and sweep, ranks ascending (PyTorch's order)
       const auto& list = in.ranks[size_t(r)];
       if (head[size_t(r)] == list.size()) continue;
       const Action a = list[head[size_t(r)]];
@@ -275,7 +273,7 @@ Result<Schedule> lower(const Schedule& in) {
       placed.insert(key(a));
       const bool fwd = a.kind == ActionKind::kF, bwd = a.kind == ActionKind::kI || a.kind == ActionKind::kB;
       const int peer_stage = fwd ? a.stage + 1 : a.stage - 1;
-      if ((fwd || bwd) && peer_stage >= 0 && peer_stage < in.num_stages &&
+      if ((fwd || bwd) && peer_stage >= 0 && peer_stage < in.num_stages() &&
           in.stage_rank[size_t(peer_stage)] != r) {
         out.ranks[size_t(r)].push_back(act(a.stage, fwd ? ActionKind::kSendF : ActionKind::kSendB, a.mb));
         const Action recv = act(peer_stage, fwd ? ActionKind::kRecvF : ActionKind::kRecvB, a.mb);
@@ -288,7 +286,7 @@ Result<Schedule> lower(const Schedule& in) {
     }
     if (!progress) {
       std::string heads;
-      for (int r = 0; r < in.num_ranks; ++r)
+      for (int r = 0; r < in.num_ranks(); ++r)
         heads += head[size_t(r)] < in.ranks[size_t(r)].size()
                      ? fmt::format(" r{}: {}", r, to_string(in.ranks[size_t(r)][head[size_t(r)]]))
                      : fmt::format(" r{}: done", r);
@@ -303,20 +301,19 @@ namespace {
 
 /// Invariant 1: sizes, ranges and every action on the rank its stage is placed on.
 Status validate_ranges(const Schedule& s) {
-  VLPAR_CHECK(s.num_ranks >= 1 && int(s.ranks.size()) == s.num_ranks && int(s.stage_rank.size()) == s.num_stages &&
-                  s.num_stages >= 1 && s.num_microbatches >= 1,
-              "pipeline schedule: {} rank lists and {} stage placements for {} ranks and {} stages", s.ranks.size(),
-              s.stage_rank.size(), s.num_ranks, s.num_stages);
-  for (int st = 0; st < s.num_stages; ++st)
-    VLPAR_CHECK(s.stage_rank[size_t(st)] >= 0 && s.stage_rank[size_t(st)] < s.num_ranks,
+  VLPAR_CHECK(s.num_ranks() >= 1 && s.num_stages() >= 1 && s.num_microbatches >= 1,
+              "pipeline schedule: needs at least one rank, stage and micro-batch, got {} rank lists, {} stage "
+              "placements and {} micro-batches", s.num_ranks(), s.num_stages(), s.num_microbatches);
+  for (int st = 0; st < s.num_stages(); ++st)
+    VLPAR_CHECK(s.stage_rank[size_t(st)] >= 0 && s.stage_rank[size_t(st)] < s.num_ranks(),
                 "pipeline schedule: stage {} is placed on rank {}, outside [0, {})", st, s.stage_rank[size_t(st)],
-                s.num_ranks);
-  for (int r = 0; r < s.num_ranks; ++r)
+                s.num_ranks());
+  for (int r = 0; r < s.num_ranks(); ++r)
     for (size_t i = 0; i < s.ranks[size_t(r)].size(); ++i) {
       const Action& a = s.ranks[size_t(r)][i];
-      VLPAR_CHECK(a.stage >= 0 && a.stage < s.num_stages && a.mb >= 0 && a.mb < s.num_microbatches,
+      VLPAR_CHECK(a.stage >= 0 && a.stage < s.num_stages() && a.mb >= 0 && a.mb < s.num_microbatches,
                   "pipeline schedule: r{} position {}: {} is outside {} stages and {} micro-batches", r, i,
-                  to_string(a), s.num_stages, s.num_microbatches);
+                  to_string(a), s.num_stages(), s.num_microbatches);
       VLPAR_CHECK(s.stage_rank[size_t(a.stage)] == r, "pipeline schedule: r{} position {}: {} belongs to stage {} "
                   "on rank {}", r, i, to_string(a), a.stage, s.stage_rank[size_t(a.stage)]);
     }
@@ -326,7 +323,7 @@ Status validate_ranges(const Schedule& s) {
 /// Invariants 2 and 3: per (stage, mb) one F and either one B or one I and one W, F before I/B before W.
 Status validate_compute(const Schedule& s, bool lowered) {
   std::map<Key, size_t> pos;  // (stage, kind, mb) → position on its rank
-  for (int r = 0; r < s.num_ranks; ++r)
+  for (int r = 0; r < s.num_ranks(); ++r)
     for (size_t i = 0; i < s.ranks[size_t(r)].size(); ++i) {
       const Action& a = s.ranks[size_t(r)][i];
       VLPAR_CHECK(lowered || is_compute(a.kind), "pipeline schedule: r{} position {}: {} in a compute-only schedule",
@@ -338,7 +335,7 @@ Status validate_compute(const Schedule& s, bool lowered) {
     const auto it = pos.find({st, int(k), mb});
     return it == pos.end() ? -1 : int64_t(it->second);
   };
-  for (int st = 0; st < s.num_stages; ++st)
+  for (int st = 0; st < s.num_stages(); ++st)
     for (int j = 0; j < s.num_microbatches; ++j) {
       const int64_t f = at(st, ActionKind::kF, j), b = at(st, ActionKind::kB, j);
       const int64_t in = at(st, ActionKind::kI, j), w = at(st, ActionKind::kW, j);
@@ -357,14 +354,14 @@ Status validate_compute(const Schedule& s, bool lowered) {
 /// before the consumer; same-rank boundaries none; sends and receives of every rank pair in the same order.
 Status validate_comm(const Schedule& s) {
   std::map<Key, std::pair<int, size_t>> where;  // every action → (rank, position)
-  for (int r = 0; r < s.num_ranks; ++r)
+  for (int r = 0; r < s.num_ranks(); ++r)
     for (size_t i = 0; i < s.ranks[size_t(r)].size(); ++i) where[key(s.ranks[size_t(r)][i])] = {r, i};
   auto find = [&](int st, ActionKind k, int mb) {
     const auto it = where.find({st, int(k), mb});
     return it == where.end() ? std::pair<int, int64_t>{-1, -1} : std::pair<int, int64_t>{it->second.first,
                                                                                          int64_t(it->second.second)};
   };
-  for (int st = 0; st + 1 < s.num_stages; ++st)
+  for (int st = 0; st + 1 < s.num_stages(); ++st)
     for (int j = 0; j < s.num_microbatches; ++j) {
       const bool cross = s.stage_rank[size_t(st)] != s.stage_rank[size_t(st + 1)];
       const auto send_f = find(st, ActionKind::kSendF, j), recv_f = find(st + 1, ActionKind::kRecvF, j);
@@ -392,7 +389,7 @@ Status validate_comm(const Schedule& s) {
     }
   // Invariant 5: per ordered rank pair, sends and receives in the same order.
   std::map<std::pair<int, int>, std::vector<Key>> sends, recvs;
-  for (int r = 0; r < s.num_ranks; ++r)
+  for (int r = 0; r < s.num_ranks(); ++r)
     for (const Action& a : s.ranks[size_t(r)]) {
       if (a.kind == ActionKind::kSendF) sends[{r, s.stage_rank[size_t(a.stage + 1)]}].push_back({a.stage + 1, 0, a.mb});
       if (a.kind == ActionKind::kSendB) sends[{r, s.stage_rank[size_t(a.stage - 1)]}].push_back({a.stage - 1, 1, a.mb});
@@ -422,11 +419,12 @@ std::vector<std::vector<Key>> sim_deps(const Schedule& s, const Action& a) {
   const int st = a.stage, j = a.mb;
   switch (a.kind) {
     case ActionKind::kF:
-      return st > 0 ? std::vector<std::vector<Key>>{{{st - 1, int(ActionKind::kF), j}}} : std::vector<std::vector<Key>>{};
+      if (st == 0) return {};
+      return {{{st - 1, int(ActionKind::kF), j}}};
     case ActionKind::kI:
     case ActionKind::kB: {
       std::vector<std::vector<Key>> d = {{{st, int(ActionKind::kF), j}}};
-      if (st + 1 < s.num_stages) d.push_back({{st + 1, int(ActionKind::kI), j}, {st + 1, int(ActionKind::kB), j}});
+      if (st + 1 < s.num_stages()) d.push_back({{st + 1, int(ActionKind::kI), j}, {st + 1, int(ActionKind::kB), j}});
       return d;
     }
     case ActionKind::kW: return {{{st, int(ActionKind::kI), j}}};
@@ -449,16 +447,16 @@ double sim_cost(const SimCosts& c, ActionKind k) {
 Result<SimResult> simulate(const Schedule& s, const SimCosts& costs) {
   VLPAR_RETURN_IF_ERROR(validate_ranges(s));
   SimResult res;
-  res.busy.assign(size_t(s.num_ranks), 0.0);
-  res.peak_activations.assign(size_t(s.num_ranks), 0);
-  res.peak_wgrad.assign(size_t(s.num_ranks), 0);
-  std::vector<size_t> head(size_t(s.num_ranks), 0);
-  std::vector<double> free_at(size_t(s.num_ranks), 0.0);
-  std::vector<int> act_stash(size_t(s.num_ranks), 0), w_stash(size_t(s.num_ranks), 0);
+  res.busy.assign(size_t(s.num_ranks()), 0.0);
+  res.peak_activations.assign(size_t(s.num_ranks()), 0);
+  res.peak_wgrad.assign(size_t(s.num_ranks()), 0);
+  std::vector<size_t> head(size_t(s.num_ranks()), 0);
+  std::vector<double> free_at(size_t(s.num_ranks()), 0.0);
+  std::vector<int> act_stash(size_t(s.num_ranks()), 0), w_stash(size_t(s.num_ranks()), 0);
   std::map<Key, double> finish;
   for (;;) {
     bool progress = false, done = true;
-    for (int r = 0; r < s.num_ranks; ++r) {
+    for (int r = 0; r < s.num_ranks(); ++r) {
       const auto& list = s.ranks[size_t(r)];
       for (; head[size_t(r)] < list.size(); ++head[size_t(r)]) {
         const Action& a = list[head[size_t(r)]];
@@ -487,7 +485,7 @@ Result<SimResult> simulate(const Schedule& s, const SimCosts& costs) {
     if (done) break;
     if (!progress) {
       std::string heads;
-      for (int r = 0; r < s.num_ranks; ++r) {
+      for (int r = 0; r < s.num_ranks(); ++r) {
         if (head[size_t(r)] == s.ranks[size_t(r)].size()) continue;
         const Action& a = s.ranks[size_t(r)][head[size_t(r)]];
         std::string waits;
@@ -506,7 +504,7 @@ Result<SimResult> simulate(const Schedule& s, const SimCosts& costs) {
   for (const double t : free_at) res.makespan = std::max(res.makespan, t);
   double busy = 0;
   for (const double b : res.busy) busy += b;
-  res.bubble = res.makespan > 0 ? 1.0 - busy / (double(s.num_ranks) * res.makespan) : 0.0;
+  res.bubble = res.makespan > 0 ? 1.0 - busy / (double(s.num_ranks()) * res.makespan) : 0.0;
   return res;
 }
 

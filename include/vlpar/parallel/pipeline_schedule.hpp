@@ -43,11 +43,12 @@ bool is_compute(ActionKind k);
 
 /// Per-rank action lists plus the stage → rank map they were generated for.
 struct Schedule {
-  int num_ranks = 0;
-  int num_stages = 0;
   int num_microbatches = 0;
-  std::vector<int> stage_rank;              // [num_stages]
-  std::vector<std::vector<Action>> ranks;   // [num_ranks]
+  std::vector<int> stage_rank;              // [stages]
+  std::vector<std::vector<Action>> ranks;   // [ranks]
+
+  int num_ranks() const { return int(ranks.size()); }
+  int num_stages() const { return int(stage_rank.size()); }
 };
 
 /// "3F12", "2SEND_F7".
