@@ -138,6 +138,11 @@ class MpiWork final : public Work {
   MPI_Request* request() { return &request_; }
   /// Runs once when the request completes (rounding staging buffers back, moving in-place results).
   void set_on_complete(std::function<void()> fn) { on_complete_ = std::move(fn); }
+  /// A receive must deliver exactly `count` elements of `type` (MPI accepts a shorter message silently).
+  void expect_count(MPI_Datatype type, int count) {
+    recv_type_ = type;
+    recv_count_ = count;
+  }
 
   Status wait() override {
     if (done_) return Status::Ok();
@@ -156,6 +161,13 @@ class MpiWork final : public Work {
     }
     request_ = MPI_REQUEST_NULL;
     done_ = true;
+    if (recv_count_ >= 0) {
+      int got = 0;
+      MPI_Get_count(&st, recv_type_, &got);
+      if (got != recv_count_)
+        return VLPAR_STATUS(StatusCode::kInvalidArgument, "{}: {} sent {} elements (tag {}), the receive buffer holds "
+                            "{}", group_->site(op_), group_->peer(peer_), got, tag_, recv_count_);
+    }
     if (on_complete_) on_complete_();
     return Status::Ok();
   }
@@ -195,6 +207,8 @@ class MpiWork final : public Work {
   WaitKind kind_;
   int peer_, tag_;
   MPI_Request request_ = MPI_REQUEST_NULL;
+  MPI_Datatype recv_type_ = MPI_BYTE;
+  int recv_count_ = -1;  // receives: the expected element count
   PendingBuffers buffers_;
   std::function<void()> on_complete_;
   bool done_ = false;
@@ -442,6 +456,7 @@ Result<WorkHandle> MpiCommunicator::irecv(TensorView t, int peer, int tag) {
   VLPAR_RETURN_IF_ERROR(check_usable("recv"));
   VLPAR_RETURN_IF_ERROR(detail::check_p2p("recv", *this, t, peer, tag, Device::cpu()));
   auto w = new_work("recv", state_, options_, WaitKind::kRecv, peer, tag);
+  w->expect_count(wire_type(t.dtype), int(t.numel()));
   VLPAR_MPI_CHECK(MPI_Irecv(t.data, int(t.numel()), wire_type(t.dtype), peer, tag, comm_, w->request()),
                   state_->site("recv"));
   return WorkHandle(std::move(w));

@@ -2,7 +2,8 @@
 // says which rank and position it came from, so a wrong reduce op, order, displacement or peer shows up as a
 // wrong value at a known place. Covers all_reduce (every dtype, sum and max, bf16 rounded once), all_gather and
 // reduce_scatter (out-of-place, in-place, misaligned), broadcast from every root, all_to_all with uneven and zero
-// row counts, overlapped non-blocking ops, sub-groups from split, a send/recv ring and the named argument errors.
+// row counts, overlapped non-blocking ops, sub-groups from split, a send/recv ring, a receive of the wrong length
+// and the named argument errors.
 // Run: ctest --preset cpu -R test_collectives   (mpirun -np 2 and -np 4 ./build/cpu/tests/test_collectives)
 #include <gtest/gtest.h>
 
@@ -209,6 +210,28 @@ TEST_F(Collectives, SendRecvRing) {
     ASSERT_TRUE(wr.value()->wait().ok());
     for (int64_t i = 0; i < 7; ++i) ASSERT_EQ(get_at(r.view, i), payload(t, prev, i)) << "element " << i;
   }
+}
+
+/// A message shorter than the receive buffer is an error naming the sender (MPI itself accepts it silently and
+/// would leave the buffer's tail stale); a longer one is MPI's truncation error.
+TEST_F(Collectives, SendRecvLengthMismatchIsNamed) {
+  const int next = (rank_ + 1) % n_, prev = (rank_ + n_ - 1) % n_;
+  Buf s = make_buf(alloc_, {5}, DType::kF32);
+  Buf r = make_buf(alloc_, {7}, DType::kF32);
+  auto wr = comm_->irecv(r.view, prev, 6);
+  auto ws = comm_->isend(s.view, next, 6);
+  ASSERT_TRUE(wr.ok() && ws.ok());
+  ASSERT_TRUE(ws.value()->wait().ok());
+  const Status st = wr.value()->wait();
+  EXPECT_EQ(st.code(), StatusCode::kInvalidArgument) << st.to_string();
+  EXPECT_NE(st.message().find("sent 5 elements (tag 6), the receive buffer holds 7"), std::string::npos)
+      << st.message();
+  Buf big = make_buf(alloc_, {9}, DType::kF32), small = make_buf(alloc_, {4}, DType::kF32);
+  auto wr2 = comm_->irecv(small.view, prev, 7);
+  auto ws2 = comm_->isend(big.view, next, 7);
+  ASSERT_TRUE(wr2.ok() && ws2.ok());
+  ASSERT_TRUE(ws2.value()->wait().ok());
+  EXPECT_FALSE(wr2.value()->wait().ok());
 }
 
 TEST_F(Collectives, BarrierCompletes) { EXPECT_TRUE(comm_->barrier().ok()); }

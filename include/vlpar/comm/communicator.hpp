@@ -21,6 +21,8 @@
 //     `out` and `in` is an error, as is any overlap in all_to_all.
 //   - all ranks of the group issue the same ops in the same order (MPI/NCCL semantics); row counts must agree
 //     pairwise (send_rows[p] on rank r == recv_rows[r] on rank p), which no rank can check locally.
+//   - a receive gets exactly its view's element count: a shorter message is kInvalidArgument naming the sender
+//     (MPI backend; MPI itself would accept it), a longer one the backend's truncation error.
 //   - the Communicator's own buffers are released when its Work completes; a view passed to a pending op must
 //     stay alive until wait() returned Ok.
 #include <chrono>

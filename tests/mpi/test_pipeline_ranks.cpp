@@ -1,0 +1,139 @@
+// The pipeline engine under mpirun (parallel/pipeline_engine.hpp): the toy model (tests/pipeline_toy.hpp) split
+// over the pipeline ranks by every generator (GPipe, 1F1B, interleaved 1F1B with v = 2, ZB-H1, ZB-V), micro-batches
+// of unequal size, two steps. Checks on every rank: the loss (last stage) and every gradient of its layers bitwise
+// equal to the single-process reference (each stage runs its backwards in micro-batch order, as the reference
+// does), the allocator's peak within the bound derived from the simulator's in-flight stashes, nothing left
+// allocated after a step; and a peer that never runs its part is reported by the watchdog naming the rank, the
+// action and the pending receive.
+// Run: ctest --preset emu -R test_pipeline_ranks   (mpirun -np 2 and -np 4)
+#include <gtest/gtest.h>
+
+#include <cstring>
+#include <functional>
+#include <string>
+
+#include "mpi/mpi_test_util.hpp"
+#include "pipeline_toy.hpp"
+#include "vlpar/parallel/pipeline_engine.hpp"
+
+namespace vlpar::test {
+namespace {
+
+using pipeline::Schedule;
+
+constexpr int64_t kHidden = 16;
+constexpr int kLayers = 8;
+const std::vector<int64_t> kRows = {5, 3, 6, 4, 7, 2, 5, 3};
+
+struct Case {
+  std::string name;
+  std::function<Result<Schedule>(int ranks, int mbs)> make;
+};
+
+const Case kCases[] = {
+    {"gpipe", [](int p, int m) { return pipeline::gpipe(p, m); }},
+    {"1f1b", [](int p, int m) { return pipeline::one_f_one_b(p, m); }},
+    {"interleaved_v2", [](int p, int m) { return pipeline::interleaved_1f1b(p, 2, m); }},
+    {"zb_h1", [](int p, int m) { return pipeline::zb_h1(p, m); }},
+    {"zb_v", [](int p, int m) { return pipeline::zb_v(p, m); }},
+};
+
+TEST(PipelineEngineRanks, EveryScheduleMatchesReferenceBitwiseWithinMemoryBound) {
+  auto world = world_comm("pp");
+  ASSERT_NE(world, nullptr);
+  const int p = world->size(), rank = world->rank();
+  for (const Case& c : kCases) {
+    SCOPED_TRACE(c.name);
+    auto compute = c.make(p, int(kRows.size()));
+    ASSERT_TRUE(compute.ok()) << compute.status().to_string();
+    auto lowered = pipeline::lower(compute.value());
+    ASSERT_TRUE(lowered.ok()) << lowered.status().to_string();
+    const Schedule& s = lowered.value();
+    auto sim = pipeline::simulate(s);
+    ASSERT_TRUE(sim.ok()) << sim.status().to_string();
+
+    Allocator params, acts;
+    Context ctx;
+    ctx.allocator = &acts;
+    ToyModel ref = ToyModel::make(params, kHidden, kLayers, kRows, 21);
+    ToyModel model = ToyModel::make(params, kHidden, kLayers, kRows, 21);
+    std::vector<ToyStage> stages;
+    std::vector<int> ids;
+    for (int st = 0; st < s.num_stages(); ++st)
+      if (s.stage_rank[size_t(st)] == rank) {
+        const auto [a, b] = toy_layers(kLayers, st, s.num_stages());
+        stages.emplace_back(model, st, s.num_stages(), a, b);
+        ids.push_back(st);
+      }
+    std::vector<std::pair<int, ToyStage*>> args;
+    for (size_t i = 0; i < stages.size(); ++i) args.push_back({ids[i], &stages[i]});
+    auto engine = pipeline::Engine<ToyStage>::create(s, args, *world);
+    ASSERT_TRUE(engine.ok()) << engine.status().to_string();
+
+    int64_t per_mb = 0, nh = 0;
+    for (const ToyStage& st : stages)
+      for (int j = 0; j < model.microbatches(); ++j) {
+        per_mb = std::max(per_mb, st.stash_bytes(j) + port_bytes(st.input_port(j).act));
+        nh = std::max(nh, model.rows(j) * kHidden * 4);
+      }
+    const ToyStage any(model, 1, 2, 0, 1);  // an inner edge's ports (the same on every edge)
+    const int64_t bound = sim.value().peak_wgrad[size_t(rank)] * per_mb + toy_boundary_bytes_max(s, rank, any) +
+                          3 * nh;
+    std::vector<double> want;
+    for (int step = 0; step < 2; ++step) {
+      auto r = toy_reference(ctx, ref);
+      ASSERT_TRUE(r.ok()) << r.status().to_string();
+      want = r.value();
+      acts.reset_peak(Device::cpu());
+      const int64_t base = acts.stats(Device::cpu()).current_bytes;
+      const Status st = engine.value().step(ctx);
+      ASSERT_TRUE(st.ok()) << st.to_string();
+      EXPECT_EQ(acts.stats(Device::cpu()).current_bytes, base) << "rank " << rank << " kept allocations";
+      EXPECT_LE(acts.stats(Device::cpu()).peak_bytes - base, bound)
+          << "rank " << rank << ": peak_wgrad " << sim.value().peak_wgrad[size_t(rank)] << " × " << per_mb;
+    }
+    for (size_t i = 0; i < stages.size(); ++i) {
+      const auto [a, b] = toy_layers(kLayers, ids[i], s.num_stages());
+      for (int l = a; l < b; ++l) {
+        for (auto [g, w] : {std::pair{&model.dw, &ref.dw}, std::pair{&model.db, &ref.db}})
+          ASSERT_EQ(0, std::memcmp((*g)[size_t(l)].ptr<float>(), (*w)[size_t(l)].ptr<float>(),
+                                   size_t((*g)[size_t(l)].numel()) * 4))
+              << "rank " << rank << " layer " << l;
+      }
+      if (ids[i] != s.num_stages() - 1) continue;
+      for (size_t j = 0; j < want.size(); ++j) EXPECT_EQ(stages[i].losses()[j], want[j]) << "micro-batch " << j;
+    }
+    ASSERT_TRUE(world->barrier().ok());
+  }
+}
+
+/// Pairs of ranks (0,1), (2,3): the second of each pair never runs its step; the first reports the watchdog's
+/// timeout on its first receive, naming itself, the action, the peer and the peer's stage.
+TEST(PipelineEngineRanks, DeadPeerIsNamedByTheWatchdog) {
+  auto world = world_comm("world");
+  ASSERT_NE(world, nullptr);
+  if (world->size() % 2 != 0) GTEST_SKIP() << "needs an even number of ranks";
+  auto pair = world->split(world->rank() / 2, world->rank(), comm::CommOptions{"pp", std::chrono::milliseconds(800)});
+  ASSERT_TRUE(pair.ok()) << pair.status().to_string();
+  auto lowered = pipeline::lower(pipeline::one_f_one_b(2, 2).value());
+  ASSERT_TRUE(lowered.ok());
+  Allocator params, acts;
+  Context ctx;
+  ctx.allocator = &acts;
+  ToyModel model = ToyModel::make(params, kHidden, 4, std::vector<int64_t>{3, 4}, 5);
+  const int r = pair.value()->rank();
+  ToyStage stage(model, r, 2, 2 * r, 2 * r + 2);
+  auto engine = pipeline::Engine<ToyStage>::create(lowered.value(), {{r, &stage}}, *pair.value());
+  ASSERT_TRUE(engine.ok()) << engine.status().to_string();
+  if (r == 0) {
+    const Status s = engine.value().step(ctx);
+    EXPECT_EQ(s.code(), StatusCode::kTimeout) << s.to_string();
+    EXPECT_NE(s.message().find("pipeline rank 0, action 0B0 (#5 of 8): waiting for 0RECV_B0 from rank 1 (stage 1): "),
+              std::string::npos) << s.message();
+    EXPECT_NE(s.message().find("timed out after 800 ms"), std::string::npos) << s.message();
+  }
+  ASSERT_TRUE(world->barrier().ok());
+}
+
+}  // namespace
+}  // namespace vlpar::test

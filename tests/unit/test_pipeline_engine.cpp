@@ -1,0 +1,221 @@
+// The pipeline engine on one rank (parallel/pipeline_engine.hpp): every generator's schedule for one rank, with
+// one to four chunks of the toy model (tests/pipeline_toy.hpp) on that rank, so every boundary is a same-rank
+// hand-off. Checks: loss and every gradient bitwise equal to the single-process reference over two steps; the
+// allocator's peak within the bound derived from the simulator's in-flight stashes; per-action timings; and the
+// named errors (wrong group size, stages the schedule does not place here, a split schedule for a stage type without
+// backward_input/backward_weight, ports of neighbouring stages that disagree).
+// The multi-rank half: tests/mpi/test_pipeline_ranks.cpp.
+#include <gtest/gtest.h>
+
+#include <functional>
+#include <string>
+
+#include "pipeline_toy.hpp"
+#include "vlpar/comm/single_communicator.hpp"
+#include "vlpar/parallel/pipeline_engine.hpp"
+
+namespace vlpar::test {
+namespace {
+
+using pipeline::Schedule;
+
+constexpr int64_t kHidden = 16;
+constexpr int kLayers = 8;
+const std::vector<int64_t> kRows = {5, 3, 6, 4};
+
+/// Stages of `s` on `rank` as engine arguments, over `m`.
+struct RankStages {
+  std::vector<ToyStage> stages;
+  std::vector<std::pair<int, ToyStage*>> args() {
+    std::vector<std::pair<int, ToyStage*>> a;
+    for (ToyStage& st : stages) a.push_back({st_index(st), &st});
+    return a;
+  }
+  std::vector<int> ids;
+  int st_index(const ToyStage& st) const { return ids[size_t(&st - stages.data())]; }
+};
+RankStages stages_for(ToyModel& m, const Schedule& s, int rank) {
+  RankStages r;
+  for (int st = 0; st < s.num_stages(); ++st)
+    if (s.stage_rank[size_t(st)] == rank) {
+      const auto [a, b] = toy_layers(m.layers(), st, s.num_stages());
+      r.stages.emplace_back(m, st, s.num_stages(), a, b);
+      r.ids.push_back(st);
+    }
+  return r;
+}
+
+void expect_same_grads(const ToyModel& got, const ToyModel& want) {
+  for (int l = 0; l < got.layers(); ++l)
+    for (auto [g, w] : {std::pair{&got.dw, &want.dw}, std::pair{&got.db, &want.db}}) {
+      const Tensor& a = (*g)[size_t(l)];
+      const Tensor& b = (*w)[size_t(l)];
+      ASSERT_EQ(0, std::memcmp(a.ptr<float>(), b.ptr<float>(), size_t(a.numel()) * 4)) << "layer " << l;
+    }
+}
+
+struct Case {
+  std::string name;
+  std::function<Result<Schedule>()> make;
+};
+
+std::vector<Case> one_rank_cases() {
+  const int m = int(kRows.size());
+  return {{"gpipe", [=] { return pipeline::gpipe(1, m); }},
+          {"1f1b", [=] { return pipeline::one_f_one_b(1, m); }},
+          {"zb_h1", [=] { return pipeline::zb_h1(1, m); }},
+          {"interleaved_v2", [=] { return pipeline::interleaved_1f1b(1, 2, m); }},
+          {"interleaved_v4", [=] { return pipeline::interleaved_1f1b(1, 4, m); }},
+          {"zb_v", [=] { return pipeline::zb_v(1, m); }}};
+}
+
+TEST(PipelineEngine, OneRankMatchesReferenceBitwiseWithinMemoryBound) {
+  for (const Case& c : one_rank_cases()) {
+    SCOPED_TRACE(c.name);
+    auto compute = c.make();
+    ASSERT_TRUE(compute.ok()) << compute.status().to_string();
+    auto lowered = pipeline::lower(compute.value());
+    ASSERT_TRUE(lowered.ok()) << lowered.status().to_string();
+    auto sim = pipeline::simulate(lowered.value());
+    ASSERT_TRUE(sim.ok()) << sim.status().to_string();
+
+    Allocator params;
+    ToyModel ref = ToyModel::make(params, kHidden, kLayers, kRows, 11);
+    ToyModel model = ToyModel::make(params, kHidden, kLayers, kRows, 11);
+    Allocator acts;
+    Context ctx;
+    ctx.allocator = &acts;
+    comm::SingleCommunicator world;
+    RankStages rs = stages_for(model, lowered.value(), 0);
+    auto engine = pipeline::Engine<ToyStage>::create(lowered.value(), rs.args(), world);
+    ASSERT_TRUE(engine.ok()) << engine.status().to_string();
+
+    std::vector<double> want;
+    for (int step = 0; step < 2; ++step) {  // the second step accumulates onto the first's gradients
+      auto r = toy_reference(ctx, ref);
+      ASSERT_TRUE(r.ok()) << r.status().to_string();
+      want = r.value();
+      acts.reset_peak(Device::cpu());
+      const int64_t base = acts.stats(Device::cpu()).current_bytes;
+      const Status s = engine.value().step(ctx);
+      ASSERT_TRUE(s.ok()) << s.to_string();
+      EXPECT_EQ(acts.stats(Device::cpu()).current_bytes, base) << "the step left allocations behind";
+
+      // Bound: every in-flight (stage, mb) holds its stash (≥ its W-stash) and its inputs; boundary buffers as the
+      // engine documents them; one compute's temporaries (the toy's g / y / dx: three [N, H]).
+      int64_t per_mb = 0, nh = 0;
+      for (const ToyStage& st : rs.stages)
+        for (int j = 0; j < model.microbatches(); ++j) {
+          per_mb = std::max(per_mb, st.stash_bytes(j) + port_bytes(st.input_port(j).act));
+          nh = std::max(nh, model.rows(j) * kHidden * 4);
+        }
+      const int64_t bound = sim.value().peak_wgrad[0] * per_mb +
+                            toy_boundary_bytes_max(lowered.value(), 0, rs.stages.back()) + 3 * nh;
+      EXPECT_LE(acts.stats(Device::cpu()).peak_bytes - base, bound)
+          << "peak_wgrad " << sim.value().peak_wgrad[0] << " × " << per_mb;
+    }
+    const ToyStage& last = rs.stages.back();
+    ASSERT_EQ(last.losses().size(), want.size());
+    for (size_t j = 0; j < want.size(); ++j) EXPECT_EQ(last.losses()[j], want[j]) << "micro-batch " << j;
+    expect_same_grads(model, ref);
+
+    const auto& t = engine.value().timings();
+    ASSERT_EQ(t.size(), lowered.value().ranks[0].size());
+    for (size_t i = 0; i < t.size(); ++i) {
+      EXPECT_EQ(t[i].action, lowered.value().ranks[0][i]);
+      EXPECT_LE(t[i].start, t[i].end);
+      EXPECT_LE(t[i].wait, t[i].end - t[i].start + 1e-9);
+      if (i) {
+        EXPECT_LE(t[i - 1].end, t[i].start);
+      }
+    }
+  }
+}
+
+void expect_error(const Status& s, StatusCode code, const std::string& want) {
+  EXPECT_EQ(s.code(), code) << s.to_string();
+  EXPECT_NE(s.message().find(want), std::string::npos) << "got: " << s.message() << "\nwant: " << want;
+}
+
+TEST(PipelineEngine, SetupErrorsAreNamed) {
+  Allocator params;
+  ToyModel model = ToyModel::make(params, kHidden, kLayers, kRows, 3);
+  comm::SingleCommunicator world;
+  auto two = pipeline::lower(pipeline::one_f_one_b(2, 4).value());
+  ASSERT_TRUE(two.ok());
+  RankStages r0 = stages_for(model, two.value(), 0);
+  expect_error(pipeline::Engine<ToyStage>::create(two.value(), r0.args(), world).status(),
+               StatusCode::kInvalidArgument, "the schedule has 2 ranks, the pipeline group 'world' 1");
+
+  auto v2 = pipeline::lower(pipeline::interleaved_1f1b(1, 2, 4).value());
+  ASSERT_TRUE(v2.ok());
+  RankStages only0 = stages_for(model, v2.value(), 0);
+  auto args = only0.args();
+  args.pop_back();
+  expect_error(pipeline::Engine<ToyStage>::create(v2.value(), args, world).status(), StatusCode::kInvalidArgument,
+               "the schedule runs stage 1 on rank 0, which was not given it");
+  args = only0.args();
+  args.push_back({5, args[0].second});
+  expect_error(pipeline::Engine<ToyStage>::create(v2.value(), args, world).status(), StatusCode::kInvalidArgument,
+               "rank 0 was given stage 5, which the schedule places on no rank");
+}
+
+/// The toy with only a full backward: not a SplitStage.
+struct FullBackwardOnly {
+  ToyStage* s;
+  using Stash = ToyStage::Stash;
+  pipeline::Port input_port(int j) const { return s->input_port(j); }
+  pipeline::Port output_port(int j) const { return s->output_port(j); }
+  int64_t stash_bytes(int j) const { return s->stash_bytes(j); }
+  Status forward(const Context& c, std::span<const TensorView> o, std::span<const TensorView> i, int j, Stash& st) {
+    return s->forward(c, o, i, j, st);
+  }
+  Status backward(const Context& c, std::span<const TensorView> d, std::span<const TensorView> g, int j, Stash& st) {
+    return s->backward(c, d, g, j, st);
+  }
+};
+static_assert(pipeline::Stage<FullBackwardOnly> && !pipeline::SplitStage<FullBackwardOnly>);
+
+/// Stage 1 wants a wider hidden state than stage 0 produces.
+struct WrongPort : ToyStage {
+  using ToyStage::ToyStage;
+  int id = 0;
+  pipeline::Port input_port(int j) const {
+    pipeline::Port p = ToyStage::input_port(j);
+    if (id == 1) p.act[0].shape[1] += 1;
+    return p;
+  }
+};
+
+TEST(PipelineEngine, SplitScheduleNeedsSplitStageAndPortsMustAgree) {
+  Allocator params, acts;
+  Context ctx;
+  ctx.allocator = &acts;
+  ToyModel model = ToyModel::make(params, kHidden, kLayers, kRows, 5);
+  comm::SingleCommunicator world;
+  auto zbv = pipeline::lower(pipeline::zb_v(1, 4).value());
+  ASSERT_TRUE(zbv.ok());
+  RankStages rs = stages_for(model, zbv.value(), 0);
+  std::vector<FullBackwardOnly> full = {{&rs.stages[0]}, {&rs.stages[1]}};
+  expect_error(pipeline::Engine<FullBackwardOnly>::create(zbv.value(), {{0, &full[0]}, {1, &full[1]}}, world)
+                   .status(),
+               StatusCode::kNotSupported, "splits the backward (r0: 1I0)");
+  // The same stages with full backwards run a 1F1B-style schedule (interleaved, v = 2) fine.
+  auto v2 = pipeline::lower(pipeline::interleaved_1f1b(1, 2, 4).value());
+  auto ok = pipeline::Engine<FullBackwardOnly>::create(v2.value(), {{0, &full[0]}, {1, &full[1]}}, world);
+  ASSERT_TRUE(ok.ok()) << ok.status().to_string();
+  EXPECT_TRUE(ok.value().step(ctx).ok());
+
+  std::vector<WrongPort> wrong;
+  wrong.emplace_back(model, 0, 2, 0, 4);
+  wrong.emplace_back(model, 1, 2, 4, 8);
+  wrong[1].id = 1;
+  auto e = pipeline::Engine<WrongPort>::create(v2.value(), {{0, &wrong[0]}, {1, &wrong[1]}}, world);
+  ASSERT_TRUE(e.ok()) << e.status().to_string();
+  expect_error(e.value().step(ctx), StatusCode::kInvalidArgument,
+               "pipeline rank 0, action 1F0 (#1 of 16): inputs of stage 1 for micro-batch 0: the neighbouring stage "
+               "0 gives [f32[5, 16], f32[2]], stage 1's port wants [f32[5, 17], f32[2]]");
+}
+
+}  // namespace
+}  // namespace vlpar::test
