@@ -145,34 +145,47 @@ class MpiWork final : public Work {
   }
 
   Status wait() override {
-    if (done_) return Status::Ok();
+    if (done_) return result_;
     const auto deadline = Clock::now() + timeout_;
-    int flag = 0;
-    MPI_Status st;
-    for (int64_t polls = 0;; ++polls) {
-      const int err = MPI_Test(&request_, &flag, &st);
-      if (err != MPI_SUCCESS)
-        return VLPAR_STATUS(StatusCode::kCommError, "{}: MPI_Test failed: {}", group_->site(op_),
-                            mpi_error_string(err));
-      if (flag) break;
+    for (int64_t polls = 0; !poll(); ++polls) {
       if (Clock::now() >= deadline) return on_timeout();
       // Spin briefly for latency, then yield so oversubscribed ranks (more ranks than cores) make progress.
       if (polls > 1000) std::this_thread::yield();
     }
+    return result_;
+  }
+
+  bool test() override { return done_ || poll(); }
+
+ private:
+  /// One MPI_Test (which also drives MPI's progress for every pending request of this process); on completion
+  /// records the result (the receive length check, the completion hook) for wait() to return.
+  bool poll() {
+    int flag = 0;
+    MPI_Status st;
+    const int err = MPI_Test(&request_, &flag, &st);
+    if (err != MPI_SUCCESS) {
+      done_ = true;
+      result_ = VLPAR_STATUS(StatusCode::kCommError, "{}: MPI_Test failed: {}", group_->site(op_),
+                             mpi_error_string(err));
+      return true;
+    }
+    if (!flag) return false;
     request_ = MPI_REQUEST_NULL;
     done_ = true;
     if (recv_count_ >= 0) {
       int got = 0;
       MPI_Get_count(&st, recv_type_, &got);
-      if (got != recv_count_)
-        return VLPAR_STATUS(StatusCode::kInvalidArgument, "{}: {} sent {} elements (tag {}), the receive buffer holds "
-                            "{}", group_->site(op_), group_->peer(peer_), got, tag_, recv_count_);
+      if (got != recv_count_) {
+        result_ = VLPAR_STATUS(StatusCode::kInvalidArgument, "{}: {} sent {} elements (tag {}), the receive buffer "
+                               "holds {}", group_->site(op_), group_->peer(peer_), got, tag_, recv_count_);
+        return true;
+      }
     }
     if (on_complete_) on_complete_();
-    return Status::Ok();
+    return true;
   }
 
- private:
   Status on_timeout() {
     const auto ms = timeout_.count();
     if (kind_ == WaitKind::kRecv) {
@@ -188,9 +201,10 @@ class MpiWork final : public Work {
         if (on_complete_) on_complete_();
         return Status::Ok();
       }
-      done_ = true;  // nothing pending any more; a second wait() reports Ok without data, so say it here
-      return VLPAR_STATUS(StatusCode::kTimeout, "{}: timed out after {} ms waiting for {} (tag {}); receive cancelled",
-                          group_->site(op_), ms, group_->peer(peer_), tag_);
+      done_ = true;  // nothing pending any more; a second wait() repeats the timeout
+      result_ = VLPAR_STATUS(StatusCode::kTimeout, "{}: timed out after {} ms waiting for {} (tag {}); receive "
+                             "cancelled", group_->site(op_), ms, group_->peer(peer_), tag_);
+      return result_;
     }
     const std::string site = group_->site(op_);
     if (group_->broken_by.empty()) group_->broken_by = site;
@@ -212,6 +226,7 @@ class MpiWork final : public Work {
   PendingBuffers buffers_;
   std::function<void()> on_complete_;
   bool done_ = false;
+  Status result_;  // of the completed op (wait() returns it again on a second call)
 };
 
 }  // namespace

@@ -126,6 +126,12 @@ class NcclWork final : public Work {
     return Status::Ok();
   }
 
+  /// Complete when the op's event has fired; errors are left for wait() to report.
+  bool test() override {
+    if (!done_ && cudaEventQuery(event_) == cudaSuccess) done_ = true;
+    return done_;
+  }
+
  private:
   const char* op_;
   std::shared_ptr<State> state_;

@@ -10,6 +10,7 @@ namespace {
 class DoneWork final : public Work {
  public:
   Status wait() override { return Status::Ok(); }
+  bool test() override { return true; }
 };
 WorkHandle done() { return std::make_unique<DoneWork>(); }
 

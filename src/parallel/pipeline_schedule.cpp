@@ -432,8 +432,9 @@ std::vector<std::vector<Key>> sim_deps(const Schedule& s, const Action& a) {
   }
 }
 
-double sim_cost(const SimCosts& c, ActionKind k) {
-  switch (k) {
+double sim_cost(const SimCosts& c, const Action& a) {
+  if (c.action && is_compute(a.kind)) return c.action(a);
+  switch (a.kind) {
     case ActionKind::kF: return c.f;
     case ActionKind::kB: return c.b;
     case ActionKind::kI: return c.i;
@@ -465,12 +466,13 @@ Result<SimResult> simulate(const Schedule& s, const SimCosts& costs) {
         for (const auto& any_of : sim_deps(s, a)) {
           double t = -1;
           for (const Key& k : any_of)
-            if (const auto it = finish.find(k); it != finish.end()) t = it->second;
+            if (const auto it = finish.find(k); it != finish.end())
+              t = it->second + (s.stage_rank[size_t(std::get<0>(k))] != r ? costs.message : 0.0);
           ready = ready && t >= 0;
           start = std::max(start, t);
         }
         if (!ready) break;
-        const double cost = sim_cost(costs, a.kind);
+        const double cost = sim_cost(costs, a);
         finish[key(a)] = free_at[size_t(r)] = start + cost;
         res.busy[size_t(r)] += cost;
         const bool f = a.kind == ActionKind::kF, b = a.kind == ActionKind::kB;

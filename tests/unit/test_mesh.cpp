@@ -435,6 +435,7 @@ class FakeComm : public comm::Communicator {
  private:
   struct Done : comm::Work {
     Status wait() override { return Status::Ok(); }
+    bool test() override { return true; }
   };
   static Result<comm::WorkHandle> unsupported() { return Status(StatusCode::kNotSupported, "fake"); }
   int rank_, size_;

@@ -146,6 +146,31 @@ TEST(PipelineSchedule, DeadlockIsANamedError) {
   EXPECT_FALSE(lower(s).ok());
 }
 
+/// Costs per action (the bubble benchmark feeds measured ones): GPipe, two stages, two micro-batches, stage 1
+/// three times as slow as stage 0, micro-batch 1 one unit slower.
+///   r0: F0 [0,1) F1 [1,3)   B0 after r1's B0: [13,15)   B1 after r1's B1: [19,22)
+///   r1: F0 [1,4) F1 [4,8) B0 [8,13) B1 [13,19)           makespan 22; busy 8 + 18 of 2·22.
+TEST(PipelineSchedule, PerActionCostsDriveTheSimulation) {
+  SimCosts c;
+  c.action = [](const Action& a) {
+    const double base = a.kind == ActionKind::kF ? (a.stage == 0 ? 1 : 3) : (a.stage == 0 ? 2 : 5);
+    return base + a.mb;
+  };
+  const Result<SimResult> r = simulate(gpipe(2, 2).value(), c);
+  ASSERT_TRUE(r.ok()) << r.status().to_string();
+  EXPECT_EQ(r.value().makespan, 22);
+  EXPECT_EQ(r.value().busy, (std::vector<double>{8, 18}));
+  EXPECT_DOUBLE_EQ(r.value().bubble, 1 - 26.0 / 44);
+  // A message cost on the three cross-rank hops of the critical path (F0 → r1, r1's B1 → r0; r1's F1 is later
+  // than r0's F1 + 0.5 anyway): 22 + 0.5 + 0.5.
+  c.message = 0.5;
+  const Result<SimResult> m = simulate(gpipe(2, 2).value(), c);
+  ASSERT_TRUE(m.ok());
+  EXPECT_EQ(m.value().makespan, 23);
+  // Same-rank hand-offs are free: interleaved on one rank takes exactly its compute.
+  EXPECT_EQ(simulate(interleaved_1f1b(1, 2, 2).value(), c).value().makespan, 2 * (1 + 3 + 2 + 5) + 4);
+}
+
 TEST(PipelineSchedule, BadConfigurationsAreNamedErrors) {
   EXPECT_FALSE(interleaved_1f1b(4, 2, 6).ok());   // m mod g = 2 < p
   EXPECT_FALSE(interleaved_1f1b(4, 1, 8).ok());   // one chunk

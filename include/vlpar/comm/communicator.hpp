@@ -46,11 +46,15 @@ struct CommOptions {
   std::chrono::milliseconds timeout{std::chrono::minutes(5)};  // watchdog limit for any one op
 };
 
-/// A pending non-blocking operation. wait() returns when it completed, or kTimeout after the group's timeout.
+/// A pending non-blocking operation. wait() returns when it completed, or kTimeout after the group's timeout;
+/// test() never blocks: true once the op completed (wait() then returns its result at once). On the MPI backend
+/// test() also drives MPI's progress engine, which moves large messages only while the process is inside MPI:
+/// callers that compute between posting a send and waiting for it (the pipeline engine) poke pending ops with it.
 class Work {
  public:
   virtual ~Work() = default;
   virtual Status wait() = 0;
+  virtual bool test() = 0;
 };
 using WorkHandle = std::unique_ptr<Work>;
 

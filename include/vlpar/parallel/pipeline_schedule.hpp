@@ -22,6 +22,7 @@
 //               error listing every rank's head action and what it waits for.
 // Test: tests/unit/test_pipeline_schedule.cpp (the spec's worked examples and simulator table).
 #include <cstdint>
+#include <functional>
 #include <string>
 #include <string_view>
 #include <vector>
@@ -80,6 +81,9 @@ Status validate(const Schedule& s, bool lowered);
 
 struct SimCosts {
   double f = 1, b = 2, i = 1, w = 1;  // per action (per chunk for multi-chunk schedules); communication free
+  std::function<double(const Action&)> action;  // when set, every compute action's own cost (e.g. measured)
+  double message = 0;  // from a compute's end until its output (or input gradient) is usable on another rank;
+                       // same-rank hand-offs are free
 };
 
 struct SimResult {
@@ -91,8 +95,9 @@ struct SimResult {
 };
 
 /// Runs every rank's list against the dependencies (F(s,j) ← F(s−1,j); I/B(s,j) ← F(s,j), I/B(s+1,j);
-/// W(s,j) ← I(s,j)); SEND/RECV are free and non-blocking (posted, as the runtime posts them; the consuming compute
-/// waits), so a lowered schedule simulates like its compute-only form. A schedule where no rank can start its next
+/// W(s,j) ← I(s,j); a dependency on another rank's compute adds costs.message); SEND/RECV are non-blocking
+/// (posted, as the runtime posts them; the consuming compute waits), so a lowered schedule simulates like its
+/// compute-only form. A schedule where no rank can start its next
 /// action is a deadlock error naming every rank's head and what it waits for.
 Result<SimResult> simulate(const Schedule& s, const SimCosts& costs = {});
 
