@@ -8,6 +8,7 @@
 #include <algorithm>
 #include <array>
 #include <charconv>
+#include <cmath>
 #include <map>
 #include <set>
 #include <tuple>
@@ -451,6 +452,12 @@ Result<SimResult> simulate(const Schedule& s, const SimCosts& costs) {
   res.busy.assign(size_t(s.num_ranks()), 0.0);
   res.peak_activations.assign(size_t(s.num_ranks()), 0);
   res.peak_wgrad.assign(size_t(s.num_ranks()), 0);
+  res.start.resize(size_t(s.num_ranks()));
+  res.end.resize(size_t(s.num_ranks()));
+  for (int r = 0; r < s.num_ranks(); ++r) {
+    res.start[size_t(r)].assign(s.ranks[size_t(r)].size(), 0.0);
+    res.end[size_t(r)].assign(s.ranks[size_t(r)].size(), 0.0);
+  }
   std::vector<size_t> head(size_t(s.num_ranks()), 0);
   std::vector<double> free_at(size_t(s.num_ranks()), 0.0);
   std::vector<int> act_stash(size_t(s.num_ranks()), 0), w_stash(size_t(s.num_ranks()), 0);
@@ -473,6 +480,8 @@ Result<SimResult> simulate(const Schedule& s, const SimCosts& costs) {
         }
         if (!ready) break;
         const double cost = sim_cost(costs, a);
+        res.start[size_t(r)][head[size_t(r)]] = start;
+        res.end[size_t(r)][head[size_t(r)]] = start + cost;
         finish[key(a)] = free_at[size_t(r)] = start + cost;
         res.busy[size_t(r)] += cost;
         const bool f = a.kind == ActionKind::kF, b = a.kind == ActionKind::kB;
@@ -508,6 +517,31 @@ Result<SimResult> simulate(const Schedule& s, const SimCosts& costs) {
   for (const double b : res.busy) busy += b;
   res.bubble = res.makespan > 0 ? 1.0 - busy / (double(s.num_ranks()) * res.makespan) : 0.0;
   return res;
+}
+
+std::string timeline(const Schedule& s, const SimResult& r, double unit) {
+  const bool chunks = s.num_stages() > s.num_ranks();
+  const auto cells = size_t(std::max<int64_t>(0, std::llround(r.makespan / unit)));
+  std::vector<std::vector<std::string>> grid(size_t(s.num_ranks()), std::vector<std::string>(cells, "."));
+  size_t width = 1;
+  for (size_t rk = 0; rk < s.ranks.size() && rk < r.start.size(); ++rk)
+    for (size_t i = 0; i < s.ranks[rk].size(); ++i) {
+      const Action& a = s.ranks[rk][i];
+      if (!is_compute(a.kind)) continue;
+      std::string label = to_string(a);
+      if (!chunks) label.erase(0, fmt::format("{}", a.stage).size());
+      width = std::max(width, label.size());
+      const auto c0 = size_t(std::llround(r.start[rk][i] / unit)), c1 = size_t(std::llround(r.end[rk][i] / unit));
+      for (size_t c = c0; c < c1 && c < cells; ++c) grid[rk][c] = label;
+    }
+  std::string out;
+  for (size_t rk = 0; rk < grid.size(); ++rk) {
+    std::string row = fmt::format("r{}:", rk);
+    for (const std::string& cell : grid[rk]) row += fmt::format(" {:<{}}", cell, width);
+    while (!row.empty() && row.back() == ' ') row.pop_back();
+    out += row + "\n";
+  }
+  return out;
 }
 
 }  // namespace vlpar::pipeline

@@ -171,6 +171,16 @@ TEST(PipelineSchedule, PerActionCostsDriveTheSimulation) {
   EXPECT_EQ(simulate(interleaved_1f1b(1, 2, 2).value(), c).value().makespan, 2 * (1 + 3 + 2 + 5) + 4);
 }
 
+TEST(PipelineSchedule, TimelineDrawsTheSimulation) {
+  const Schedule s = one_f_one_b(2, 2).value();
+  const Result<SimResult> r = simulate(s);
+  ASSERT_TRUE(r.ok());
+  EXPECT_EQ(timeline(s, r.value()), "r0: F0 F1 .  .  B0 B0 .  B1 B1\n"
+                                    "r1: .  F0 B0 B0 F1 B1 B1 .  .\n");
+  const Schedule v = zb_v(1, 2).value();  // two stages on one rank: the stage is named
+  EXPECT_EQ(timeline(v, simulate(v).value()), "r0: 0F0 1F0 1I0 1W0 0F1 0I0 0W0 1F1 1I1 1W1 0I1 0W1\n");
+}
+
 TEST(PipelineSchedule, BadConfigurationsAreNamedErrors) {
   EXPECT_FALSE(interleaved_1f1b(4, 2, 6).ok());   // m mod g = 2 < p
   EXPECT_FALSE(interleaved_1f1b(4, 1, 8).ok());   // one chunk

@@ -92,6 +92,7 @@ struct SimResult {
   double bubble = 0;                 // 1 − Σ busy / (ranks · makespan)
   std::vector<int> peak_activations; // [ranks] max in-flight (stage, mb) between F and I/B
   std::vector<int> peak_wgrad;       // [ranks] max in-flight (stage, mb) between F and W/B
+  std::vector<std::vector<double>> start, end;  // [ranks][position in the list] when each action runs
 };
 
 /// Runs every rank's list against the dependencies (F(s,j) ← F(s−1,j); I/B(s,j) ← F(s,j), I/B(s+1,j);
@@ -100,5 +101,12 @@ struct SimResult {
 /// compute-only form. A schedule where no rank can start its next
 /// action is a deadlock error naming every rank's head and what it waits for.
 Result<SimResult> simulate(const Schedule& s, const SimCosts& costs = {});
+
+/// A text Gantt chart of a simulated schedule: one row per rank, one cell per `unit` of time, each cell the compute
+/// action running then ("F3", "B0", "I2", "W1"; with the stage in front when a rank holds several stages: "2F3")
+/// or "." when idle. Made for costs that are multiples of `unit` (the defaults: F 1, B 2, I 1, W 1).
+///   r0: F0 F1 .  .  B0 B0 .  B1 B1        (1F1B, 2 ranks, 2 micro-batches)
+///   r1: .  F0 B0 B0 F1 B1 B1 .  .
+std::string timeline(const Schedule& s, const SimResult& r, double unit = 1.0);
 
 }  // namespace vlpar::pipeline
