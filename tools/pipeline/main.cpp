@@ -4,12 +4,13 @@
 //   vlpar-pipeline --schedule interleaved --chunks 2 --lowered           ... with the SEND/RECV actions
 //   vlpar-pipeline --file my_schedule.txt                                 validate and simulate a written schedule
 //   vlpar-pipeline --layout "V E t*5 | t*9 | t*9 | t*8 L" --layers 31     check a layout
-// Costs: --f, --b, --i, --w (defaults 1, 2, 1, 1). A schedule file holds one "r<rank>: <actions>" line per rank
+// Costs: --f, --b, --i, --w (defaults 1, 2, 1, 1); the timeline draws one cell per the smallest of them. A schedule file holds one "r<rank>: <actions>" line per rank
 // (the text form of pipeline_schedule.hpp); the stage → rank map is read from where each stage's actions are, and a
 // file with SEND/RECV actions is validated as lowered. Errors name the rank and the action (exit 1).
 // Test: ctest -R test_vlpar_pipeline (tools/CMakeLists.txt; schedules in tools/pipeline/testdata/).
 #include <fmt/format.h>
 
+#include <algorithm>
 #include <fstream>
 #include <map>
 #include <sstream>
@@ -73,7 +74,8 @@ Status show(const Args& a, const Schedule& s, bool lowered) {
   SimCosts costs;
   costs.f = a.f, costs.b = a.b, costs.i = a.i, costs.w = a.w;
   VLPAR_ASSIGN_OR_RETURN(SimResult r, simulate(s, costs));
-  fmt::print("{}\n{}\nmakespan {:g}, bubble {:.3f}\n", to_string(s), timeline(s, r), r.makespan, r.bubble);
+  const double unit = std::min({a.f, a.b, a.i, a.w});  // one cell per the smallest cost
+  fmt::print("{}\n{}\nmakespan {:g}, bubble {:.3f}\n", to_string(s), timeline(s, r, unit), r.makespan, r.bubble);
   for (int rk = 0; rk < s.num_ranks(); ++rk)
     fmt::print("r{}: busy {:g}, peak activation stashes {}, peak weight-gradient stashes {}\n", rk,
                r.busy[size_t(rk)], r.peak_activations[size_t(rk)], r.peak_wgrad[size_t(rk)]);
