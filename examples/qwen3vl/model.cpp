@@ -300,23 +300,35 @@ Status Model::encode(const Context& ctx, TensorView pixels, const std::vector<nn
 }
 
 Result<StepLoss> Model::forward(const Context& ctx, const Batch& batch, Stash& stash) const {
+  VLPAR_RETURN_IF_ERROR(prepare(ctx, batch, stash));
+  VLPAR_RETURN_IF_ERROR(embed(ctx, batch, stash));
+  VLPAR_ASSIGN_OR_RETURN(TensorView x, forward_layers(ctx, stash.embeds, 0, cfg_.text.layers, stash));
+  return forward_head(ctx, x, stash);
+}
+
+Status Model::prepare(const Context& ctx, const Batch& batch, Stash& stash) const {
   VLPAR_CHECK(ctx.allocator != nullptr, "Model::forward: ctx.allocator must be set");
-  Allocator& alloc = *ctx.allocator;
   const TextConfig& t = cfg_.text;
   VLPAR_RETURN_IF_ERROR(batch.validate());
   const TensorView ids = batch.input_ids;
-  const int64_t N = ids.numel(), H = t.hidden;
+  const int64_t N = ids.numel();
   for (int64_t i = 0; i < N; ++i) {
     const int64_t id = vlpar::index_at(ids, i);
     VLPAR_CHECK(id >= 0 && id < t.vocab, "input_ids[{}] = {} is outside the vocabulary [0, {})", i, id, t.vocab);
   }
   VLPAR_CHECK(batch.positions.ndim() == 2, "Qwen3-VL needs MRoPE positions [3, {}] in the batch, got {}", N,
               batch.positions.to_string());
-
   // Sample boundaries as i32 (attention), the batch's MRoPE positions, labels shifted within each sample.
   VLPAR_ASSIGN_OR_RETURN(stash.targets, nn::causal_targets(ctx, batch, kIgnore));
   stash.positions = batch.positions;
+  stash.aux = vlpar::RouterAuxStats{};
+  return Status::Ok();
+}
 
+Status Model::embed(const Context& ctx, const Batch& batch, Stash& stash) const {
+  Allocator& alloc = *ctx.allocator;
+  const TensorView ids = batch.input_ids;
+  const int64_t N = ids.numel(), H = cfg_.text.hidden;
   // Vision: images and videos in separate passes, then their merged tokens scattered into the embeddings.
   {
     vlpar::obs::Span s = span(vlpar::obs::trace_cat::kVisionEncoder, "vision_forward");
@@ -326,54 +338,65 @@ Result<StepLoss> Model::forward(const Context& ctx, const Batch& batch, Stash& s
   }
   VLPAR_ASSIGN_OR_RETURN(stash.embeds, Tensor::empty(alloc, Shape{N, H}, DType::kF32));
   VLPAR_RETURN_IF_ERROR(nn::vocab_parallel_embedding_forward(ctx, tp_, stash.embeds, reg_.value(embed_), ids,
-                                                             vocab_block_, t.vocab));
+                                                             vocab_block_, cfg_.text.vocab));
   for (const std::optional<VisionPass>* pass : {&stash.image, &stash.video})
     if (*pass)
       VLPAR_RETURN_IF_ERROR(vlpar::scatter_rows(ctx, stash.embeds, (*pass)->out.merged, index_view((*pass)->rows)));
+  return deepstack_features(ctx, stash);
+}
 
-  // Deepstack features over the visual rows in sequence order (image rows from the image pass, video rows from
-  // the video pass), one [n_visual, D] tensor per level.
+// Deepstack features over the visual rows in sequence order (image rows from the image pass, video rows from the
+// video pass), one [n_visual, D] tensor per level.
+Status Model::deepstack_features(const Context& ctx, Stash& stash) const {
   const size_t levels = cfg_.vision.deepstack_indexes.size();
   stash.visual_rows.clear();
   stash.deepstack.clear();
-  {
-    size_t ii = 0, vi = 0;
-    const std::vector<int64_t> none;
-    const std::vector<int64_t>& ir = stash.image ? stash.image->rows : none;
-    const std::vector<int64_t>& vr = stash.video ? stash.video->rows : none;
-    if (stash.image) stash.image->visual_index.clear();
-    if (stash.video) stash.video->visual_index.clear();
-    while (ii < ir.size() || vi < vr.size()) {  // merge the two sorted row lists
-      const bool image = vi == vr.size() || (ii < ir.size() && ir[ii] < vr[vi]);
-      VisionPass& pass = image ? *stash.image : *stash.video;
-      pass.visual_index.push_back(int64_t(stash.visual_rows.size()));
-      stash.visual_rows.push_back(image ? ir[ii++] : vr[vi++]);
-    }
+  size_t ii = 0, vi = 0;
+  const std::vector<int64_t> none;
+  const std::vector<int64_t>& ir = stash.image ? stash.image->rows : none;
+  const std::vector<int64_t>& vr = stash.video ? stash.video->rows : none;
+  if (stash.image) stash.image->visual_index.clear();
+  if (stash.video) stash.video->visual_index.clear();
+  while (ii < ir.size() || vi < vr.size()) {  // merge the two sorted row lists
+    const bool image = vi == vr.size() || (ii < ir.size() && ir[ii] < vr[vi]);
+    VisionPass& pass = image ? *stash.image : *stash.video;
+    pass.visual_index.push_back(int64_t(stash.visual_rows.size()));
+    stash.visual_rows.push_back(image ? ir[ii++] : vr[vi++]);
   }
   const auto n_vis = int64_t(stash.visual_rows.size());
   for (size_t j = 0; j < levels && n_vis > 0; ++j) {
-    VLPAR_ASSIGN_OR_RETURN(Tensor ds, Tensor::empty(alloc, Shape{n_vis, H}, DType::kF32, ctx.device));
+    VLPAR_ASSIGN_OR_RETURN(Tensor ds, Tensor::empty(*ctx.allocator, Shape{n_vis, cfg_.text.hidden}, DType::kF32,
+                                                    ctx.device));
     for (const std::optional<VisionPass>* pass : {&stash.image, &stash.video})
       if (*pass)
         VLPAR_RETURN_IF_ERROR(
             vlpar::scatter_rows(ctx, ds, (*pass)->out.deepstack[j], index_view((*pass)->visual_index)));
     stash.deepstack.push_back(std::move(ds));
   }
+  return Status::Ok();
+}
 
+Result<TensorView> Model::forward_layers(const Context& ctx, TensorView x, int a, int b, Stash& stash) const {
+  VLPAR_CHECK(0 <= a && a <= b && b <= cfg_.text.layers, "Model::forward_layers: layers [{}, {}) outside [0, {})",
+              a, b, cfg_.text.layers);
+  const std::vector<std::pair<int, int>> cuts = segments(a, b);
   // Decoder layers, segment by segment; the deepstack features of level j are added to layer j's output.
   const nn::PackedSeq seq{stash.targets.cu_seqlens, stash.positions};
-  stash.aux = vlpar::RouterAuxStats{};
-  const std::vector<std::pair<int, int>> cuts = segments();
+  stash.layers = {a, b};
   stash.segments.assign(cuts.size(), DecoderStack::Stash{});
-  TensorView x = stash.embeds;
   vlpar::obs::Span decoder_span = span(vlpar::obs::trace_cat::kDecoder, "decoder_forward");
   for (size_t k = 0; k < cuts.size(); ++k) {
     const DecoderStack stack = decoder_layers(cuts[k].first, cuts[k].second, nn::MoeLoss{&stash.aux, 0.f});
     VLPAR_ASSIGN_OR_RETURN(x, stack.forward(ctx, x, seq, stash.segments[k]));
-    if (k < stash.deepstack.size())
-      VLPAR_RETURN_IF_ERROR(vlpar::scatter_add_rows(ctx, x, stash.deepstack[k], index_view(stash.visual_rows)));
+    const auto level = size_t(cuts[k].first);
+    if (cuts[k].second == cuts[k].first + 1 && level < stash.deepstack.size())
+      VLPAR_RETURN_IF_ERROR(vlpar::scatter_add_rows(ctx, x, stash.deepstack[level], index_view(stash.visual_rows)));
   }
-  decoder_span.end();
+  return x;
+}
+
+Result<StepLoss> Model::forward_head(const Context& ctx, TensorView x, Stash& stash) const {
+  const TextConfig& t = cfg_.text;
   vlpar::obs::Span loss_span = span(vlpar::obs::trace_cat::kLoss, "loss_forward");
   VLPAR_ASSIGN_OR_RETURN(vlpar::CrossEntropyResult ce, head().forward(ctx, x, stash.targets.labels, stash.head));
   loss_span.end();
@@ -398,11 +421,11 @@ Result<Tensor> Model::logits(const Context& ctx, const Stash& stash, Allocator& 
 
 // ---- backward ----------------------------------------------------------------------------------------------
 
-std::vector<std::pair<int, int>> Model::segments() const {
-  const int L = cfg_.text.layers, n_ds = std::min(L, int(cfg_.vision.deepstack_indexes.size()));
+std::vector<std::pair<int, int>> Model::segments(int a, int b) const {
+  const int n_ds = std::min(cfg_.text.layers, int(cfg_.vision.deepstack_indexes.size()));
   std::vector<std::pair<int, int>> cuts;
-  for (int j = 0; j < n_ds; ++j) cuts.emplace_back(j, j + 1);
-  if (n_ds < L) cuts.emplace_back(n_ds, L);
+  for (int j = a; j < std::min(b, n_ds); ++j) cuts.emplace_back(j, j + 1);
+  if (std::max(a, n_ds) < b) cuts.emplace_back(std::max(a, n_ds), b);
   return cuts;
 }
 
@@ -422,8 +445,8 @@ DecoderStack Model::decoder_layers(int a, int b, nn::MoeLoss moe_loss) const {
 }
 
 Result<TensorView> Model::layer_input(const Stash& stash, int layer) const {
-  const std::vector<std::pair<int, int>> cuts = segments();
-  VLPAR_CHECK(stash.segments.size() == cuts.size(), "Model::layer_input: run forward first");
+  const std::vector<std::pair<int, int>> cuts = segments(stash.layers.first, stash.layers.second);
+  VLPAR_CHECK(!stash.segments.empty() && stash.segments.size() == cuts.size(), "Model::layer_input: run forward first");
   for (size_t k = 0; k < cuts.size(); ++k)
     if (layer >= cuts[k].first && layer < cuts[k].second) {
       const DecoderStack::Stash& seg = stash.segments[k];
@@ -432,7 +455,8 @@ Result<TensorView> Model::layer_input(const Stash& stash, int layer) const {
       return seg.inputs[i];
     }
   return vlpar::Status(StatusCode::kInvalidArgument,
-                       fmt::format("Model::layer_input: layer {} outside [0, {})", layer, cfg_.text.layers));
+                       fmt::format("Model::layer_input: layer {} outside the stash's layers [{}, {})", layer,
+                                   stash.layers.first, stash.layers.second));
 }
 
 Status Model::vision_backward(const Context& ctx, VisionPass& pass, TensorView d_embeds,
@@ -465,40 +489,62 @@ Status Model::backward(const Context& ctx, const Batch& batch, Stash& stash, flo
                        const nn::GradReadyFn& ready) const {
   VLPAR_CHECK(ctx.allocator != nullptr, "Model::backward: ctx.allocator must be set");
   VLPAR_CHECK(!stash.segments.empty(), "Model::backward: run forward first");
-  Allocator& alloc = *ctx.allocator;
-  const TextConfig& t = cfg_.text;
-  const int64_t N = batch.input_ids.numel(), H = t.hidden;
+  const int64_t N = batch.input_ids.numel(), H = cfg_.text.hidden;
+  VLPAR_ASSIGN_OR_RETURN(Tensor dx, Tensor::empty(*ctx.allocator, Shape{N, H}, DType::kF32));
+  VLPAR_ASSIGN_OR_RETURN(Tensor dembeds, Tensor::empty(*ctx.allocator, Shape{N, H}, DType::kF32));
+  VLPAR_RETURN_IF_ERROR(backward_head(ctx, dx, stash, grad_loss, ready));
+  VLPAR_RETURN_IF_ERROR(backward_layers(ctx, dembeds, dx, stash, grad_loss, ready));
+  return backward_embed(ctx, batch, dembeds, stash, ready);
+}
+
+Status Model::backward_head(const Context& ctx, TensorView dx, Stash& stash, float grad_loss,
+                            const nn::GradReadyFn& ready) const {
+  vlpar::obs::Span s = span(vlpar::obs::trace_cat::kLoss, "loss_backward");
+  return head().backward(ctx, dx, stash.targets.labels, stash.head, grad_loss, ready);
+}
+
+Status Model::backward_layers(const Context& ctx, TensorView din, TensorView dout, Stash& stash, float grad_loss,
+                              const nn::GradReadyFn& ready) const {
+  const auto [a, b] = stash.layers;
+  const std::vector<std::pair<int, int>> cuts = segments(a, b);
+  VLPAR_CHECK(stash.segments.size() == cuts.size(), "Model::backward_layers: run forward_layers first");
+  const int64_t H = cfg_.text.hidden;
   const nn::PackedSeq seq{stash.targets.cu_seqlens, stash.positions};
-  const float grad_aux = float(t.router_aux_loss_coef) * grad_loss;
-
-  VLPAR_ASSIGN_OR_RETURN(Tensor dx, Tensor::empty(alloc, Shape{N, H}, DType::kF32));
-  VLPAR_ASSIGN_OR_RETURN(Tensor dnext, Tensor::empty(alloc, Shape{N, H}, DType::kF32));
-  {
-    vlpar::obs::Span s = span(vlpar::obs::trace_cat::kLoss, "loss_backward");
-    VLPAR_RETURN_IF_ERROR(head().backward(ctx, dx, stash.targets.labels, stash.head, grad_loss, ready));
-  }
+  const float grad_aux = float(cfg_.text.router_aux_loss_coef) * grad_loss;
   vlpar::obs::Span decoder_span = span(vlpar::obs::trace_cat::kDecoder, "decoder_backward");
-  const std::vector<std::pair<int, int>> cuts = segments();
-  std::vector<Tensor> d_deepstack(stash.deepstack.size());
-  for (size_t k = cuts.size(); k-- > 0;) {
-    if (k < stash.deepstack.size()) {
-      // The deepstack add after layer k: its input gradient is dx at the visual rows.
-      VLPAR_ASSIGN_OR_RETURN(d_deepstack[k], Tensor::empty(alloc, Shape{int64_t(stash.visual_rows.size()), H},
-                                                           DType::kF32, ctx.device));
-      VLPAR_RETURN_IF_ERROR(vlpar::gather_rows(ctx, d_deepstack[k], dx, index_view(stash.visual_rows)));
-    }
-    const DecoderStack stack = decoder_layers(cuts[k].first, cuts[k].second, nn::MoeLoss{&stash.aux, grad_aux});
-    VLPAR_RETURN_IF_ERROR(stack.backward(ctx, dnext, dx, seq, stash.segments[k], ready));
-    stash.segments[k] = DecoderStack::Stash{};
-    std::swap(dx, dnext);
+  // The gradient alternates between din and a scratch so that the last segment (layer a's) writes din.
+  Tensor scratch;
+  if (cuts.size() > 1) {
+    VLPAR_ASSIGN_OR_RETURN(scratch, Tensor::empty(*ctx.allocator, dout.shape, DType::kF32, ctx.device));
   }
+  stash.d_deepstack.resize(stash.deepstack.size());
+  TensorView cur = dout;
+  for (size_t k = cuts.size(); k-- > 0;) {
+    const auto level = size_t(cuts[k].first);
+    if (cuts[k].second == cuts[k].first + 1 && level < stash.deepstack.size()) {
+      // The deepstack add after layer `level`: its input gradient is the gradient at the visual rows.
+      VLPAR_ASSIGN_OR_RETURN(stash.d_deepstack[level],
+                             Tensor::empty(*ctx.allocator, Shape{int64_t(stash.visual_rows.size()), H}, DType::kF32,
+                                           ctx.device));
+      VLPAR_RETURN_IF_ERROR(vlpar::gather_rows(ctx, stash.d_deepstack[level], cur, index_view(stash.visual_rows)));
+    }
+    const TensorView next = k % 2 == 0 ? din : scratch.view();
+    const DecoderStack stack = decoder_layers(cuts[k].first, cuts[k].second, nn::MoeLoss{&stash.aux, grad_aux});
+    VLPAR_RETURN_IF_ERROR(stack.backward(ctx, next, cur, seq, stash.segments[k], ready));
+    stash.segments[k] = DecoderStack::Stash{};
+    cur = next;
+  }
+  if (cuts.empty()) return copy_(din, dout);
+  return Status::Ok();
+}
 
-  decoder_span.end();
+Status Model::backward_embed(const Context& ctx, const Batch& batch, TensorView dx, Stash& stash,
+                             const nn::GradReadyFn& ready) const {
   // Embedding: the rows overwritten by visual tokens give embed_tokens nothing (masked_scatter, spec §4.1);
   // their gradient goes to the vision passes instead.
   vlpar::obs::Span vision_span = span(vlpar::obs::trace_cat::kVisionEncoder, "vision_backward");
-  if (stash.image) VLPAR_RETURN_IF_ERROR(vision_backward(ctx, *stash.image, dx, d_deepstack));
-  if (stash.video) VLPAR_RETURN_IF_ERROR(vision_backward(ctx, *stash.video, dx, d_deepstack));
+  if (stash.image) VLPAR_RETURN_IF_ERROR(vision_backward(ctx, *stash.image, dx, stash.d_deepstack));
+  if (stash.video) VLPAR_RETURN_IF_ERROR(vision_backward(ctx, *stash.video, dx, stash.d_deepstack));
   vision_span.end();
   if (ready) {  // the vision tower and mergers (both passes done), in reverse registration order
     for (size_t i = embed_; i-- > 0;)

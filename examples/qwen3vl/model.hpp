@@ -99,7 +99,9 @@ struct Stash {
   std::optional<VisionPass> image, video;
   std::vector<int64_t> visual_rows;          // image and video rows in sequence order (deepstack targets)
   std::vector<Tensor> deepstack;             // [n_visual, D] per level, rows in visual_rows order
-  std::vector<DecoderStack::Stash> segments;  // one per decoder segment (DecoderStack above)
+  std::pair<int, int> layers{0, 0};          // the decoder layers [a, b) forward_layers ran
+  std::vector<DecoderStack::Stash> segments;  // one per decoder segment of those layers (DecoderStack above)
+  std::vector<Tensor> d_deepstack;           // backward: ∂loss/∂deepstack per level, for the vision backward
   vlpar::nn::LmHeadStash head;
   vlpar::RouterAuxStats aux;
   StepLoss loss;
@@ -135,6 +137,32 @@ class Model {
   /// last to first (each block's parameters in reverse), vision tower and mergers in reverse, the embedding last
   /// (its gradient is complete only after the vision passes, and the tied LM head adds to it first).
   std::vector<size_t> backward_order() const;
+
+  // ---- The pieces forward() and backward() are made of (pipeline stages run a part of them) -----------------
+  //   forward  = prepare → embed → forward_layers(0, L) → forward_head
+  //   backward = backward_head → backward_layers → backward_embed
+  /// Checks the batch; sample boundaries, shifted labels and MRoPE positions into the stash (every stage).
+  Status prepare(const Context& ctx, const Batch& batch, Stash& stash) const;
+  /// Vision passes, token embeddings with the merged visual tokens scattered in (stash.embeds, [N, H]) and the
+  /// deepstack features (stage 0).
+  Status embed(const Context& ctx, const Batch& batch, Stash& stash) const;
+  /// Decoder layers [a, b) from x [N, H]; the deepstack features of level j are added after layer j (for j < a
+  /// deepstack level count they come from embed() in the same stash); MoE statistics accumulate in stash.aux.
+  /// @return the output of layer b − 1 (owned by the stash).
+  Result<TensorView> forward_layers(const Context& ctx, TensorView x, int a, int b, Stash& stash) const;
+  /// Final norm, LM head and loss over x [N, H]; the MoE aux loss from stash.aux (the totals of every layer).
+  Result<StepLoss> forward_head(const Context& ctx, TensorView x, Stash& stash) const;
+  /// dx [N, H] written: ∂(grad_loss · loss)/∂(head input).
+  Status backward_head(const Context& ctx, TensorView dx, Stash& stash, float grad_loss,
+                       const vlpar::nn::GradReadyFn& ready) const;
+  /// Backward through the layers forward_layers ran: din [N, H] written (gradient at layer a's input) from dout
+  /// (at layer b − 1's output); deepstack gradients kept in the stash; stash.aux must hold the totals over every
+  /// MoE layer of the model (the aux loss's backward reads them).
+  Status backward_layers(const Context& ctx, TensorView din, TensorView dout, Stash& stash, float grad_loss,
+                         const vlpar::nn::GradReadyFn& ready) const;
+  /// Vision passes and token embeddings from dx [N, H] (the gradient at layer 0's input; clobbered).
+  Status backward_embed(const Context& ctx, const Batch& batch, TensorView dx, Stash& stash,
+                        const vlpar::nn::GradReadyFn& ready) const;
   /// @brief logits [N, V/tp] f32 of the last forward (final normed hidden states · lm_headᵀ, this rank's vocab
   /// block), for parity checks and the forward CLI; training never materialises them.
   Result<Tensor> logits(const Context& ctx, const Stash& stash, Allocator& alloc) const;
@@ -193,8 +221,9 @@ class Model {
   Status vision_backward(const Context& ctx, VisionPass& pass, TensorView d_embeds,
                          const std::vector<Tensor>& d_deepstack) const;
 
-  /// [first, last) layers of each decoder segment (DecoderStack).
-  std::vector<std::pair<int, int>> segments() const;
+  /// [first, last) layers of each decoder segment (DecoderStack) inside layers [a, b).
+  std::vector<std::pair<int, int>> segments(int a, int b) const;
+  Status deepstack_features(const Context& ctx, Stash& stash) const;
 
   Config cfg_;
   Recompute recompute_ = Recompute::kNone;
