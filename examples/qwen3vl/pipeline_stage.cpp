@@ -1,0 +1,140 @@
+// Qwen3-VL as pipeline stages. See pipeline_stage.hpp.
+#include "pipeline_stage.hpp"
+
+#include <fmt/format.h>
+
+#include <algorithm>
+
+namespace qwen3vl {
+namespace {
+
+using vlpar::DType;
+using vlpar::Shape;
+namespace pipeline = vlpar::pipeline;
+
+// RouterAuxStats as [2E + 2] f64: counts, prob sums, rows, top_k (exact: counts are small integers, rows < 2^53).
+void encode_aux(TensorView out, const vlpar::RouterAuxStats& s, int64_t E) {
+  double* p = out.ptr<double>();
+  std::fill(p, p + 2 * E + 2, 0.0);
+  for (size_t e = 0; e < s.counts.size() && int64_t(e) < E; ++e) p[e] = s.counts[e], p[E + int64_t(e)] = s.prob_sum[e];
+  p[2 * E] = double(s.rows);
+  p[2 * E + 1] = double(s.top_k);
+}
+
+// The inverse; before any MoE layer ran (top_k 0) the statistics stay empty, as in one process.
+vlpar::RouterAuxStats decode_aux(TensorView in, int64_t E) {
+  const double* p = in.ptr<double>();
+  vlpar::RouterAuxStats s;
+  s.rows = int64_t(p[2 * E]);
+  s.top_k = int(p[2 * E + 1]);
+  if (s.top_k == 0) return s;
+  s.counts.assign(p, p + E);
+  s.prob_sum.assign(p + E, p + 2 * E);
+  return s;
+}
+
+}  // namespace
+
+Result<PipelineStage> PipelineStage::create(const Model& model, const pipeline::Layout& layout, int stage) {
+  const Config& c = model.config();
+  const int L = c.text.layers, S = layout.num_stages();
+  VLPAR_CHECK(layout.num_layers() == L, "pipeline layout '{}' holds {} decoder layers, the model has {}",
+              layout.to_string(), layout.num_layers(), L);
+  VLPAR_CHECK(stage >= 0 && stage < S, "pipeline stage {} outside the layout's {} stages", stage, S);
+  const int n_ds = std::min(L, int(c.vision.deepstack_indexes.size()));
+  VLPAR_CHECK(layout.bounds[1] >= n_ds, "pipeline layout '{}': stage 0 holds {} decoder layers but the deepstack "
+              "features are added after layers 0 … {} (the vision tower's output, on stage 0): give stage 0 at least "
+              "{} layers", layout.to_string(), layout.bounds[1], n_ds - 1, n_ds);
+  return PipelineStage(model, stage, S, layout.bounds[size_t(stage)], layout.bounds[size_t(stage) + 1]);
+}
+
+Status PipelineStage::set_step(std::vector<Batch> micro, std::vector<double> weights) {
+  VLPAR_CHECK(micro.size() == weights.size(), "pipeline stage: {} micro-batches but {} loss weights", micro.size(),
+              weights.size());
+  micro_ = std::move(micro);
+  weights_ = std::move(weights);
+  losses_.assign(micro_.size(), StepLoss{});
+  return Status::Ok();
+}
+
+Status PipelineStage::check_j(int j) const {
+  VLPAR_CHECK(j >= 0 && size_t(j) < micro_.size(), "pipeline stage {}: micro-batch {} of a step of {} (set_step)",
+              stage_, j, micro_.size());
+  return Status::Ok();
+}
+
+pipeline::Port PipelineStage::boundary(int j) const {
+  const int64_t N = j >= 0 && size_t(j) < micro_.size() ? micro_[size_t(j)].input_ids.numel() : 0;
+  pipeline::Port p;
+  p.act.push_back({Shape{N, model_->config().text.hidden}, DType::kF32});
+  p.grad.push_back(p.act.back());
+  if (moe()) {
+    const pipeline::TensorSpec aux{Shape{2 * model_->config().text.num_experts + 2}, DType::kF64};
+    p.act.push_back(aux);
+    p.grad.push_back(aux);
+  }
+  return p;
+}
+
+pipeline::Port PipelineStage::input_port(int j) const { return stage_ == 0 ? pipeline::Port{} : boundary(j); }
+pipeline::Port PipelineStage::output_port(int j) const { return is_last() ? pipeline::Port{} : boundary(j); }
+
+int64_t PipelineStage::stash_bytes(int j) const {
+  if (check_j(j).ok() == false) return 0;
+  const int64_t N = micro_[size_t(j)].input_ids.numel();
+  const int64_t layers = model_->decoder_layers(first_, last_, vlpar::nn::MoeLoss{}).stash_bytes(N);
+  return layers + N * model_->config().text.hidden * 4;
+}
+
+Status PipelineStage::forward(const Context& ctx, std::span<const TensorView> out, std::span<const TensorView> in,
+                              int j, Stash& st) {
+  VLPAR_RETURN_IF_ERROR(check_j(j));
+  const Batch& batch = micro_[size_t(j)];
+  const int64_t E = model_->config().text.num_experts;
+  VLPAR_RETURN_IF_ERROR(model_->prepare(ctx, batch, st.model));
+  TensorView x;
+  if (stage_ == 0) {
+    VLPAR_RETURN_IF_ERROR(model_->embed(ctx, batch, st.model));
+    x = st.model.embeds;
+  } else {
+    x = in[0];
+    if (moe()) st.model.aux = decode_aux(in[1], E);
+  }
+  VLPAR_ASSIGN_OR_RETURN(TensorView y, model_->forward_layers(ctx, x, first_, last_, st.model));
+  if (is_last()) {
+    VLPAR_ASSIGN_OR_RETURN(losses_[size_t(j)], model_->forward_head(ctx, y, st.model));
+    return Status::Ok();
+  }
+  VLPAR_RETURN_IF_ERROR(vlpar::copy_(out[0], y));
+  if (moe()) encode_aux(out[1], st.model.aux, E);
+  return Status::Ok();
+}
+
+Status PipelineStage::backward(const Context& ctx, std::span<const TensorView> din, std::span<const TensorView> dout,
+                               int j, Stash& st) {
+  VLPAR_RETURN_IF_ERROR(check_j(j));
+  const int64_t N = micro_[size_t(j)].input_ids.numel(), H = model_->config().text.hidden;
+  const int64_t E = model_->config().text.num_experts;
+  const auto w = float(weights_[size_t(j)]);
+  Tensor head_grad, embed_grad;
+  TensorView dx;
+  if (is_last()) {
+    VLPAR_ASSIGN_OR_RETURN(head_grad, Tensor::empty(*ctx.allocator, Shape{N, H}, DType::kF32));
+    VLPAR_RETURN_IF_ERROR(model_->backward_head(ctx, head_grad, st.model, w, {}));
+    dx = head_grad;
+  } else {
+    dx = dout[0];
+    if (moe()) st.model.aux = decode_aux(dout[1], E);  // the totals over every MoE layer
+  }
+  TensorView dinput = stage_ == 0 ? TensorView{} : din[0];
+  if (stage_ == 0) {
+    VLPAR_ASSIGN_OR_RETURN(embed_grad, Tensor::empty(*ctx.allocator, Shape{N, H}, DType::kF32));
+    dinput = embed_grad;
+  }
+  VLPAR_RETURN_IF_ERROR(model_->backward_layers(ctx, dinput, dx, st.model, w, {}));
+  if (stage_ == 0) return model_->backward_embed(ctx, micro_[size_t(j)], dinput, st.model, {});
+  if (moe()) encode_aux(din[1], st.model.aux, E);
+  return Status::Ok();
+}
+
+}  // namespace qwen3vl

@@ -1,0 +1,70 @@
+#pragma once
+// Qwen3-VL as pipeline stages (a vlpar::pipeline::Stage, vlpar/parallel/pipeline_stage.hpp; docs/pipeline.md):
+// stage s of a pipeline::Layout runs decoder layers [bounds[s], bounds[s + 1]); stage 0 also the vision tower, the
+// mergers and the token embedding; the last stage the final norm, LM head and loss (spec A5).
+//
+//   boundary (spec A5.2), per micro-batch j of N_j tokens:
+//     act   hidden [N_j, H] f32, and for MoE models the running router statistics [2E + 2] f64 (counts, prob
+//           sums, rows, top_k: RouterAuxStats) so the last stage's aux loss pools every layer (A5.4);
+//     grad  dhidden [N_j, H] f32, and for MoE the final statistics, which every MoE layer's backward reads.
+//   Not sent: every rank holds the step's micro-batches (sample boundaries, MRoPE positions, labels derive from
+//   them on each stage); pixels are read on stage 0 only.
+//   deepstack: its features are added after layers 0 … n_ds − 1, so stage 0 must hold those layers (create()
+//   rejects a layout that cuts them, naming the fix); their gradients return to the vision tower on stage 0.
+//   loss: micro-batch j's loss is scaled by weights[j] in backward (its share of the step's label tokens, as the
+//   trainer weighs micro-batches), so the step's gradient equals the single-process one.
+// Every rank builds the whole Model today (each stage reads only its layers' parameters; gradients of the others
+// stay zero); registering only a stage's parameters comes with the trainer integration.
+// Test: examples/qwen3vl/tests/mpi_pipeline.cpp (np 2 and 4: 1F1B, GPipe, interleaved; dense and MoE; bitwise).
+#include <span>
+#include <vector>
+
+#include "model.hpp"
+#include "vlpar/parallel/pipeline_split.hpp"
+#include "vlpar/parallel/pipeline_stage.hpp"
+
+namespace qwen3vl {
+
+class PipelineStage {
+ public:
+  struct Stash {
+    qwen3vl::Stash model;
+  };
+
+  /// @brief Stage `stage` of `layout` over `model` (which must outlive it).
+  static Result<PipelineStage> create(const Model& model, const vlpar::pipeline::Layout& layout, int stage);
+
+  /// @brief The step's micro-batches (every rank the same; they must outlive the step) and their loss weights.
+  Status set_step(std::vector<Batch> micro, std::vector<double> weights);
+  /// Micro-batch j's loss (the last stage, after its forward).
+  const std::vector<StepLoss>& losses() const { return losses_; }
+  int stage() const { return stage_; }
+  std::pair<int, int> layers() const { return {first_, last_}; }
+
+  vlpar::pipeline::Port input_port(int j) const;
+  vlpar::pipeline::Port output_port(int j) const;
+  Status forward(const Context& ctx, std::span<const TensorView> out, std::span<const TensorView> in, int j,
+                 Stash& st);
+  Status backward(const Context& ctx, std::span<const TensorView> din, std::span<const TensorView> dout, int j,
+                  Stash& st);
+  /// The decoder layers' stash plus the stage's output (the vision tower's and the head's stashes not counted).
+  int64_t stash_bytes(int j) const;
+
+ private:
+  PipelineStage(const Model& m, int stage, int stages, int first, int last)
+      : model_(&m), stage_(stage), stages_(stages), first_(first), last_(last) {}
+  bool is_last() const { return stage_ + 1 == stages_; }
+  bool moe() const { return model_->config().text.num_moe_layers() > 0; }
+  vlpar::pipeline::Port boundary(int j) const;
+  Status check_j(int j) const;
+
+  const Model* model_;
+  int stage_, stages_, first_, last_;
+  std::vector<Batch> micro_;
+  std::vector<double> weights_;
+  std::vector<StepLoss> losses_;
+};
+
+static_assert(vlpar::pipeline::Stage<PipelineStage>);
+
+}  // namespace qwen3vl

@@ -1,0 +1,164 @@
+// Qwen3-VL on the pipeline engine (pipeline_stage.hpp) under mpirun -np 2 and 4: the dense and the MoE fixture
+// configurations with 9 decoder layers (random weights from one seed, the same on every rank), the fixture pack's
+// samples as micro-batches of unequal size, weighted by their share of the step's label tokens as the trainer
+// weighs them, vision tower and deepstack layers on stage 0 (layouts from the cost-model split), schedules 1F1B,
+// GPipe and interleaved 1F1B (v = 2, one micro-batch group; at np 4 the 3 micro-batches are too few for it). Each micro-batch's loss (and aux loss) and every gradient equal the
+// single-process run's (Model::forward / backward per micro-batch) bitwise: each stage runs the same kernels on
+// the same rows in the same order, and every stage's backwards run in micro-batch order as the single process's.
+// Also: a layout that cuts the deepstack layers is refused with the fix named.
+#include <gtest/gtest.h>
+
+#include <functional>
+
+#include "model_test_util.hpp"
+#include "mpi/mpi_test_util.hpp"
+#include "pipeline_stage.hpp"
+#include "vlpar/parallel/pipeline_engine.hpp"
+
+namespace qwen3vl {
+namespace {
+
+namespace pipeline = vlpar::pipeline;
+using vlpar::DType;
+
+constexpr int kLayers = 9;
+
+struct Built {
+  Allocator alloc;
+  Context ctx = Context::cpu_default();
+  std::optional<Model> model;
+};
+
+void build(Built& s, const std::string& fixture) {
+  s.ctx.allocator = &s.alloc;
+  Result<Config> cfg = load_hf_config(test::fixture(fixture));
+  ASSERT_TRUE(cfg.ok()) << cfg.status().message();
+  cfg.value().text.layers = kLayers;
+  Result<Model> m = Model::create(s.ctx, cfg.value(), Freeze{}, uint64_t(42), s.alloc);
+  ASSERT_TRUE(m.ok()) << m.status().message();
+  s.model.emplace(std::move(m).value());
+}
+
+/// Label tokens of a pack after the per-sample shift (what the trainer counts).
+int64_t label_tokens(const vlpar::data::PackedBatch& p) {
+  int64_t n = 0;
+  for (size_t s = 0; s + 1 < p.cu_seqlens.size(); ++s)
+    for (int64_t i = p.cu_seqlens[s] + 1; i < p.cu_seqlens[s + 1]; ++i) n += p.labels[size_t(i)] != -100;
+  return n;
+}
+
+struct Case {
+  std::string name;
+  int chunks;
+  std::function<Result<pipeline::Schedule>(int p, int m)> make;
+};
+
+void check_pipeline(const std::string& fixture) {
+  auto world = vlpar::test::world_comm("pp");
+  ASSERT_TRUE(world);
+  const int p = world->size(), rank = world->rank();
+  test::Loaded data;
+  test::load(data, fixture);  // the fixture's pack (its model is not used)
+  std::vector<vlpar::data::PackedBatch> packs;
+  for (int64_t s = 0; s < data.batch->num_samples(); ++s) packs.push_back(test::sample_of(*data.batch, s));
+  ASSERT_GE(packs.size(), 2u);
+  std::vector<Batch> micro;
+  std::vector<double> weights;
+  double total = 0;
+  for (const auto& pk : packs) total += double(label_tokens(pk));
+  for (const auto& pk : packs) {
+    micro.push_back(pk.view());
+    weights.push_back(double(label_tokens(pk)) / total);
+  }
+  const int m = int(micro.size());
+
+  // The single-process reference, once per rank.
+  Built ref;
+  build(ref, fixture);
+  std::vector<StepLoss> want;
+  for (int j = 0; j < m; ++j) {
+    Stash st;
+    Result<StepLoss> l = ref.model->forward(ref.ctx, micro[size_t(j)], st);
+    ASSERT_TRUE(l.ok()) << l.status().message();
+    want.push_back(l.value());
+    ASSERT_TRUE(ref.model->backward(ref.ctx, micro[size_t(j)], st, float(weights[size_t(j)])).ok());
+  }
+
+  const Case cases[] = {{"1f1b", 1, [](int r, int n) { return pipeline::one_f_one_b(r, n); }},
+                        {"gpipe", 1, [](int r, int n) { return pipeline::gpipe(r, n); }},
+                        {"interleaved_v2", 2, [](int r, int n) { return pipeline::interleaved_1f1b(r, 2, n, n); }}};
+  for (const Case& c : cases) {
+    SCOPED_TRACE(fixture + " " + c.name);
+    auto sched = c.make(p, m);
+    if (!sched.ok()) {  // interleaving needs m >= p (Megatron's rule; the group is all m micro-batches)
+      ASSERT_LT(m, p) << sched.status().message();
+      continue;
+    }
+    auto lowered = pipeline::lower(sched.value());
+    ASSERT_TRUE(lowered.ok()) << lowered.status().message();
+    const int S = lowered.value().num_stages();
+    pipeline::SplitCosts costs;
+    costs.layer.assign(kLayers, 1.0);
+    costs.first = 2;  // the vision tower and embedding
+    costs.vision = true;
+    costs.min_first_layers = int(ref.model->config().vision.deepstack_indexes.size());
+    auto plan = pipeline::balanced_layout(costs, S);
+    ASSERT_TRUE(plan.ok()) << plan.status().message();
+
+    Built mine;
+    build(mine, fixture);
+    std::vector<PipelineStage> stages;
+    std::vector<std::pair<int, PipelineStage*>> args;
+    stages.reserve(size_t(S));
+    for (int st = 0; st < S; ++st)
+      if (lowered.value().stage_rank[size_t(st)] == rank) {
+        auto ps = PipelineStage::create(*mine.model, plan.value().layout, st);
+        ASSERT_TRUE(ps.ok()) << ps.status().message();
+        stages.push_back(std::move(ps).value());
+        ASSERT_TRUE(stages.back().set_step(micro, weights).ok());
+        args.push_back({st, &stages.back()});
+      }
+    auto engine = pipeline::Engine<PipelineStage>::create(lowered.value(), args, *world);
+    ASSERT_TRUE(engine.ok()) << engine.status().message();
+    const Status step = engine.value().step(mine.ctx);
+    ASSERT_TRUE(step.ok()) << step.message();
+
+    for (const PipelineStage& st : stages) {
+      if (st.stage() != S - 1) continue;
+      for (int j = 0; j < m; ++j) {
+        EXPECT_EQ(st.losses()[size_t(j)].loss, want[size_t(j)].loss) << "micro-batch " << j;
+        EXPECT_EQ(st.losses()[size_t(j)].aux_loss, want[size_t(j)].aux_loss) << "micro-batch " << j;
+        EXPECT_EQ(st.losses()[size_t(j)].num_label_tokens, want[size_t(j)].num_label_tokens);
+      }
+    }
+    // Every parameter's gradient lives on the rank of its stage (zeros elsewhere): the sum over ranks is it.
+    const nn::ParamRegistry& reg = mine.model->registry();
+    for (size_t i = 0; i < reg.size(); ++i) {
+      Tensor g = Tensor::empty(mine.alloc, reg.grad(i).shape, DType::kF32).value();
+      ASSERT_TRUE(vlpar::copy_(g, reg.grad(i)).ok());
+      ASSERT_TRUE(world->all_reduce(g, vlpar::comm::ReduceOp::kSum).ok());
+      const TensorView w = ref.model->registry().grad(i);
+      int64_t diff = 0;
+      for (int64_t k = 0; k < g.numel(); ++k) diff += g.ptr<float>()[k] != w.ptr<float>()[k];
+      EXPECT_EQ(diff, 0) << reg.name(i) << ": " << diff << " of " << g.numel() << " elements differ";
+    }
+  }
+}
+
+TEST(Qwen3VlPipeline, DenseMatchesSingleProcessBitwise) { check_pipeline("dense"); }
+TEST(Qwen3VlPipeline, MoeMatchesSingleProcessBitwise) { check_pipeline("moe"); }
+
+TEST(Qwen3VlPipeline, LayoutThatCutsTheDeepstackLayersIsRefused) {
+  Built s;
+  build(s, "dense");
+  auto l = pipeline::parse_layout("V E t | t*8 L", kLayers);
+  ASSERT_TRUE(l.ok());
+  const Status st = PipelineStage::create(*s.model, l.value(), 1).status();
+  EXPECT_NE(st.message().find("stage 0 holds 1 decoder layers but the deepstack features are added after layers "
+                              "0 … 1 (the vision tower's output, on stage 0): give stage 0 at least 2 layers"),
+            std::string::npos)
+      << st.message();
+}
+
+}  // namespace
+}  // namespace qwen3vl
