@@ -15,7 +15,8 @@
 //   trainer weighs micro-batches), so the step's gradient equals the single-process one.
 // Every rank builds the whole Model today (each stage reads only its layers' parameters; gradients of the others
 // stay zero); registering only a stage's parameters comes with the trainer integration.
-// Test: examples/qwen3vl/tests/mpi_pipeline.cpp (np 2 and 4: 1F1B, GPipe, interleaved; dense and MoE; bitwise).
+// Test: examples/qwen3vl/tests/mpi_pipeline.cpp (np 2 and 4: 1F1B, GPipe, interleaved; dense, MoE and tied
+// embeddings; bitwise).
 #include <span>
 #include <vector>
 
