@@ -23,6 +23,7 @@ namespace {
 constexpr int64_t kIgnore = -100;
 constexpr size_t kVisionBlockParams = 12;  // norm1 w/b, qkv w/b, proj w/b, norm2 w/b, fc1 w/b, fc2 w/b
 constexpr size_t kMergerParams = 6;        // norm w/b, fc1 w/b, fc2 w/b
+constexpr size_t kNotHeld = SIZE_MAX;      // the registry index of a parameter this pipeline part does not hold
 
 // Rows of `ids` equal to `pad_id`, in order.
 std::vector<int64_t> rows_of(TensorView ids, int64_t pad_id) {
@@ -72,12 +73,20 @@ Status Model::register_params() {
   const InitRule w = InitRule::normal(0.f, float(t.initializer_range));
   const InitRule wv = InitRule::normal(0.f, float(v.initializer_range));
   const InitRule ones = InitRule::ones(), zeros = InitRule::zeros();
+  // Every parameter keeps the id (its Philox init key) it has in the whole model, registered here or not: a
+  // pipeline part (PipelinePart) registers only the sections it holds (`keep`), with the values the whole model has.
+  uint32_t next_id = 0;
+  bool keep = part_.vision_and_embedding;
+  auto enroll = [&](nn::ParamShard shard, const char* group) -> Result<size_t> {
+    ++next_id;
+    if (!keep) return kNotHeld;
+    return reg_.add(std::move(shard), group);
+  };
   // Vision and mergers: replicated on every tp rank, reduced over the vision replicas (ReplicaGroup::kVision).
   auto add = [&](std::string name, Shape shape, InitRule init, const char* group) -> Result<size_t> {
-    const auto id = uint32_t(reg_.size());
-    nn::ParamShard shard = nn::make_replicated_param(std::move(name), shape, id, init);
+    nn::ParamShard shard = nn::make_replicated_param(std::move(name), shape, next_id, init);
     shard.replica = nn::ReplicaGroup::kVision;
-    return reg_.add(std::move(shard), group);
+    return enroll(std::move(shard), group);
   };
   // Vision tower (HF order of Qwen3VLVisionModel's state dict).
   const int64_t Hv = v.hidden, Iv = v.intermediate, D = v.out_hidden, Hm = 4 * v.hidden;
@@ -88,7 +97,7 @@ Status Model::register_params() {
                                              "vision"));
   for (int b = 0; b < v.depth; ++b) {
     const std::string p = fmt::format("{}blocks.{}.", vp, b);
-    vis_.blocks.push_back(reg_.size());
+    vis_.blocks.push_back(keep ? reg_.size() : kNotHeld);
     const std::pair<const char*, Shape> block[] = {
         {"norm1.weight", Shape{Hv}},       {"norm1.bias", Shape{Hv}},           {"attn.qkv.weight", Shape{3 * Hv, Hv}},
         {"attn.qkv.bias", Shape{3 * Hv}},  {"attn.proj.weight", Shape{Hv, Hv}}, {"attn.proj.bias", Shape{Hv}},
@@ -103,7 +112,7 @@ Status Model::register_params() {
     }
   }
   auto add_merger = [&](const std::string& p, int64_t norm_width) -> Result<size_t> {
-    const size_t first = reg_.size();
+    const size_t first = keep ? reg_.size() : kNotHeld;
     VLPAR_RETURN_IF_ERROR(add(p + "norm.weight", Shape{norm_width}, ones, "merger").status());
     VLPAR_RETURN_IF_ERROR(add(p + "norm.bias", Shape{norm_width}, zeros, "merger").status());
     VLPAR_RETURN_IF_ERROR(add(p + "linear_fc1.weight", Shape{Hm, Hm}, wv, "merger").status());
@@ -127,9 +136,9 @@ Status Model::register_params() {
   const std::string lp = "model.language_model.";
   auto add_shard = [&](nn::ParamShard shard, bool summed) -> Result<size_t> {
     shard.grad_summed_over_tp = summed;
-    return reg_.add(std::move(shard), "language_model");
+    return enroll(std::move(shard), "language_model");
   };
-  auto id = [&]() { return uint32_t(reg_.size()); };
+  auto id = [&]() { return next_id; };
   auto text = [&](std::string name, Shape shape, InitRule init, bool summed = false) {
     return add_shard(nn::make_replicated_param(std::move(name), shape, id(), init), summed);
   };
@@ -138,12 +147,15 @@ Status Model::register_params() {
     shard.replica = nn::ReplicaGroup::kExpert;
     return add_shard(std::move(shard), false);
   };
+  // A tied LM head is embed_tokens itself: the last stage holds it too (its gradient is the two copies' sum).
+  keep = part_.vision_and_embedding || (part_.head && t.tie_word_embeddings);
   VLPAR_ASSIGN_OR_RETURN(embed_, add_shard(nn::make_split_param(lp + "embed_tokens.weight", Shape{t.vocab, H}, 0,
                                                                 vocab_block_, id(), w), false));
   for (int l = 0; l < t.layers; ++l) {
     const std::string p = fmt::format("{}layers.{}.", lp, l);
+    keep = part_.holds(l);
     LayerParams lay;
-    lay.attn = reg_.size();
+    lay.attn = keep ? reg_.size() : kNotHeld;
     VLPAR_RETURN_IF_ERROR(text(p + "input_layernorm.weight", Shape{H}, ones).status());
     VLPAR_RETURN_IF_ERROR(add_shard(nn::make_split_param(p + "self_attn.q_proj.weight", Shape{t.heads * hd, H}, 0,
                                                          {heads.begin * hd, heads.end * hd}, id(), w), false)
@@ -158,7 +170,7 @@ Status Model::register_params() {
     VLPAR_RETURN_IF_ERROR(add_shard(nn::make_split_param(p + "self_attn.o_proj.weight", Shape{H, t.heads * hd}, 1,
                                                          {heads.begin * hd, heads.end * hd}, id(), w), false)
                               .status());
-    lay.mlp = reg_.size();
+    lay.mlp = keep ? reg_.size() : kNotHeld;
     lay.moe = t.is_moe_layer(l);
     VLPAR_RETURN_IF_ERROR(text(p + "post_attention_layernorm.weight", Shape{H}, ones).status());
     if (lay.moe) {
@@ -177,6 +189,7 @@ Status Model::register_params() {
     }
     layers_.push_back(lay);
   }
+  keep = part_.head;
   VLPAR_ASSIGN_OR_RETURN(final_norm_, text(lp + "norm.weight", Shape{H}, ones));
   if (t.tie_word_embeddings) {
     lm_head_ = embed_;
@@ -188,14 +201,19 @@ Status Model::register_params() {
 }
 
 Result<Model> Model::create(const Context& ctx, const Config& cfg, const Freeze& freeze,
-                            std::optional<uint64_t> seed, Allocator& alloc, nn::TensorParallel tp) {
+                            std::optional<uint64_t> seed, Allocator& alloc, nn::TensorParallel tp, PipelinePart part) {
   VLPAR_RETURN_IF_ERROR(cfg.validate());
+  for (const auto& [a, b] : part.layers)
+    VLPAR_CHECK(0 <= a && a <= b && b <= cfg.text.layers, "Qwen3-VL pipeline part: layers [{}, {}) outside the "
+                "model's [0, {})", a, b, cfg.text.layers);
   VLPAR_CHECK_CODE(!tp.sp(), StatusCode::kNotSupported,
                    "Qwen3-VL: sequence parallelism is not supported yet (the MoE blocks, the visual scatter and the "
                    "deepstack adds need the full token range on every rank)");
   Model m;
   m.cfg_ = cfg;
   m.tp_ = tp;
+  m.part_ = std::move(part);
+  if (m.part_.layers.empty() && m.part_.whole) m.part_.layers = {{0, cfg.text.layers}};
   m.vocab_block_ = nn::even_shard(cfg.text.vocab, tp.size(), tp.rank());
   const VisionConfig& v = cfg.vision;
   nn::VisionConfig& vc = m.vision_cfg_;
@@ -214,9 +232,12 @@ Result<Model> Model::create(const Context& ctx, const Config& cfg, const Freeze&
   VLPAR_RETURN_IF_ERROR(m.text_block_config().validate());
   VLPAR_RETURN_IF_ERROR(m.text_block_config().validate_tp(tp.size()));
   VLPAR_RETURN_IF_ERROR(m.register_params());
-  if (freeze.vision) VLPAR_RETURN_IF_ERROR(m.reg_.freeze_group("vision"));
-  if (freeze.merger) VLPAR_RETURN_IF_ERROR(m.reg_.freeze_group("merger"));
-  if (freeze.language_model) VLPAR_RETURN_IF_ERROR(m.reg_.freeze_group("language_model"));
+  const auto groups = m.reg_.groups();  // a pipeline part may hold no parameter of a group
+  auto has = [&](const char* g) { return std::find(groups.begin(), groups.end(), g) != groups.end(); };
+  if (freeze.vision && has("vision")) VLPAR_RETURN_IF_ERROR(m.reg_.freeze_group("vision"));
+  if (freeze.merger && has("merger")) VLPAR_RETURN_IF_ERROR(m.reg_.freeze_group("merger"));
+  if (freeze.language_model && has("language_model"))
+    VLPAR_RETURN_IF_ERROR(m.reg_.freeze_group("language_model"));
   VLPAR_RETURN_IF_ERROR(m.reg_.materialize(ctx, alloc, seed));
   return m;
 }
@@ -300,6 +321,8 @@ Status Model::encode(const Context& ctx, TensorView pixels, const std::vector<nn
 }
 
 Result<StepLoss> Model::forward(const Context& ctx, const Batch& batch, Stash& stash) const {
+  VLPAR_CHECK(part_.whole, "Model::forward needs the whole model; a pipeline part runs its stages' pieces "
+              "(pipeline_stage.hpp)");
   VLPAR_RETURN_IF_ERROR(prepare(ctx, batch, stash));
   VLPAR_RETURN_IF_ERROR(embed(ctx, batch, stash));
   VLPAR_ASSIGN_OR_RETURN(TensorView x, forward_layers(ctx, stash.embeds, 0, cfg_.text.layers, stash));
@@ -326,6 +349,7 @@ Status Model::prepare(const Context& ctx, const Batch& batch, Stash& stash) cons
 }
 
 Status Model::embed(const Context& ctx, const Batch& batch, Stash& stash) const {
+  VLPAR_CHECK(part_.vision_and_embedding, "Model::embed: this pipeline part holds no vision tower and embedding");
   Allocator& alloc = *ctx.allocator;
   const TensorView ids = batch.input_ids;
   const int64_t N = ids.numel(), H = cfg_.text.hidden;
@@ -379,6 +403,8 @@ Status Model::deepstack_features(const Context& ctx, Stash& stash) const {
 Result<TensorView> Model::forward_layers(const Context& ctx, TensorView x, int a, int b, Stash& stash) const {
   VLPAR_CHECK(0 <= a && a <= b && b <= cfg_.text.layers, "Model::forward_layers: layers [{}, {}) outside [0, {})",
               a, b, cfg_.text.layers);
+  for (int l = a; l < b; ++l)
+    VLPAR_CHECK(part_.holds(l), "Model::forward_layers: this pipeline part does not hold decoder layer {}", l);
   const std::vector<std::pair<int, int>> cuts = segments(a, b);
   // Decoder layers, segment by segment; the deepstack features of level j are added to layer j's output.
   const nn::PackedSeq seq{stash.targets.cu_seqlens, stash.positions};
@@ -396,6 +422,7 @@ Result<TensorView> Model::forward_layers(const Context& ctx, TensorView x, int a
 }
 
 Result<StepLoss> Model::forward_head(const Context& ctx, TensorView x, Stash& stash) const {
+  VLPAR_CHECK(part_.head, "Model::forward_head: this pipeline part holds no LM head");
   const TextConfig& t = cfg_.text;
   vlpar::obs::Span loss_span = span(vlpar::obs::trace_cat::kLoss, "loss_forward");
   VLPAR_ASSIGN_OR_RETURN(vlpar::CrossEntropyResult ce, head().forward(ctx, x, stash.targets.labels, stash.head));
@@ -479,15 +506,16 @@ Status Model::vision_backward(const Context& ctx, VisionPass& pass, TensorView d
 
 std::vector<size_t> Model::backward_order() const {
   std::vector<size_t> order;
-  for (size_t i = reg_.size(); i-- > embed_ + 1;) order.push_back(i);
-  for (size_t i = embed_; i-- > 0;) order.push_back(i);
-  order.push_back(embed_);
+  for (size_t i = reg_.size(); i-- > 0;)
+    if (i != embed_) order.push_back(i);
+  if (embed_ != kNotHeld) order.push_back(embed_);
   return order;
 }
 
 Status Model::backward(const Context& ctx, const Batch& batch, Stash& stash, float grad_loss,
                        const nn::GradReadyFn& ready) const {
   VLPAR_CHECK(ctx.allocator != nullptr, "Model::backward: ctx.allocator must be set");
+  VLPAR_CHECK(part_.whole, "Model::backward needs the whole model (see forward)");
   VLPAR_CHECK(!stash.segments.empty(), "Model::backward: run forward first");
   const int64_t N = batch.input_ids.numel(), H = cfg_.text.hidden;
   VLPAR_ASSIGN_OR_RETURN(Tensor dx, Tensor::empty(*ctx.allocator, Shape{N, H}, DType::kF32));

@@ -71,6 +71,25 @@ struct Freeze {
   bool language_model = false;  // embeddings, decoder layers, final norm, LM head
 };
 
+/// Which part of the model this Model object holds (pipeline parallelism: each rank builds only its stages' parts;
+/// pipeline_stage.hpp). Every parameter keeps the registry name, shard and Philox init key it has in the whole
+/// model, so a part's values equal the whole model's. Default: the whole model.
+struct PipelinePart {
+  bool whole = true;                         // ignore the fields below: every parameter
+  std::vector<std::pair<int, int>> layers;   // decoder layers [a, b) held (several ranges: interleaved stages)
+  bool vision_and_embedding = true;          // vision tower, mergers, embed_tokens (stage 0)
+  bool head = true;                          // final norm and lm_head (the last stage; a tied head is embed_tokens)
+
+  bool holds(int layer) const {
+    for (const auto& [a, b] : layers)
+      if (layer >= a && layer < b) return true;
+    return false;
+  }
+  static PipelinePart of(std::vector<std::pair<int, int>> layers, bool first, bool last) {
+    return PipelinePart{false, std::move(layers), first, last};
+  }
+};
+
 struct StepLoss {
   double loss = 0.0;          // ce_loss + router_aux_loss_coef · aux_loss
   double ce_loss = 0.0;       // mean over valid shifted labels
@@ -112,10 +131,14 @@ class Model {
   /// @brief Registers every parameter, applies `freeze`, allocates and initialises (Philox, `seed`;
   /// init std = initializer_range, norms one, biases zero). Without a seed the values are zeros, for a checkpoint
   /// load to fill.
+  /// `part`: the layers and sections this object holds (pipeline stages); forward() and backward() need the whole
+  /// model, a part runs the pieces below for its own layers.
   static Result<Model> create(const Context& ctx, const Config& cfg, const Freeze& freeze,
-                              std::optional<uint64_t> seed, Allocator& alloc, vlpar::nn::TensorParallel tp = {});
+                              std::optional<uint64_t> seed, Allocator& alloc, vlpar::nn::TensorParallel tp = {},
+                              PipelinePart part = {});
 
   const Config& config() const { return cfg_; }
+  const PipelinePart& part() const { return part_; }
   const vlpar::nn::TensorParallel& tensor_parallel() const { return tp_; }
   void set_recompute(Recompute r) { recompute_ = r; }
   /// @brief Spans for the vision encoder (mergers included), decoder and loss go to `trace` (null = none).
@@ -226,6 +249,7 @@ class Model {
   Status deepstack_features(const Context& ctx, Stash& stash) const;
 
   Config cfg_;
+  PipelinePart part_;
   Recompute recompute_ = Recompute::kNone;
   vlpar::obs::TraceRecorder* trace_ = nullptr;
   vlpar::nn::TensorParallel tp_;

@@ -45,7 +45,25 @@ Result<PipelineStage> PipelineStage::create(const Model& model, const pipeline::
   VLPAR_CHECK(layout.bounds[1] >= n_ds, "pipeline layout '{}': stage 0 holds {} decoder layers but the deepstack "
               "features are added after layers 0 … {} (the vision tower's output, on stage 0): give stage 0 at least "
               "{} layers", layout.to_string(), layout.bounds[1], n_ds - 1, n_ds);
-  return PipelineStage(model, stage, S, layout.bounds[size_t(stage)], layout.bounds[size_t(stage) + 1]);
+  const int first = layout.bounds[size_t(stage)], last = layout.bounds[size_t(stage) + 1];
+  const PipelinePart& part = model.part();
+  for (int l = first; l < last; ++l)
+    VLPAR_CHECK(part.holds(l), "pipeline stage {}: the model part does not hold its decoder layer {} (build the "
+                "Model with PipelineStage::part_for(layout, this rank's stages))", stage, l);
+  VLPAR_CHECK(stage != 0 || part.vision_and_embedding, "pipeline stage 0: the model part holds no vision tower and "
+              "embedding");
+  VLPAR_CHECK(stage != S - 1 || part.head, "pipeline stage {} (the last): the model part holds no LM head", stage);
+  return PipelineStage(model, stage, S, first, last);
+}
+
+PipelinePart PipelineStage::part_for(const pipeline::Layout& layout, std::span<const int> stages) {
+  PipelinePart part = PipelinePart::of({}, false, false);
+  for (int s : stages) {
+    part.layers.emplace_back(layout.bounds[size_t(s)], layout.bounds[size_t(s) + 1]);
+    part.vision_and_embedding = part.vision_and_embedding || s == 0;
+    part.head = part.head || s == layout.num_stages() - 1;
+  }
+  return part;
 }
 
 Status PipelineStage::set_step(std::vector<Batch> micro, std::vector<double> weights) {

@@ -13,8 +13,9 @@
 //   rejects a layout that cuts them, naming the fix); their gradients return to the vision tower on stage 0.
 //   loss: micro-batch j's loss is scaled by weights[j] in backward (its share of the step's label tokens, as the
 //   trainer weighs micro-batches), so the step's gradient equals the single-process one.
-// Every rank builds the whole Model today (each stage reads only its layers' parameters; gradients of the others
-// stay zero); registering only a stage's parameters comes with the trainer integration.
+// Each rank builds only its stages' part of the model (PipelineStage::part_for → Model::create): its decoder
+// layers, the vision tower and embedding on stage 0's rank, the final norm and head on the last stage's rank (a
+// tied head is embed_tokens, so both ranks hold it and its gradient is the sum of their two copies, spec A5.3).
 // Test: examples/qwen3vl/tests/mpi_pipeline.cpp (np 2 and 4: 1F1B, GPipe, interleaved; dense, MoE and tied
 // embeddings; bitwise).
 #include <span>
@@ -32,8 +33,10 @@ class PipelineStage {
     qwen3vl::Stash model;
   };
 
-  /// @brief Stage `stage` of `layout` over `model` (which must outlive it).
+  /// @brief Stage `stage` of `layout` over `model` (which must outlive it and hold the stage's part).
   static Result<PipelineStage> create(const Model& model, const vlpar::pipeline::Layout& layout, int stage);
+  /// The part of the model a rank holding `stages` of `layout` builds (Model::create's PipelinePart).
+  static PipelinePart part_for(const vlpar::pipeline::Layout& layout, std::span<const int> stages);
 
   /// @brief The step's micro-batches (every rank the same; they must outlive the step) and their loss weights.
   Status set_step(std::vector<Batch> micro, std::vector<double> weights);

@@ -1,5 +1,5 @@
 // Qwen3-VL on the pipeline engine (pipeline_stage.hpp) under mpirun -np 2 and 4: the dense and the MoE fixture
-// configurations with 9 decoder layers (random weights from one seed, the same on every rank), the fixture pack's
+// configurations with 9 decoder layers (random weights from one seed; each rank builds only its stages' part), the fixture pack's
 // samples as micro-batches of unequal size, weighted by their share of the step's label tokens as the trainer
 // weighs them, vision tower and deepstack layers on stage 0 (layouts from the cost-model split), schedules 1F1B,
 // GPipe and interleaved 1F1B (v = 2, one micro-batch group; at np 4 the 3 micro-batches are too few for it). Each micro-batch's loss (and aux loss) and every gradient equal the
@@ -30,14 +30,14 @@ struct Built {
   std::optional<Model> model;
 };
 
-void build(Built& s, const std::string& fixture, bool tied = false) {
+void build(Built& s, const std::string& fixture, bool tied = false, PipelinePart part = {}) {
   s.ctx.allocator = &s.alloc;
   Result<Config> cfg = load_hf_config(test::fixture(fixture));
   ASSERT_TRUE(cfg.ok()) << cfg.status().message();
   cfg.value().text.layers = kLayers;
   cfg.value().text.tie_word_embeddings = tied;
   cfg.value().tie_word_embeddings = tied;
-  Result<Model> m = Model::create(s.ctx, cfg.value(), Freeze{}, uint64_t(42), s.alloc);
+  Result<Model> m = Model::create(s.ctx, cfg.value(), Freeze{}, uint64_t(42), s.alloc, {}, std::move(part));
   ASSERT_TRUE(m.ok()) << m.status().message();
   s.model.emplace(std::move(m).value());
 }
@@ -48,6 +48,38 @@ int64_t label_tokens(const vlpar::data::PackedBatch& p) {
   for (size_t s = 0; s + 1 < p.cu_seqlens.size(); ++s)
     for (int64_t i = p.cu_seqlens[s] + 1; i < p.cu_seqlens[s + 1]; ++i) n += p.labels[size_t(i)] != -100;
   return n;
+}
+
+/// Each rank holds its stages' parameters only: together the ranks hold every parameter once (a tied embedding
+/// twice, on the first and the last stage's ranks), each gradient bitwise the single-process one. The tied
+/// embedding's gradient is the sum of its two copies (spec A5.3's embedding group), added in another order than
+/// one process adds them micro-batch by micro-batch: the same 2m fp32 terms reassociated, within 2m·eps of their
+/// absolute sum, bounded here by 1e-6 relative.
+void check_gradients(vlpar::comm::Communicator& world, Model& mine, const Model& ref, bool tied) {
+  const nn::ParamRegistry& reg = mine.registry();
+  const nn::ParamRegistry& want = ref.registry();
+  const std::string embed = "model.language_model.embed_tokens.weight";
+  const bool has_embed = reg.find(embed).has_value();
+  std::vector<double> held = {double(reg.size()), has_embed ? 1.0 : 0.0};  // parameters, embed_tokens copies
+  ASSERT_TRUE(world.all_reduce(TensorView(held.data(), DType::kF64, vlpar::Shape{2}), vlpar::comm::ReduceOp::kSum)
+                  .ok());
+  EXPECT_EQ(held[0], double(want.size()) + held[1] - 1) << "parameters held over all ranks";
+  EXPECT_EQ(held[1], tied && world.size() > 1 ? 2 : 1) << "ranks holding embed_tokens";
+  auto group = world.split(has_embed ? 0 : 1, world.rank(), vlpar::test::test_options("embedding"));
+  ASSERT_TRUE(group.ok()) << group.status().message();
+  for (size_t i = 0; i < reg.size(); ++i) {
+    const auto w = want.find(reg.name(i));
+    ASSERT_TRUE(w.has_value()) << reg.name(i);
+    const TensorView g = reg.grad(i), r = want.grad(*w);
+    if (tied && reg.name(i) == embed) {
+      ASSERT_TRUE(group.value()->all_reduce(g, vlpar::comm::ReduceOp::kSum).ok());
+      EXPECT_LE(test::rel_diff(g, r), 1e-6) << reg.name(i);
+      continue;
+    }
+    int64_t diff = 0;
+    for (int64_t k = 0; k < g.numel(); ++k) diff += g.ptr<float>()[k] != r.ptr<float>()[k];
+    EXPECT_EQ(diff, 0) << reg.name(i) << ": " << diff << " of " << g.numel() << " elements differ";
+  }
 }
 
 struct Case {
@@ -108,19 +140,21 @@ void check_pipeline(const std::string& fixture, bool tied = false) {
     auto plan = pipeline::balanced_layout(costs, S);
     ASSERT_TRUE(plan.ok()) << plan.status().message();
 
-    Built mine;
-    build(mine, fixture, tied);
+    std::vector<int> ids;
+    for (int st = 0; st < S; ++st)
+      if (lowered.value().stage_rank[size_t(st)] == rank) ids.push_back(st);
+    Built mine;  // this rank's part of the model only
+    build(mine, fixture, tied, PipelineStage::part_for(plan.value().layout, ids));
     std::vector<PipelineStage> stages;
     std::vector<std::pair<int, PipelineStage*>> args;
-    stages.reserve(size_t(S));
-    for (int st = 0; st < S; ++st)
-      if (lowered.value().stage_rank[size_t(st)] == rank) {
-        auto ps = PipelineStage::create(*mine.model, plan.value().layout, st);
-        ASSERT_TRUE(ps.ok()) << ps.status().message();
-        stages.push_back(std::move(ps).value());
-        ASSERT_TRUE(stages.back().set_step(micro, weights).ok());
-        args.push_back({st, &stages.back()});
-      }
+    stages.reserve(ids.size());
+    for (int st : ids) {
+      auto ps = PipelineStage::create(*mine.model, plan.value().layout, st);
+      ASSERT_TRUE(ps.ok()) << ps.status().message();
+      stages.push_back(std::move(ps).value());
+      ASSERT_TRUE(stages.back().set_step(micro, weights).ok());
+      args.push_back({st, &stages.back()});
+    }
     auto engine = pipeline::Engine<PipelineStage>::create(lowered.value(), args, *world);
     ASSERT_TRUE(engine.ok()) << engine.status().message();
     const Status step = engine.value().step(mine.ctx);
@@ -134,24 +168,7 @@ void check_pipeline(const std::string& fixture, bool tied = false) {
         EXPECT_EQ(st.losses()[size_t(j)].num_label_tokens, want[size_t(j)].num_label_tokens);
       }
     }
-    // Every parameter's gradient lives on the rank of its stage (zeros elsewhere): the sum over ranks is it. A
-    // tied embedding gets its head part on the last stage and its lookup part on stage 0, summed across ranks
-    // (spec A5.3's embedding group) in another order than one process adds them micro-batch by micro-batch: the
-    // same 2m fp32 terms reassociated, within 2m·eps of their absolute sum, bounded here by 1e-6 relative.
-    const nn::ParamRegistry& reg = mine.model->registry();
-    for (size_t i = 0; i < reg.size(); ++i) {
-      Tensor g = Tensor::empty(mine.alloc, reg.grad(i).shape, DType::kF32).value();
-      ASSERT_TRUE(vlpar::copy_(g, reg.grad(i)).ok());
-      ASSERT_TRUE(world->all_reduce(g, vlpar::comm::ReduceOp::kSum).ok());
-      const TensorView w = ref.model->registry().grad(i);
-      if (tied && i == mine.model->embed_param_index()) {
-        EXPECT_LE(test::rel_diff(g, w), 1e-6) << reg.name(i);
-        continue;
-      }
-      int64_t diff = 0;
-      for (int64_t k = 0; k < g.numel(); ++k) diff += g.ptr<float>()[k] != w.ptr<float>()[k];
-      EXPECT_EQ(diff, 0) << reg.name(i) << ": " << diff << " of " << g.numel() << " elements differ";
-    }
+    check_gradients(*world, *mine.model, *ref.model, tied);
   }
 }
 
