@@ -18,6 +18,7 @@
 #include <fmt/format.h>
 
 #include <cmath>
+#include <cstdint>
 #include <fstream>
 #include <filesystem>
 #include <limits>
@@ -58,6 +59,42 @@ bool is_perfect_square(int64_t n) {
   while (r * r > n) --r;
   while ((r + 1) * (r + 1) <= n) ++r;
   return r * r == n;
+}
+
+// Upper bounds on sizes, checked before any size arithmetic or allocation: far above any released model, and low
+// enough that products of them (V·H, E·H·2I, …) stay far from int64 overflow.
+constexpr int64_t kMaxWidth = int64_t(1) << 20, kMaxCount = int64_t(1) << 12;
+constexpr const char* kSanity = "a sanity bound, far above any released model";
+
+Status at_most(const char* key, int64_t v, int64_t max, const char* why) {
+  VLPAR_CHECK(v <= max, "{} {} is out of range: at most {} ({})", key, v, max, why);
+  return Status::Ok();
+}
+
+Status text_bounds(const TextConfig& t) {
+  VLPAR_RETURN_IF_ERROR(at_most("text_config.vocab_size", t.vocab, INT32_MAX, "token ids are 32-bit in the kernels"));
+  VLPAR_RETURN_IF_ERROR(at_most("text_config.hidden_size", t.hidden, int64_t(1) << 16, kSanity));
+  VLPAR_RETURN_IF_ERROR(at_most("text_config.intermediate_size", t.intermediate, kMaxWidth, kSanity));
+  VLPAR_RETURN_IF_ERROR(at_most("text_config.moe_intermediate_size", t.moe_intermediate, kMaxWidth, kSanity));
+  VLPAR_RETURN_IF_ERROR(at_most("text_config.num_hidden_layers", t.layers, kMaxCount, kSanity));
+  VLPAR_RETURN_IF_ERROR(at_most("text_config.num_attention_heads", t.heads, kMaxCount, kSanity));
+  VLPAR_RETURN_IF_ERROR(at_most("text_config.num_key_value_heads", t.kv_heads, kMaxCount, kSanity));
+  VLPAR_RETURN_IF_ERROR(at_most("text_config.head_dim", t.head_dim, kMaxCount, kSanity));
+  VLPAR_RETURN_IF_ERROR(at_most("text_config.num_experts", t.num_experts, int64_t(1) << 14, kSanity));
+  return at_most("text_config.max_position_embeddings", t.max_position_embeddings, INT32_MAX,
+                 "positions are 32-bit in the kernels");
+}
+
+Status vision_bounds(const VisionConfig& v) {
+  VLPAR_RETURN_IF_ERROR(at_most("vision_config.depth", v.depth, kMaxCount, kSanity));
+  VLPAR_RETURN_IF_ERROR(at_most("vision_config.hidden_size", v.hidden, int64_t(1) << 16, kSanity));
+  VLPAR_RETURN_IF_ERROR(at_most("vision_config.intermediate_size", v.intermediate, kMaxWidth, kSanity));
+  VLPAR_RETURN_IF_ERROR(at_most("vision_config.num_heads", v.heads, kMaxCount, kSanity));
+  VLPAR_RETURN_IF_ERROR(at_most("vision_config.patch_size", v.patch, 1 << 10, kSanity));
+  VLPAR_RETURN_IF_ERROR(at_most("vision_config.temporal_patch_size", v.temporal_patch, 64, kSanity));
+  VLPAR_RETURN_IF_ERROR(at_most("vision_config.spatial_merge_size", v.merge, 64, kSanity));
+  VLPAR_RETURN_IF_ERROR(at_most("vision_config.in_channels", v.in_channels, 64, kSanity));
+  return at_most("vision_config.num_position_embeddings", v.num_position_embeddings, int64_t(1) << 24, kSanity);
 }
 
 Status validate_text(const TextConfig& t, bool moe) {
@@ -166,6 +203,8 @@ Status validate_vision(const VisionConfig& v) {
 }  // namespace
 
 Status Config::validate() const {
+  VLPAR_RETURN_IF_ERROR(text_bounds(text));
+  VLPAR_RETURN_IF_ERROR(vision_bounds(vision));
   VLPAR_RETURN_IF_ERROR(validate_text(text, moe));
   VLPAR_RETURN_IF_ERROR(validate_vision(vision));
   VLPAR_CHECK(vision.out_hidden == text.hidden,

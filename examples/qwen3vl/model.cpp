@@ -3,6 +3,8 @@
 
 #include <fmt/format.h>
 
+#include <unistd.h>
+
 #include <algorithm>
 
 #include "vlpar/kernels/cross_entropy.hpp"
@@ -36,6 +38,25 @@ std::vector<int64_t> rows_of(TensorView ids, int64_t pad_id) {
 // A host index vector as the i64 [n] view the row gather/scatter ops take (kernels/index_rows.hpp).
 TensorView index_view(const std::vector<int64_t>& rows) {
   return TensorView(const_cast<int64_t*>(rows.data()), DType::kI64, Shape{int64_t(rows.size())});
+}
+
+/// The parameters (and the gradients of the trainable ones) must fit this machine before anything is allocated: a
+/// size typo in config.json gets a message naming the sizes instead of an allocation failure.
+Status check_fits_in_memory(const nn::ParamRegistry& reg) {
+  int64_t bytes = 0, largest = 0;
+  size_t big = 0;
+  for (size_t i = 0; i < reg.size(); ++i) {
+    const int64_t b = reg.entry(i).shard.local_shape().numel() * 4 * (reg.frozen(i) ? 1 : 2);
+    bytes += b;
+    if (b > largest) largest = b, big = i;
+  }
+  const int64_t memory = int64_t(sysconf(_SC_PHYS_PAGES)) * int64_t(sysconf(_SC_PAGE_SIZE));
+  VLPAR_CHECK_CODE(memory <= 0 || bytes <= memory, StatusCode::kOutOfMemory,
+                   "Qwen3-VL: the parameters and their gradients need {:.1f} GB in this process but the machine has "
+                   "{:.1f} GB (largest: {} {}, {:.1f} GB); check the config's sizes", double(bytes) / 1e9,
+                   double(memory) / 1e9, reg.name(big), reg.entry(big).shard.local_shape().to_string(),
+                   double(largest) / 1e9);
+  return Status::Ok();
 }
 
 }  // namespace
@@ -238,6 +259,7 @@ Result<Model> Model::create(const Context& ctx, const Config& cfg, const Freeze&
   if (freeze.merger && has("merger")) VLPAR_RETURN_IF_ERROR(m.reg_.freeze_group("merger"));
   if (freeze.language_model && has("language_model"))
     VLPAR_RETURN_IF_ERROR(m.reg_.freeze_group("language_model"));
+  VLPAR_RETURN_IF_ERROR(check_fits_in_memory(m.reg_));
   VLPAR_RETURN_IF_ERROR(m.reg_.materialize(ctx, alloc, seed));
   return m;
 }

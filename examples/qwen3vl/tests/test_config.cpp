@@ -13,6 +13,7 @@
 #include <vector>
 
 #include "config.hpp"
+#include "model.hpp"
 
 namespace {
 
@@ -331,6 +332,15 @@ struct ValidateCase {
 TEST(Config, EveryValidationMessage) {
   const std::vector<ValidateCase> cases = {
       {"vocab", "tiny-dense", [](Config& c) { c.text.vocab = 0; }, "text_config.vocab_size must be positive, got 0"},
+      {"vocab 2^40", "tiny-dense", [](Config& c) { c.text.vocab = int64_t(1) << 40; },
+       "text_config.vocab_size 1099511627776 is out of range: at most 2147483647 (token ids are 32-bit in the "
+       "kernels)"},
+      {"layers 10^5", "tiny-dense", [](Config& c) { c.text.layers = 100000; },
+       "text_config.num_hidden_layers 100000 is out of range: at most 4096 (a sanity bound"},
+      {"vision width", "tiny-dense", [](Config& c) { c.vision.hidden = int64_t(1) << 20; },
+       "vision_config.hidden_size 1048576 is out of range: at most 65536"},
+      {"vision positions", "tiny-dense", [](Config& c) { c.vision.num_position_embeddings = int64_t(1) << 40; },
+       "vision_config.num_position_embeddings 1099511627776 is out of range: at most 16777216"},
       {"hidden", "tiny-dense", [](Config& c) { c.text.hidden = -1; }, "text_config.hidden_size must be positive"},
       {"layers", "tiny-dense", [](Config& c) { c.text.layers = 0; }, "text_config.num_hidden_layers must be positive"},
       {"heads", "tiny-dense", [](Config& c) { c.text.heads = 0; }, "text_config.num_attention_heads must be positive"},
@@ -442,6 +452,27 @@ TEST(Config, EveryValidationMessage) {
     c.edit(cfg);
     EXPECT_TRUE(fails_with(cfg.validate(), c.want)) << "case: " << c.name;
   }
+}
+
+/// Sizes within the bounds whose parameters still cannot fit the machine: a named error before any allocation
+/// (not the allocator's "out of host memory").
+TEST(Config, ModelTooLargeForTheMachineIsNamedBeforeAllocating) {
+  vlpar::Result<Config> c = qwen3vl::preset("tiny-dense");
+  ASSERT_TRUE(c.ok());
+  c.value().text.vocab = INT32_MAX;
+  c.value().text.hidden = c.value().vision.out_hidden = int64_t(1) << 16;
+  ASSERT_TRUE(c.value().validate().ok()) << c.value().validate().message();
+  vlpar::Allocator alloc;
+  vlpar::Context ctx;
+  ctx.allocator = &alloc;
+  vlpar::Result<qwen3vl::Model> m = qwen3vl::Model::create(ctx, c.value(), qwen3vl::Freeze{}, 0, alloc);
+  ASSERT_FALSE(m.ok());
+  EXPECT_EQ(m.status().code(), vlpar::StatusCode::kOutOfMemory);
+  EXPECT_NE(m.status().message().find("largest: model.language_model.embed_tokens.weight [2147483647, 65536], "
+                                      "1125899.9 GB); check the config's sizes"),
+            std::string::npos)
+      << m.status().message();
+  EXPECT_EQ(alloc.stats(vlpar::Device::cpu()).peak_bytes, 0);
 }
 
 TEST(Config, MoeWithoutExpertsOrDenseLayersIsValid) {
