@@ -75,18 +75,10 @@ Result<std::vector<StepSample>> measure(const Options& o, const pipeline::Schedu
   ctx.allocator = &acts;
   const std::vector<int64_t> rows(size_t(m), o.rows);  // equal micro-batches
   test::ToyModel model = test::ToyModel::make(params, o.hidden, o.layers, rows, 1);
-  std::vector<test::ToyStage> stages;
-  std::vector<std::pair<int, test::ToyStage*>> args;
-  stages.reserve(size_t(S));
-  for (int st = 0; st < S; ++st)
-    if (s.stage_rank[size_t(st)] == rank) {
-      const auto [a, b] = test::toy_layers(o.layers, st, S);
-      stages.emplace_back(model, st, S, a, b);
-      args.push_back({st, &stages.back()});
-    }
+  test::ToyRank mine = test::toy_rank(model, s, rank);
   pipeline::EngineOptions eo;
   eo.send_progress = std::chrono::microseconds(progress_us);
-  VLPAR_ASSIGN_OR_RETURN(auto engine, pipeline::Engine<test::ToyStage>::create(s, args, world, eo));
+  VLPAR_ASSIGN_OR_RETURN(auto engine, pipeline::Engine<test::ToyStage>::create(s, mine.args(), world, eo));
   std::vector<StepSample> out;
   for (int step = 0; step < o.warmup + o.steps; ++step) {
     VLPAR_RETURN_IF_ERROR(world.barrier());

@@ -218,6 +218,28 @@ inline std::pair<int, int> toy_layers(int layers, int stage, int stages) {
   return {stage * layers / stages, (stage + 1) * layers / stages};
 }
 
+/// The ToyStages schedule `s` places on `rank` (layers split evenly over its stages), and the (stage, object) list
+/// the engine takes. Move it, do not copy it: the list points into `stages`.
+struct ToyRank {
+  std::vector<ToyStage> stages;
+  std::vector<int> ids;  // stage index of each of `stages`
+  std::vector<std::pair<int, ToyStage*>> args() {
+    std::vector<std::pair<int, ToyStage*>> a;
+    for (size_t i = 0; i < stages.size(); ++i) a.push_back({ids[i], &stages[i]});
+    return a;
+  }
+};
+inline ToyRank toy_rank(ToyModel& m, const pipeline::Schedule& s, int rank) {
+  ToyRank r;
+  for (int st = 0; st < s.num_stages(); ++st)
+    if (s.stage_rank[size_t(st)] == rank) {
+      const auto [a, b] = toy_layers(m.layers(), st, s.num_stages());
+      r.stages.emplace_back(m, st, s.num_stages(), a, b);
+      r.ids.push_back(st);
+    }
+  return r;
+}
+
 /// The single-process reference: one stage of every layer, F of every micro-batch then B of every micro-batch in
 /// order (the order every generated schedule runs one stage's backwards in). @return the losses.
 inline Result<std::vector<double>> toy_reference(const Context& ctx, ToyModel& m) {
@@ -272,6 +294,42 @@ inline int64_t toy_boundary_bytes_max(const pipeline::Schedule& s, int rank, con
     ++computes;
   }
   return peak;
+}
+
+/// The engine tests' bound on the allocator's peak during one step on `rank`: every in-flight (stage, mb) — the
+/// simulator's peak_wgrad — holds its stash (≥ its W-stash) and its inputs; the boundary buffers the engine's
+/// documented lifetimes allow (toy_boundary_bytes_max over an inner edge's ports, the same on every edge); one
+/// compute's temporaries (the toy's g / y / dx: three [N, H]).
+inline int64_t toy_memory_bound(ToyModel& m, const ToyRank& r, const pipeline::Schedule& s, int rank,
+                                int peak_wgrad) {
+  int64_t per_mb = 0, nh = 0;
+  for (const ToyStage& st : r.stages)
+    for (int j = 0; j < m.microbatches(); ++j) {
+      per_mb = std::max(per_mb, st.stash_bytes(j) + port_bytes(st.input_port(j).act));
+      nh = std::max(nh, m.rows(j) * m.hidden * 4);
+    }
+  const ToyStage inner(m, 1, 2, 0, 1);
+  return peak_wgrad * per_mb + toy_boundary_bytes_max(s, rank, inner) + 3 * nh;
+}
+
+/// One step of the reference on `ref` and one engine step, measured on `acts` (the engine's allocator).
+struct ToyStepResult {
+  Status status;              // the reference's or the step's error
+  std::vector<double> want;   // the reference's losses
+  int64_t left = 0, peak = 0; // bytes still allocated after the step, and the step's peak, above its start
+};
+template <class Engine>
+ToyStepResult toy_step(Engine& engine, const Context& ctx, ToyModel& ref, Allocator& acts) {
+  ToyStepResult out;
+  Result<std::vector<double>> r = toy_reference(ctx, ref);
+  if (!r.ok()) return {r.status(), {}, 0, 0};
+  out.want = std::move(r).value();
+  acts.reset_peak(Device::cpu());
+  const int64_t base = acts.stats(Device::cpu()).current_bytes;
+  out.status = engine.step(ctx);
+  out.left = acts.stats(Device::cpu()).current_bytes - base;
+  out.peak = acts.stats(Device::cpu()).peak_bytes - base;
+  return out;
 }
 
 }  // namespace vlpar::test

@@ -57,41 +57,20 @@ TEST(PipelineEngineRanks, EveryScheduleMatchesReferenceBitwiseWithinMemoryBound)
     ctx.allocator = &acts;
     ToyModel ref = ToyModel::make(params, kHidden, kLayers, kRows, 21);
     ToyModel model = ToyModel::make(params, kHidden, kLayers, kRows, 21);
-    std::vector<ToyStage> stages;
-    std::vector<int> ids;
-    for (int st = 0; st < s.num_stages(); ++st)
-      if (s.stage_rank[size_t(st)] == rank) {
-        const auto [a, b] = toy_layers(kLayers, st, s.num_stages());
-        stages.emplace_back(model, st, s.num_stages(), a, b);
-        ids.push_back(st);
-      }
-    std::vector<std::pair<int, ToyStage*>> args;
-    for (size_t i = 0; i < stages.size(); ++i) args.push_back({ids[i], &stages[i]});
-    auto engine = pipeline::Engine<ToyStage>::create(s, args, *world);
+    ToyRank mine = toy_rank(model, s, rank);
+    auto engine = pipeline::Engine<ToyStage>::create(s, mine.args(), *world);
     ASSERT_TRUE(engine.ok()) << engine.status().to_string();
-
-    int64_t per_mb = 0, nh = 0;
-    for (const ToyStage& st : stages)
-      for (int j = 0; j < model.microbatches(); ++j) {
-        per_mb = std::max(per_mb, st.stash_bytes(j) + port_bytes(st.input_port(j).act));
-        nh = std::max(nh, model.rows(j) * kHidden * 4);
-      }
-    const ToyStage any(model, 1, 2, 0, 1);  // an inner edge's ports (the same on every edge)
-    const int64_t bound = sim.value().peak_wgrad[size_t(rank)] * per_mb + toy_boundary_bytes_max(s, rank, any) +
-                          3 * nh;
+    const int64_t bound = toy_memory_bound(model, mine, s, rank, sim.value().peak_wgrad[size_t(rank)]);
     std::vector<double> want;
     for (int step = 0; step < 2; ++step) {
-      auto r = toy_reference(ctx, ref);
-      ASSERT_TRUE(r.ok()) << r.status().to_string();
-      want = r.value();
-      acts.reset_peak(Device::cpu());
-      const int64_t base = acts.stats(Device::cpu()).current_bytes;
-      const Status st = engine.value().step(ctx);
-      ASSERT_TRUE(st.ok()) << st.to_string();
-      EXPECT_EQ(acts.stats(Device::cpu()).current_bytes, base) << "rank " << rank << " kept allocations";
-      EXPECT_LE(acts.stats(Device::cpu()).peak_bytes - base, bound)
-          << "rank " << rank << ": peak_wgrad " << sim.value().peak_wgrad[size_t(rank)] << " × " << per_mb;
+      const ToyStepResult r = toy_step(engine.value(), ctx, ref, acts);
+      ASSERT_TRUE(r.status.ok()) << r.status.to_string();
+      want = r.want;
+      EXPECT_EQ(r.left, 0) << "rank " << rank << " kept allocations";
+      EXPECT_LE(r.peak, bound) << "rank " << rank << ": peak_wgrad " << sim.value().peak_wgrad[size_t(rank)];
     }
+    const std::vector<ToyStage>& stages = mine.stages;
+    const std::vector<int>& ids = mine.ids;
     for (size_t i = 0; i < stages.size(); ++i) {
       const auto [a, b] = toy_layers(kLayers, ids[i], s.num_stages());
       for (int l = a; l < b; ++l) {

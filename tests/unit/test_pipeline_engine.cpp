@@ -23,28 +23,6 @@ constexpr int64_t kHidden = 16;
 constexpr int kLayers = 8;
 const std::vector<int64_t> kRows = {5, 3, 6, 4};
 
-/// Stages of `s` on `rank` as engine arguments, over `m`.
-struct RankStages {
-  std::vector<ToyStage> stages;
-  std::vector<std::pair<int, ToyStage*>> args() {
-    std::vector<std::pair<int, ToyStage*>> a;
-    for (ToyStage& st : stages) a.push_back({st_index(st), &st});
-    return a;
-  }
-  std::vector<int> ids;
-  int st_index(const ToyStage& st) const { return ids[size_t(&st - stages.data())]; }
-};
-RankStages stages_for(ToyModel& m, const Schedule& s, int rank) {
-  RankStages r;
-  for (int st = 0; st < s.num_stages(); ++st)
-    if (s.stage_rank[size_t(st)] == rank) {
-      const auto [a, b] = toy_layers(m.layers(), st, s.num_stages());
-      r.stages.emplace_back(m, st, s.num_stages(), a, b);
-      r.ids.push_back(st);
-    }
-  return r;
-}
-
 void expect_same_grads(const ToyModel& got, const ToyModel& want) {
   for (int l = 0; l < got.layers(); ++l)
     for (auto [g, w] : {std::pair{&got.dw, &want.dw}, std::pair{&got.db, &want.db}}) {
@@ -86,33 +64,18 @@ TEST(PipelineEngine, OneRankMatchesReferenceBitwiseWithinMemoryBound) {
     Context ctx;
     ctx.allocator = &acts;
     comm::SingleCommunicator world;
-    RankStages rs = stages_for(model, lowered.value(), 0);
+    ToyRank rs = toy_rank(model, lowered.value(), 0);
     auto engine = pipeline::Engine<ToyStage>::create(lowered.value(), rs.args(), world);
     ASSERT_TRUE(engine.ok()) << engine.status().to_string();
 
+    const int64_t bound = toy_memory_bound(model, rs, lowered.value(), 0, sim.value().peak_wgrad[0]);
     std::vector<double> want;
     for (int step = 0; step < 2; ++step) {  // the second step accumulates onto the first's gradients
-      auto r = toy_reference(ctx, ref);
-      ASSERT_TRUE(r.ok()) << r.status().to_string();
-      want = r.value();
-      acts.reset_peak(Device::cpu());
-      const int64_t base = acts.stats(Device::cpu()).current_bytes;
-      const Status s = engine.value().step(ctx);
-      ASSERT_TRUE(s.ok()) << s.to_string();
-      EXPECT_EQ(acts.stats(Device::cpu()).current_bytes, base) << "the step left allocations behind";
-
-      // Bound: every in-flight (stage, mb) holds its stash (≥ its W-stash) and its inputs; boundary buffers as the
-      // engine documents them; one compute's temporaries (the toy's g / y / dx: three [N, H]).
-      int64_t per_mb = 0, nh = 0;
-      for (const ToyStage& st : rs.stages)
-        for (int j = 0; j < model.microbatches(); ++j) {
-          per_mb = std::max(per_mb, st.stash_bytes(j) + port_bytes(st.input_port(j).act));
-          nh = std::max(nh, model.rows(j) * kHidden * 4);
-        }
-      const int64_t bound = sim.value().peak_wgrad[0] * per_mb +
-                            toy_boundary_bytes_max(lowered.value(), 0, rs.stages.back()) + 3 * nh;
-      EXPECT_LE(acts.stats(Device::cpu()).peak_bytes - base, bound)
-          << "peak_wgrad " << sim.value().peak_wgrad[0] << " × " << per_mb;
+      const ToyStepResult r = toy_step(engine.value(), ctx, ref, acts);
+      ASSERT_TRUE(r.status.ok()) << r.status.to_string();
+      want = r.want;
+      EXPECT_EQ(r.left, 0) << "the step left allocations behind";
+      EXPECT_LE(r.peak, bound) << "peak_wgrad " << sim.value().peak_wgrad[0];
     }
     const ToyStage& last = rs.stages.back();
     ASSERT_EQ(last.losses().size(), want.size());
@@ -143,13 +106,13 @@ TEST(PipelineEngine, SetupErrorsAreNamed) {
   comm::SingleCommunicator world;
   auto two = pipeline::lower(pipeline::one_f_one_b(2, 4).value());
   ASSERT_TRUE(two.ok());
-  RankStages r0 = stages_for(model, two.value(), 0);
+  ToyRank r0 = toy_rank(model, two.value(), 0);
   expect_error(pipeline::Engine<ToyStage>::create(two.value(), r0.args(), world).status(),
                StatusCode::kInvalidArgument, "the schedule has 2 ranks, the pipeline group 'world' 1");
 
   auto v2 = pipeline::lower(pipeline::interleaved_1f1b(1, 2, 4).value());
   ASSERT_TRUE(v2.ok());
-  RankStages only0 = stages_for(model, v2.value(), 0);
+  ToyRank only0 = toy_rank(model, v2.value(), 0);
   auto args = only0.args();
   args.pop_back();
   expect_error(pipeline::Engine<ToyStage>::create(v2.value(), args, world).status(), StatusCode::kInvalidArgument,
@@ -195,7 +158,7 @@ TEST(PipelineEngine, SplitScheduleNeedsSplitStageAndPortsMustAgree) {
   comm::SingleCommunicator world;
   auto zbv = pipeline::lower(pipeline::zb_v(1, 4).value());
   ASSERT_TRUE(zbv.ok());
-  RankStages rs = stages_for(model, zbv.value(), 0);
+  ToyRank rs = toy_rank(model, zbv.value(), 0);
   std::vector<FullBackwardOnly> full = {{&rs.stages[0]}, {&rs.stages[1]}};
   expect_error(pipeline::Engine<FullBackwardOnly>::create(zbv.value(), {{0, &full[0]}, {1, &full[1]}}, world)
                    .status(),
