@@ -42,15 +42,6 @@ struct Options {
   std::vector<int> send_progress_us = {0, 50};  // EngineOptions::send_progress values to compare, µs
 };
 
-Result<pipeline::Schedule> make_schedule(const std::string& name, int p, int m) {
-  if (name == "gpipe") return pipeline::gpipe(p, m);
-  if (name == "1f1b") return pipeline::one_f_one_b(p, m);
-  if (name == "interleaved") return pipeline::interleaved_1f1b(p, 2, m);
-  if (name == "zb_h1") return pipeline::zb_h1(p, m);
-  if (name == "zb_v") return pipeline::zb_v(p, m);
-  return Status(StatusCode::kInvalidArgument, "unknown schedule '" + name + "'");
-}
-
 int kind_index(ActionKind k) {
   switch (k) {
     case ActionKind::kF: return 0;
@@ -172,7 +163,7 @@ Status run(const Options& o, comm::Communicator& world) {
                 "measured_ms", "sim_ms", "sim+msg", "bubble", "sim", "sim+msg", "ratio", "ratio+msg");
   }
   for (const std::string& name : o.schedules) {
-    VLPAR_ASSIGN_OR_RETURN(pipeline::Schedule compute, make_schedule(name, p, o.microbatches));
+    VLPAR_ASSIGN_OR_RETURN(pipeline::Schedule compute, pipeline::generate(name, p, o.microbatches));
     VLPAR_ASSIGN_OR_RETURN(pipeline::Schedule s, pipeline::lower(compute));
     for (int progress : o.send_progress_us) {
       VLPAR_ASSIGN_OR_RETURN(std::vector<StepSample> steps, measure(o, s, progress, world));

@@ -234,6 +234,16 @@ Result<Schedule> zb_v(int ranks, int microbatches) {
   return s;
 }
 
+Result<Schedule> generate(std::string_view name, int ranks, int microbatches, int chunks) {
+  if (name == "gpipe") return gpipe(ranks, microbatches);
+  if (name == "1f1b") return one_f_one_b(ranks, microbatches);
+  if (name == "interleaved") return interleaved_1f1b(ranks, chunks, microbatches);
+  if (name == "zb_h1") return zb_h1(ranks, microbatches);
+  if (name == "zb_v") return zb_v(ranks, microbatches);
+  return VLPAR_STATUS(StatusCode::kInvalidArgument, "pipeline schedule '{}': expected gpipe, 1f1b, interleaved, "
+                      "zb_h1 or zb_v", name);
+}
+
 namespace {
 
 /// Whether compute action a on rank r can be placed by lower(): its input has arrived (spec A1.4 rule 2).

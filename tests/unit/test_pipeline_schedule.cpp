@@ -181,6 +181,17 @@ TEST(PipelineSchedule, TimelineDrawsTheSimulation) {
   EXPECT_EQ(timeline(v, simulate(v).value()), "r0: 0F0 1F0 1I0 1W0 0F1 0I0 0W0 1F1 1I1 1W1 0I1 0W1\n");
 }
 
+TEST(PipelineSchedule, GeneratorsByName) {
+  EXPECT_EQ(to_string(generate("gpipe", 2, 3).value()), to_string(gpipe(2, 3).value()));
+  EXPECT_EQ(to_string(generate("1f1b", 4, 8).value()), to_string(one_f_one_b(4, 8).value()));
+  EXPECT_EQ(to_string(generate("interleaved", 2, 4, 3).value()), to_string(interleaved_1f1b(2, 3, 4).value()));
+  EXPECT_EQ(to_string(generate("zb_h1", 4, 8).value()), to_string(zb_h1(4, 8).value()));
+  EXPECT_EQ(to_string(generate("zb_v", 2, 4).value()), to_string(zb_v(2, 4).value()));
+  const Status bad = generate("dualpipe", 2, 4).status();
+  EXPECT_NE(bad.message().find("pipeline schedule 'dualpipe': expected gpipe, 1f1b, interleaved, zb_h1 or zb_v"),
+            std::string::npos) << bad.message();
+}
+
 TEST(PipelineSchedule, BadConfigurationsAreNamedErrors) {
   EXPECT_FALSE(interleaved_1f1b(4, 2, 6).ok());   // m mod g = 2 < p
   EXPECT_FALSE(interleaved_1f1b(4, 1, 8).ok());   // one chunk

@@ -32,16 +32,6 @@ struct Args {
   double f = 1, b = 2, i = 1, w = 1;
 };
 
-Result<Schedule> generate(const Args& a) {
-  if (a.schedule == "gpipe") return gpipe(a.ranks, a.microbatches);
-  if (a.schedule == "1f1b") return one_f_one_b(a.ranks, a.microbatches);
-  if (a.schedule == "interleaved") return interleaved_1f1b(a.ranks, a.chunks, a.microbatches);
-  if (a.schedule == "zb_h1") return zb_h1(a.ranks, a.microbatches);
-  if (a.schedule == "zb_v") return zb_v(a.ranks, a.microbatches);
-  return Status(StatusCode::kInvalidArgument,
-                fmt::format("--schedule '{}': expected gpipe, 1f1b, interleaved, zb_h1 or zb_v", a.schedule));
-}
-
 /// A written schedule: its lists, micro-batch count and stage → rank map from the actions themselves.
 Result<Schedule> read_file(const std::string& path) {
   std::ifstream in(path);
@@ -98,7 +88,9 @@ Status run(const Args& a) {
     return show(a, s, comm);
   }
   VLPAR_CHECK(!a.schedule.empty(), "give --schedule, --file or --layout (--help lists the options)");
-  VLPAR_ASSIGN_OR_RETURN(Schedule s, generate(a));
+  Result<Schedule> gen = generate(a.schedule, a.ranks, a.microbatches, a.chunks);
+  if (!gen.ok()) return Status(gen.status().code(), fmt::format("--schedule: {}", gen.status().message()));
+  const Schedule& s = gen.value();
   if (!a.lowered) return show(a, s, false);
   VLPAR_ASSIGN_OR_RETURN(Schedule low, lower(s));
   return show(a, low, true);

@@ -73,6 +73,10 @@ Result<Schedule> interleaved_1f1b(int ranks, int chunks, int microbatches, int g
 Result<Schedule> zb_h1(int ranks, int microbatches);
 Result<Schedule> zb_v(int ranks, int microbatches);
 
+/// The generator named `name`: "gpipe", "1f1b", "interleaved" (`chunks` per rank), "zb_h1" or "zb_v"; another
+/// name is an error listing these.
+Result<Schedule> generate(std::string_view name, int ranks, int microbatches, int chunks = 2);
+
 /// Compute-only → compute + SEND/RECV (spec A1.4); a schedule that cannot make progress is a named error.
 Result<Schedule> lower(const Schedule& compute_only);
 
