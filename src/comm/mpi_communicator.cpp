@@ -171,6 +171,12 @@ class MpiWork final : public Work {
       return true;
     }
     if (!flag) return false;
+    complete(st);
+    return true;
+  }
+
+  /// The request completed with status `st`: a receive's length is checked, then the completion hook runs.
+  void complete(MPI_Status& st) {
     request_ = MPI_REQUEST_NULL;
     done_ = true;
     if (recv_count_ >= 0) {
@@ -179,11 +185,10 @@ class MpiWork final : public Work {
       if (got != recv_count_) {
         result_ = VLPAR_STATUS(StatusCode::kInvalidArgument, "{}: {} sent {} elements (tag {}), the receive buffer "
                                "holds {}", group_->site(op_), group_->peer(peer_), got, tag_, recv_count_);
-        return true;
+        return;
       }
     }
     if (on_complete_) on_complete_();
-    return true;
   }
 
   Status on_timeout() {
@@ -195,12 +200,11 @@ class MpiWork final : public Work {
       MPI_Wait(&request_, &st);
       int cancelled = 0;
       MPI_Test_cancelled(&st, &cancelled);
-      request_ = MPI_REQUEST_NULL;
       if (!cancelled) {  // the message arrived just in time
-        done_ = true;
-        if (on_complete_) on_complete_();
-        return Status::Ok();
+        complete(st);
+        return result_;
       }
+      request_ = MPI_REQUEST_NULL;
       done_ = true;  // nothing pending any more; a second wait() repeats the timeout
       result_ = VLPAR_STATUS(StatusCode::kTimeout, "{}: timed out after {} ms waiting for {} (tag {}); receive "
                              "cancelled", group_->site(op_), ms, group_->peer(peer_), tag_);
