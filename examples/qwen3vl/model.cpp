@@ -436,8 +436,8 @@ Result<TensorView> Model::forward_layers(const Context& ctx, TensorView x, int a
   for (size_t k = 0; k < cuts.size(); ++k) {
     const DecoderStack stack = decoder_layers(cuts[k].first, cuts[k].second, nn::MoeLoss{&stash.aux, 0.f});
     VLPAR_ASSIGN_OR_RETURN(x, stack.forward(ctx, x, seq, stash.segments[k]));
-    const auto level = size_t(cuts[k].first);
-    if (cuts[k].second == cuts[k].first + 1 && level < stash.deepstack.size())
+    const auto level = size_t(cuts[k].first);  // segments below the deepstack level count are single layers
+    if (level < stash.deepstack.size())
       VLPAR_RETURN_IF_ERROR(vlpar::scatter_add_rows(ctx, x, stash.deepstack[level], index_view(stash.visual_rows)));
   }
   return x;
@@ -561,6 +561,7 @@ Status Model::backward_layers(const Context& ctx, TensorView din, TensorView dou
   const int64_t H = cfg_.text.hidden;
   const nn::PackedSeq seq{stash.targets.cu_seqlens, stash.positions};
   const float grad_aux = float(cfg_.text.router_aux_loss_coef) * grad_loss;
+  if (cuts.empty()) return copy_(din, dout);
   vlpar::obs::Span decoder_span = span(vlpar::obs::trace_cat::kDecoder, "decoder_backward");
   // The gradient alternates between din and a scratch so that the last segment (layer a's) writes din.
   Tensor scratch;
@@ -571,7 +572,7 @@ Status Model::backward_layers(const Context& ctx, TensorView din, TensorView dou
   TensorView cur = dout;
   for (size_t k = cuts.size(); k-- > 0;) {
     const auto level = size_t(cuts[k].first);
-    if (cuts[k].second == cuts[k].first + 1 && level < stash.deepstack.size()) {
+    if (level < stash.deepstack.size()) {
       // The deepstack add after layer `level`: its input gradient is the gradient at the visual rows.
       VLPAR_ASSIGN_OR_RETURN(stash.d_deepstack[level],
                              Tensor::empty(*ctx.allocator, Shape{int64_t(stash.visual_rows.size()), H}, DType::kF32,
@@ -584,7 +585,6 @@ Status Model::backward_layers(const Context& ctx, TensorView din, TensorView dou
     stash.segments[k] = DecoderStack::Stash{};
     cur = next;
   }
-  if (cuts.empty()) return copy_(din, dout);
   return Status::Ok();
 }
 

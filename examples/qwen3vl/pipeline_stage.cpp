@@ -98,7 +98,7 @@ pipeline::Port PipelineStage::input_port(int j) const { return stage_ == 0 ? pip
 pipeline::Port PipelineStage::output_port(int j) const { return is_last() ? pipeline::Port{} : boundary(j); }
 
 int64_t PipelineStage::stash_bytes(int j) const {
-  if (check_j(j).ok() == false) return 0;
+  if (!check_j(j).ok()) return 0;
   const int64_t N = micro_[size_t(j)].input_ids.numel();
   const int64_t layers = model_->decoder_layers(first_, last_, vlpar::nn::MoeLoss{}).stash_bytes(N);
   return layers + N * model_->config().text.hidden * 4;

@@ -145,10 +145,10 @@ class Engine {
 
   Status run_(const Context& ctx, const Action& a) {
     switch (a.kind) {
-      case ActionKind::kF: return compute_(a, [&] { return forward_(ctx, a); });
+      case ActionKind::kF: return compute_([&] { return forward_(ctx, a); });
       case ActionKind::kB:
-      case ActionKind::kI: return compute_(a, [&] { return backward_(ctx, a); });
-      case ActionKind::kW: return compute_(a, [&] { return weight_(ctx, a); });
+      case ActionKind::kI: return compute_([&] { return backward_(ctx, a); });
+      case ActionKind::kW: return compute_([&] { return weight_(ctx, a); });
       case ActionKind::kSendF: return send_(a, st_.out, a.stage + 1, false);
       case ActionKind::kSendB: return send_(a, st_.din, a.stage - 1, true);
       case ActionKind::kRecvF: return recv_(ctx, a, false);
@@ -158,7 +158,7 @@ class Engine {
   }
 
   template <class Fn>
-  Status compute_(const Action&, Fn&& fn) {
+  Status compute_(Fn&& fn) {
     VLPAR_RETURN_IF_ERROR(drain_sends_(st_.computes));
     progress_();
     VLPAR_RETURN_IF_ERROR(fn());
