@@ -3,17 +3,19 @@
 
 namespace qwen3vl {
 
-int64_t text_active_params(const Config& c) {
+int64_t text_layer_active_params(const Config& c, int l) {
   const TextConfig& t = c.text;
   const int64_t h = t.hidden;
   const int64_t q = int64_t(t.heads) * t.head_dim, kv = int64_t(t.kv_heads) * t.head_dim;
   const int64_t attn = h * q + 2 * h * kv + q * h;  // q, k, v, o projections
+  const int64_t mlp = t.is_moe_layer(l) ? h * t.num_experts + int64_t(t.top_k) * 3 * h * t.moe_intermediate
+                                        : 3 * h * t.intermediate;
+  return attn + mlp;
+}
+
+int64_t text_active_params(const Config& c) {
   int64_t n = 0;
-  for (int l = 0; l < t.layers; ++l) {
-    const int64_t mlp = t.is_moe_layer(l) ? h * t.num_experts + int64_t(t.top_k) * 3 * h * t.moe_intermediate
-                                          : 3 * h * t.intermediate;
-    n += attn + mlp;
-  }
+  for (int l = 0; l < c.text.layers; ++l) n += text_layer_active_params(c, l);
   return n;
 }
 

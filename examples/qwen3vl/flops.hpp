@@ -25,6 +25,9 @@ struct LinearFlops {
   double at(double s) const { return a + b * s; }
 };
 
+/// @brief Decoder layer l's share of N_act: attention projections plus its dense MLP or router + top-k experts.
+int64_t text_layer_active_params(const Config& c, int l);
+
 /// @brief N_act: the non-embedding weights one token multiplies through in the language model (attention
 /// projections and the dense MLP or router + top-k experts of every layer; norms excluded).
 int64_t text_active_params(const Config& c);

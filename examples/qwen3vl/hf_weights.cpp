@@ -45,6 +45,23 @@ std::vector<HfPart> hf_parts(const Model& model, size_t index) {
   return {{name, p.full_shape}};
 }
 
+// A pipeline rank's part reads only its stages' tensors; the others belong to other ranks' parts.
+static bool held_by_another_part(const PipelinePart& part, const std::string& name) {
+  if (part.whole) return false;
+  const std::string layers = "model.language_model.layers.";
+  if (name.starts_with(layers)) {
+    const std::string rest = name.substr(layers.size());
+    const size_t dot = rest.find('.');
+    if (dot == std::string::npos || dot == 0 || rest.find_first_not_of("0123456789") != dot) return false;
+    const std::string digits = rest.substr(0, dot);
+    return digits.size() <= 6 && !part.holds(std::stoi(digits));
+  }
+  if (name.starts_with("model.visual.") || name == "model.language_model.embed_tokens.weight")
+    return !part.vision_and_embedding;
+  if (name == "model.language_model.norm.weight" || name == "lm_head.weight") return !part.head;
+  return false;
+}
+
 Status load_hf_weights(Model& model, const std::string& dir, vlpar::obs::ProgressBar* progress) {
   VLPAR_ASSIGN_OR_RETURN(io::HfTensorSource src, io::HfTensorSource::open(dir));
   nn::ParamRegistry& reg = model.registry();
@@ -69,7 +86,7 @@ Status load_hf_weights(Model& model, const std::string& dir, vlpar::obs::Progres
     if (progress) progress->add(int64_t(full.view().nbytes()));
   }
   for (const std::string& name : src.names()) {
-    if (used.contains(name)) continue;
+    if (used.contains(name) || held_by_another_part(model.part(), name)) continue;
     if (name == "lm_head.weight" && model.config().text.tie_word_embeddings) continue;  // tied: HF ignores it
     return VLPAR_STATUS(vlpar::StatusCode::kInvalidArgument,
                         "{}: tensor {} (in {}) is not a parameter of this {} model", dir, name, *src.file_of(name),

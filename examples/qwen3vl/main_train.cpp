@@ -2,8 +2,8 @@
 //   qwen3vl-train [--config train.toml] [--batches a.safetensors,b.safetensors,...] [--section.key=value ...]
 //   qwen3vl-train plot --metrics runs/x/metrics.jsonl --out plot.png
 // Data: pre-packed batch files (--batches, the batch_io.hpp format), or the dataset in data.train through the data
-// pipeline. Several processes: mpirun -np N qwen3vl-train ... (world = parallel.tp x dp). Exit status 0 on success,
-// 1 with a one-line error (a rank's error aborts the job).
+// pipeline. Several processes: mpirun -np N qwen3vl-train ... (world = parallel.tp x dp x parallel.pp). Exit status
+// 0 on success, 1 with a one-line error (a rank's error aborts the job).
 #include <fmt/format.h>
 
 #include <cstdlib>
@@ -53,7 +53,8 @@ struct TrainArgs {
 };
 
 vlpar::cli::Parser train_parser(TrainArgs& a) {
-  vlpar::cli::Parser p("qwen3vl-train", "train Qwen3-VL (under mpirun: tp x dp); `qwen3vl-train plot --help` for plots");
+  vlpar::cli::Parser p("qwen3vl-train",
+                       "train Qwen3-VL (under mpirun: tp x dp x pp); `qwen3vl-train plot --help` for plots");
   p.add("config", &a.config, "TOML config (default: the defaults); then --section.key=value overrides");
   p.add("batches", &a.batches, "pre-packed batch files, comma-separated (default: the dataset of the config)");
   p.collect_rest(&a.overrides, true);
@@ -66,7 +67,8 @@ vlpar::Status train(const TrainArgs& args, vlpar::comm::Communicator* world) {
   const std::vector<std::string>& overrides = args.overrides;
   VLPAR_ASSIGN_OR_RETURN(qwen3vl::TrainConfig cfg, qwen3vl::load_train_config(config, overrides));
   const int rank = world ? world->rank() : 0, size = world ? world->size() : 1;
-  const int dp_rank = rank / cfg.parallel.tp, dp_size = size / cfg.parallel.tp;
+  VLPAR_ASSIGN_OR_RETURN(const qwen3vl::DataRank data, qwen3vl::data_rank_of(cfg, rank, size));
+  const int dp_rank = data.rank, dp_size = data.size;
   std::unique_ptr<qwen3vl::BatchSource> source;
   if (!batches.empty()) {
     VLPAR_ASSIGN_OR_RETURN(const qwen3vl::Config mc, qwen3vl::model_config_of(cfg.model));

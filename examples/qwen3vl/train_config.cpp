@@ -76,6 +76,10 @@ std::vector<Field> fields(TrainConfig& c) {
       {"metrics", "trace", &c.metrics.trace},
       {"metrics", "peak_gflops", &c.metrics.peak_gflops},
       {"parallel", "tp", &c.parallel.tp},
+      {"parallel", "pp", &c.parallel.pp},
+      {"parallel", "vpp", &c.parallel.vpp},
+      {"parallel", "schedule", &c.parallel.schedule},
+      {"parallel", "pipeline_layout", &c.parallel.pipeline_layout},
       {"parallel", "zero1", &c.optimizer.zero1},
       {"parallel", "bucket_mb", &c.parallel.bucket_mb},
   };
@@ -183,6 +187,23 @@ Status TrainConfig::validate() const {
   VLPAR_CHECK(metrics.log_interval >= 1, "metrics.log_interval must be >= 1, got {}", metrics.log_interval);
   VLPAR_CHECK(metrics.peak_gflops >= 0, "metrics.peak_gflops must be >= 0 (0 = measure), got {}", metrics.peak_gflops);
   VLPAR_CHECK(parallel.tp >= 1, "parallel.tp must be >= 1, got {}", parallel.tp);
+  VLPAR_CHECK(parallel.pp >= 1 && parallel.vpp >= 1, "parallel.pp and parallel.vpp must be >= 1, got {} and {}",
+              parallel.pp, parallel.vpp);
+  // Qwen3-VL stages run a whole backward (no input/weight split in the nn blocks yet): the zero-bubble
+  // schedules need it.
+  VLPAR_CHECK(one_of(parallel.schedule, {"gpipe", "1f1b", "interleaved"}),
+              "parallel.schedule must be gpipe, 1f1b or interleaved, got '{}'{}", parallel.schedule,
+              one_of(parallel.schedule, {"zb_h1", "zb_v"})
+                  ? " (the zero-bubble schedules split the backward into input and weight parts, which the Qwen3-VL "
+                    "blocks do not implement yet)"
+                  : "");
+  VLPAR_CHECK((parallel.vpp > 1) == (parallel.schedule == "interleaved"),
+              "parallel.schedule = '{}' with parallel.vpp = {}: the interleaved schedule needs vpp > 1 and the others "
+              "vpp = 1", parallel.schedule, parallel.vpp);
+  VLPAR_CHECK(checkpoint.export_hf.empty() || (parallel.tp == 1 && parallel.pp == 1 && parallel.vpp == 1),
+              "checkpoint.export_hf needs parallel.tp = 1 and parallel.pp = 1, got tp {} and pp {} (to export a "
+              "parallel run, resume its checkpoint in one process with checkpoint.export_hf set: checkpoints load "
+              "at any layout)", parallel.tp, parallel.pp);
   VLPAR_CHECK(parallel.bucket_mb > 0 && parallel.bucket_mb <= 4096, "parallel.bucket_mb must be in (0, 4096], got {}",
               parallel.bucket_mb);
   // The keys mapped onto library configs pass the library's own checks too (with the derived fields).

@@ -110,10 +110,15 @@ struct MetricsSection {
   double peak_gflops = 0;        // device peak for MFU; 0 = measure this CPU's GEMM rate at start
 };
 
-/// The library's parallel layout (parallel.tp; the other axes stay 1: world = tp · dp under mpirun, the trainer
-/// sets world) and the gradient-bucket size in MiB (parallel.bucket_mb; parsing derives optimizer.bucket_bytes).
+/// The library's parallel layout (parallel.tp, parallel.pp; world = tp · dp · pp under mpirun, the trainer sets
+/// world), the pipeline's schedule and layer split, and the gradient-bucket size in MiB (parallel.bucket_mb;
+/// parsing derives optimizer.bucket_bytes).
 struct ParallelSection : vlpar::parallel::ParallelConfig {
   double bucket_mb = 25;
+  int vpp = 1;                     // virtual stages per pipeline rank (> 1: the interleaved schedule)
+  std::string schedule = "1f1b";   // pipeline schedule: gpipe | 1f1b | interleaved (vpp > 1); micro-batches per
+                                   // step = training.grad_accum
+  std::string pipeline_layout;     // Megatron layout string ("V E t*2 | t*3 L"); "" = the cost-model split
 };
 
 struct TrainConfig {

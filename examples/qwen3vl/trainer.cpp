@@ -22,6 +22,7 @@
 #include "vlpar/obs/stopwatch.hpp"
 #include "vlpar/obs/tensorboard_writer.hpp"
 #include "vlpar/obs/trace_recorder.hpp"
+#include "vlpar/parallel/mesh.hpp"
 
 namespace qwen3vl {
 
@@ -77,6 +78,15 @@ Status FileBatchSource::restore(std::string_view state) {
 
 std::string FileBatchSource::describe() const { return fmt::format("{} pre-packed batch files", files_.size()); }
 
+Result<DataRank> data_rank_of(const TrainConfig& cfg, int world_rank, int world_size) {
+  vlpar::parallel::ParallelConfig pc = cfg.parallel;
+  pc.world = world_size;
+  pc.etp = 1;
+  pc.vision_tp = 1;
+  VLPAR_ASSIGN_OR_RETURN(const vlpar::parallel::Mesh mesh, vlpar::parallel::Mesh::create(pc));
+  return DataRank{mesh.attention_coord(world_rank).dp, mesh.size(vlpar::parallel::Axis::kDp)};
+}
+
 // ---- logs ----------------------------------------------------------------------------------------------------
 
 namespace {
@@ -104,8 +114,9 @@ Status Trainer::setup_groups() {
     own_world_ = std::make_unique<vlpar::comm::SingleCommunicator>(vlpar::comm::CommOptions{"world"});
     world_ = own_world_.get();
   }
-  const int world = world_->size(), tp = cfg_.parallel.tp;
-  VLPAR_CHECK(world % tp == 0, "parallel.tp = {} does not divide the {} ranks of the job", tp, world);
+  const int world = world_->size(), tp = cfg_.parallel.tp, pp = cfg_.parallel.pp;
+  VLPAR_CHECK(world % (tp * pp) == 0, "parallel.tp · parallel.pp = {} · {} does not divide the {} ranks of the job", tp,
+              pp, world);
   VLPAR_ASSIGN_OR_RETURN(Config mc, model_config_of(cfg_.model));
   vlpar::parallel::ParallelConfig pc = cfg_.parallel;
   pc.world = world;
@@ -121,6 +132,7 @@ Status Trainer::setup_groups() {
   tp_rank_ = groups_->tp().rank();
   dp_rank_ = groups_->dp().rank();
   dp_size_ = groups_->dp().size();
+  pp_size_ = groups_->pp().size();
   return Status::Ok();
 }
 
@@ -129,8 +141,17 @@ Status Trainer::build_model() {
   VLPAR_ASSIGN_OR_RETURN(Config mc, model_config_of(m));
   const Freeze freeze{m.freeze_vision, m.freeze_merger, m.freeze_language_model};
   const nn::TensorParallel tp{cfg_.parallel.tp > 1 ? &groups_->tp() : nullptr, false};
-  VLPAR_ASSIGN_OR_RETURN(Model model, Model::create(ctx_, mc, freeze, m.seed, alloc_, tp));
+  // With a pipeline, this rank builds its stages' part only (the whole model's names and init keys).
+  std::optional<PipelinePlan> plan;
+  if (pp_size_ > 1 || cfg_.parallel.vpp > 1) {
+    VLPAR_ASSIGN_OR_RETURN(plan, plan_pipeline(cfg_, mc, pp_size_, groups_->pp().rank()));
+  }
+  const PipelinePart part = plan ? plan->part : PipelinePart{};
+  VLPAR_ASSIGN_OR_RETURN(Model model, Model::create(ctx_, mc, freeze, m.seed, alloc_, tp, part));
   model_ = std::make_unique<Model>(std::move(model));
+  if (plan) {
+    VLPAR_ASSIGN_OR_RETURN(pipe_, PipelineRunner::create(std::move(*plan), *model_, groups_->pp()));
+  }
   if (!m.hf_dir.empty()) VLPAR_RETURN_IF_ERROR(load_hf_weights(*model_, m.hf_dir));
   const std::string& r = cfg_.training.recompute;
   model_->set_recompute(r == "full" ? Recompute::kFull : r == "selective" ? Recompute::kSelective : Recompute::kNone);
@@ -144,6 +165,10 @@ Status Trainer::build_model() {
   VLPAR_ASSIGN_OR_RETURN(std::vector<vlpar::parallel::OptimParam> params,
                          vlpar::parallel::optim_params_from_registry(reg, order, og));
   optim_slot_ = vlpar::parallel::optim_slots(params, reg.size());
+  // A tied embedding on two pipeline ranks: both copies hold the summed gradient, each counts half in the norm.
+  if (pipe_ && pipe_->holds_tied_copy(*model_))
+    for (vlpar::parallel::OptimParam& p : params)
+      if (p.name == "model.language_model.embed_tokens.weight") p.norm_weight *= 0.5;
   VLPAR_ASSIGN_OR_RETURN(vlpar::parallel::DistributedOptimizer o,
                          vlpar::parallel::DistributedOptimizer::create(ctx_, og, std::move(params), oc, alloc_));
   optim_ = std::make_unique<vlpar::parallel::DistributedOptimizer>(std::move(o));
@@ -176,7 +201,12 @@ Result<std::unique_ptr<Trainer>> Trainer::create(const TrainConfig& cfg, vlpar::
 // ---- checkpoints ---------------------------------------------------------------------------------------------
 
 std::vector<io::CheckpointTensor> Trainer::checkpoint_tensors(const vlpar::parallel::OptimizerState& optim) {
-  auto replica_of = [&](const nn::ParamShard& p) { return io::replica_index(p, cfg_.parallel.tp, tp_rank_, dp_rank_); };
+  // A tied embedding's copy on the last pipeline stage is a replica of stage 0's (which writes it).
+  const bool second_copy = pipe_ && pipe_->is_second_tied_copy(*model_);
+  auto replica_of = [&](const nn::ParamShard& p) {
+    const int r = io::replica_index(p, cfg_.parallel.tp, tp_rank_, dp_rank_);
+    return second_copy && p.name == "model.language_model.embed_tokens.weight" ? r + 1 : r;
+  };
   std::vector<io::CheckpointTensor> out;
   const nn::ParamRegistry& reg = model_->registry();
   for (size_t i = 0; i < reg.size(); ++i) {
@@ -201,7 +231,7 @@ Status Trainer::save(int64_t step) {
   // Collective over dp with ZeRO-1 (the optimizer gathers its shards): every rank saves.
   VLPAR_ASSIGN_OR_RETURN(const vlpar::parallel::OptimizerState optim, optim_->state(/*gathered=*/true));
   spec.tensors = checkpoint_tensors(optim);
-  spec.layout_json = nlohmann::json{{"tp", cfg_.parallel.tp}, {"dp", dp_size_}}.dump();
+  spec.layout_json = nlohmann::json{{"tp", cfg_.parallel.tp}, {"dp", dp_size_}, {"pp", pp_size_}}.dump();
   spec.user_json = nlohmann::json{{"step", step}, {"optimizer_steps", optim_->steps_taken()},
                                   {"config", cfg_.to_toml()}}.dump();
   VLPAR_ASSIGN_OR_RETURN(std::string data_state, source_->state());
@@ -217,15 +247,15 @@ Status Trainer::resume() {
   VLPAR_ASSIGN_OR_RETURN(std::optional<io::CheckpointInfo> latest, io::latest_checkpoint(cfg_.checkpoint.dir));
   if (!latest) return Status::Ok();
   const nlohmann::json layout = nlohmann::json::parse(latest->layout_json);
-  const int saved_tp = layout.value("tp", 1), saved_dp = layout.value("dp", 1);
+  const int saved_tp = layout.value("tp", 1), saved_dp = layout.value("dp", 1), saved_pp = layout.value("pp", 1);
   const bool same_dp = saved_dp == dp_size_;
   VLPAR_CHECK(same_dp || cfg_.checkpoint.allow_layout_change,
               "{}: saved with {} data-parallel ranks but this run has {}; the data position is per dp rank, so resume "
               "with the same dp size, or set checkpoint.allow_layout_change=true to reshard the model and optimizer "
               "and restart the data stream",
               latest->dir, saved_dp, dp_size_);
-  // Parameters and AdamW state are loaded piece by piece into this run's shards, whatever the saved tp (any layout
-  // loads any other: io/checkpoint.hpp).
+  // Parameters and AdamW state are loaded piece by piece into this run's shards, whatever the saved tp and pp (any
+  // layout loads any other: io/checkpoint.hpp; a pipeline rank loads the names of its stages).
   VLPAR_ASSIGN_OR_RETURN(const vlpar::parallel::OptimizerState optim, optim_->state(/*gathered=*/false));
   std::vector<io::CheckpointTensor> tensors = checkpoint_tensors(optim);
   std::string user;
@@ -236,18 +266,19 @@ Status Trainer::resume() {
   optim_->set_steps_taken(u.at("optimizer_steps").get<int64_t>());
   const bool lead = !world_ || world_->rank() == 0;
   if (same_dp) {
-    // dp rank d's data position was saved by its first tp rank: world rank d · saved_tp.
+    // dp rank d's data position was saved by its first tp rank of pipeline stage 0: world rank d · saved_tp (every
+    // pipeline rank of a dp rank reads the same data, so a pp change keeps it).
     VLPAR_ASSIGN_OR_RETURN(std::string rank_json, io::read_checkpoint_rank_json(latest->dir, dp_rank_ * saved_tp));
     VLPAR_RETURN_IF_ERROR(source_->restore(nlohmann::json::parse(rank_json).at("data").dump()));
   } else if (lead) {
-    vlpar::log_warn("{}: layout tp {} x dp {} -> tp {} x dp {}: model and optimizer resharded; the data position is "
-                    "per dp rank, so the data stream restarts from its beginning",
-                    latest->dir, saved_tp, saved_dp, cfg_.parallel.tp, dp_size_);
+    vlpar::log_warn("{}: layout tp {} x dp {} x pp {} -> tp {} x dp {} x pp {}: model and optimizer resharded; the data "
+                    "position is per dp rank, so the data stream restarts from its beginning",
+                    latest->dir, saved_tp, saved_dp, saved_pp, cfg_.parallel.tp, dp_size_, pp_size_);
   }
   last_checkpoint_ = latest->dir;
   if (lead)
-    vlpar::log_info("resumed from {} at step {} (saved at tp {} x dp {}, now tp {} x dp {})", latest->dir, step_,
-                    saved_tp, saved_dp, cfg_.parallel.tp, dp_size_);
+    vlpar::log_info("resumed from {} at step {} (saved at tp {} x dp {} x pp {}, now tp {} x dp {} x pp {})", latest->dir,
+                    step_, saved_tp, saved_dp, saved_pp, cfg_.parallel.tp, dp_size_, pp_size_);
   return Status::Ok();
 }
 
@@ -265,6 +296,92 @@ Result<double> Trainer::measure_peak_gflops() {
     best = std::max(best, 2.0 * double(n) * n * n / s * 1e-9);
   }
   return best;
+}
+
+// ---- one step's forward and backward --------------------------------------------------------------------------
+
+Result<Trainer::MicroResult> Trainer::forward_backward(const std::vector<MicroBatch>& micro,
+                                                       const std::vector<int64_t>& counts, double global_count) {
+  MicroResult r;
+  for (size_t i = 0; i < micro.size(); ++i) {
+    const double w = global_count > 0 ? double(counts[i]) / global_count : 0.0;
+    const Batch batch = micro[i].pack.view();
+    Stash stash;  // holds views into the pack, which outlives it
+    VLPAR_ASSIGN_OR_RETURN(StepLoss l, model_->forward(ctx_, batch, stash));
+    if (!std::isfinite(l.loss)) {
+      r.bad = fmt::format("loss is {} (micro-batch {} of {})", l.loss, i + 1, micro.size());
+      r.loss_sum[2] = 1;
+      break;
+    }
+    r.loss_sum[0] += w * l.loss;
+    r.loss_sum[1] += w * l.aux_loss * model_->config().text.router_aux_loss_coef;
+    // The last micro-batch's backward reports each finished gradient, starting the dp reduction of full buckets.
+    nn::GradReadyFn ready;
+    if (i + 1 == micro.size()) {
+      ready = [this](size_t k) -> Status {
+        VLPAR_CHECK(k < optim_slot_.size() && optim_slot_[k] != SIZE_MAX,
+                    "the backward reported parameter {} ready, which the optimizer does not train (frozen?)", k);
+        return optim_->grad_ready(optim_slot_[k]);
+      };
+    }
+    VLPAR_RETURN_IF_ERROR(model_->backward(ctx_, batch, stash, float(w), ready));
+  }
+  return r;
+}
+
+// The pipeline runs every micro-batch to the end (the last stage's losses are known only there); a non-finite loss
+// is flagged for the step to be skipped. The dp reduction starts after the step (grad_ready_remaining).
+Result<Trainer::MicroResult> Trainer::forward_backward_pipelined(const std::vector<MicroBatch>& micro,
+                                                                 const std::vector<int64_t>& counts,
+                                                                 double global_count) {
+  std::vector<Batch> batches;
+  std::vector<double> weights;
+  for (size_t i = 0; i < micro.size(); ++i) {
+    batches.push_back(micro[i].pack.view());
+    weights.push_back(global_count > 0 ? double(counts[i]) / global_count : 0.0);
+  }
+  const int64_t t0 = logs_->trace.enabled() ? logs_->trace.now_ns() : 0;
+  VLPAR_RETURN_IF_ERROR(pipe_->step(ctx_, batches, weights));
+  if (logs_->trace.enabled()) pipe_->record_trace(logs_->trace, t0);
+  VLPAR_RETURN_IF_ERROR(pipe_->sum_tied_gradient(ctx_, *model_));
+  MicroResult r;
+  const std::vector<StepLoss>* losses = pipe_->losses();
+  if (losses == nullptr) return r;
+  for (size_t i = 0; i < losses->size(); ++i) {
+    const StepLoss& l = (*losses)[i];
+    if (!std::isfinite(l.loss) && r.bad.empty()) {
+      r.bad = fmt::format("loss is {} (micro-batch {} of {})", l.loss, i + 1, losses->size());
+      r.loss_sum[2] = 1;
+    }
+    r.loss_sum[0] += weights[i] * l.loss;
+    r.loss_sum[1] += weights[i] * l.aux_loss * model_->config().text.router_aux_loss_coef;
+  }
+  return r;
+}
+
+// pp_bubble_pct: 100 · (1 − Σ_r compute_r / (pp · max_r span_r)) over the pipeline ranks of this step (the share of
+// rank-time not spent computing: waits and idle gaps); pp_wait_max_pct: the most any rank spent blocked in
+// receives and sends, in % of its span. Collective over the pp group.
+Status Trainer::pipeline_metrics(std::vector<obs::NamedScalar>& extra) {
+  const PipelineRunner::Times t = pipe_->times();
+  const int p = pp_size_, r = groups_->pp().rank();
+  std::vector<double> all(size_t(3 * p), 0.0);  // [compute, wait, span] per pipeline rank
+  all[size_t(3 * r)] = t.compute_s;
+  all[size_t(3 * r + 1)] = t.wait_s;
+  all[size_t(3 * r + 2)] = t.span_s;
+  if (p > 1) {
+    VLPAR_RETURN_IF_ERROR(groups_->pp().all_reduce(TensorView(all.data(), DType::kF64, Shape{3 * p}),
+                                                   vlpar::comm::ReduceOp::kSum));
+  }
+  double compute = 0, span = 0, wait_pct = 0;
+  for (int k = 0; k < p; ++k) {
+    compute += all[size_t(3 * k)];
+    span = std::max(span, all[size_t(3 * k + 2)]);
+    if (all[size_t(3 * k + 2)] > 0) wait_pct = std::max(wait_pct, 100.0 * all[size_t(3 * k + 1)] / all[size_t(3 * k + 2)]);
+  }
+  extra.push_back({"pp_bubble_pct", span > 0 ? 100.0 * (1.0 - compute / (double(p) * span)) : 0.0});
+  extra.push_back({"pp_wait_max_pct", wait_pct});
+  return Status::Ok();
 }
 
 // ---- the loop ------------------------------------------------------------------------------------------------
@@ -289,9 +406,10 @@ Result<TrainSummary> Trainer::run() {
     model_->set_trace(&logs_->trace);
     vlpar::log_info("resolved config:\n{}", cfg_.to_toml());
     const nn::ParamCounts pc = model_->registry().counts();
-    vlpar::log_info("model: {:.2f} M parameters ({:.2f} M trainable on this rank); data: {}; tp {} x dp {}",
+    vlpar::log_info("model: {:.2f} M parameters ({:.2f} M trainable on this rank); data: {}; tp {} x dp {} x pp {}",
                     double(pc.full_params) * 1e-6, double(pc.trainable) * 1e-6, source_->describe(), cfg_.parallel.tp,
-                    dp_size_);
+                    dp_size_, pp_size_);
+    if (pipe_) vlpar::log_info("pipeline: {}", pipe_->plan().describe(cfg_.parallel.schedule));
   }
   VLPAR_ASSIGN_OR_RETURN(logs_->peak_gflops, measure_peak_gflops());
 
@@ -332,49 +450,34 @@ Result<TrainSummary> Trainer::run() {
       VLPAR_RETURN_IF_ERROR(dp->all_reduce(TensorView(&global_count, DType::kF64, Shape{1}),
                                                  vlpar::comm::ReduceOp::kSum));
     }
-    // 2. Forward + backward per micro-batch, scaled by its share of the global supervised tokens.
-    double loss_sum[3] = {0, 0, 0};  // Σ w·loss, Σ w·aux·coef, non-finite flag
-    int64_t tokens = 0, images = 0;
-    double flops = 0;
-    std::string bad;
-    for (size_t i = 0; i < micro.size(); ++i) {
-      const double w = global_count > 0 ? double(counts[i]) / global_count : 0.0;
-      const Batch batch = micro[i].pack.view();
-      Stash stash;  // holds views into the pack, which outlives it
-      VLPAR_ASSIGN_OR_RETURN(StepLoss l, model_->forward(ctx_, batch, stash));
-      if (!std::isfinite(l.loss)) {
-        bad = fmt::format("loss is {} (micro-batch {} of {})", l.loss, i + 1, micro.size());
-        loss_sum[2] = 1;
-        break;
-      }
-      loss_sum[0] += w * l.loss;
-      loss_sum[1] += w * l.aux_loss * model_->config().text.router_aux_loss_coef;
-      // The last micro-batch's backward reports each finished gradient, starting the dp reduction of full buckets.
-      nn::GradReadyFn ready;
-      if (i + 1 == micro.size()) {
-        ready = [this](size_t r) -> Status {
-          VLPAR_CHECK(r < optim_slot_.size() && optim_slot_[r] != SIZE_MAX,
-                      "the backward reported parameter {} ready, which the optimizer does not train (frozen?)", r);
-          return optim_->grad_ready(optim_slot_[r]);
-        };
-      }
-      VLPAR_RETURN_IF_ERROR(model_->backward(ctx_, batch, stash, float(w), ready));
-      tokens += micro[i].real_tokens;
-      images += micro[i].images;
-      std::vector<int64_t> lengths;
-      const std::vector<int64_t>& cu = micro[i].pack.cu_seqlens;
-      for (size_t s = 0; s + 1 < cu.size(); ++s) lengths.push_back(cu[s + 1] - cu[s]);
-      std::vector<vlpar::VisionGrid> grids = micro[i].pack.image_grids;
-      grids.insert(grids.end(), micro[i].pack.video_grids.begin(), micro[i].pack.video_grids.end());
-      flops += count_flops(model_->config(), lengths, grids).train();
-    }
-    // Every gradient not reported by the backward (all of them when this rank stopped at a non-finite loss) is
-    // reported now, so every rank has started all its bucket reductions, in bucket order, before the loss
-    // all-reduce below on the same dp group.
+    // 2. Forward + backward of every micro-batch, each scaled by its share of the global supervised tokens.
+    VLPAR_ASSIGN_OR_RETURN(MicroResult fb, pipelined() ? forward_backward_pipelined(micro, counts, global_count)
+                                                       : forward_backward(micro, counts, global_count));
+    double* loss_sum = fb.loss_sum;
+    std::string bad = std::move(fb.bad);
+    // Every gradient not reported by the backward (all of them when this rank stopped at a non-finite loss, or
+    // ran a pipeline) is reported now, so every rank has started all its bucket reductions, in bucket order, before
+    // the loss all-reduce below on the same dp group.
     VLPAR_RETURN_IF_ERROR(optim_->grad_ready_remaining());
     if (vlpar::comm::Communicator* dp = dp_comm()) {
       VLPAR_RETURN_IF_ERROR(dp->all_reduce(TensorView(loss_sum, DType::kF64, Shape{3}),
                                                  vlpar::comm::ReduceOp::kSum));
+    }
+    if (pipelined() && pp_size_ > 1) {  // the losses are on the last stage's ranks (zeros elsewhere)
+      VLPAR_RETURN_IF_ERROR(groups_->pp().all_reduce(TensorView(loss_sum, DType::kF64, Shape{3}),
+                                                     vlpar::comm::ReduceOp::kSum));
+    }
+    int64_t tokens = 0, images = 0;
+    double flops = 0;
+    for (const MicroBatch& mb : micro) {
+      tokens += mb.real_tokens;
+      images += mb.images;
+      std::vector<int64_t> lengths;
+      const std::vector<int64_t>& cu = mb.pack.cu_seqlens;
+      for (size_t s = 0; s + 1 < cu.size(); ++s) lengths.push_back(cu[s + 1] - cu[s]);
+      std::vector<vlpar::VisionGrid> grids = mb.pack.image_grids;
+      grids.insert(grids.end(), mb.pack.video_grids.begin(), mb.pack.video_grids.end());
+      flops += count_flops(model_->config(), lengths, grids).train();
     }
     // 3. Optimizer step (skipped on a non-finite loss or gradient norm).
     const double lr = cfg_.schedule.at(cfg_.optimizer.adamw.lr, step_);
@@ -385,7 +488,7 @@ Result<TrainSummary> Trainer::run() {
       if (!rep.applied) bad = fmt::format("gradient norm is {}", rep.grad_norm);
     } else {
       VLPAR_RETURN_IF_ERROR(optim_->skip_step());
-      if (bad.empty()) bad = "loss is not finite on another data-parallel rank";
+      if (bad.empty()) bad = "loss is not finite on another rank";
     }
     const double seconds = step_watch.elapsed_s();
     const obs::DataWaitMeter::Report wait = logs_->wait.end_step(seconds);
@@ -407,8 +510,12 @@ Result<TrainSummary> Trainer::run() {
     sum.losses.push_back(loss_sum[0]);
     sum.grad_norms.push_back(rep.grad_norm);
     // 4. Metrics.
-    if (lead && (step_ % cfg_.metrics.log_interval == 0 || step_ == total)) {
+    const bool log_step = step_ % cfg_.metrics.log_interval == 0 || step_ == total;
+    std::vector<obs::NamedScalar> pipeline_extra;
+    if (log_step && pipelined()) VLPAR_RETURN_IF_ERROR(pipeline_metrics(pipeline_extra));  // collective over pp
+    if (lead && log_step) {
       obs::MetricsLine m;
+      m.extra = std::move(pipeline_extra);
       m.step = step_;
       m.total_steps = total;
       m.loss = loss_sum[0];
@@ -426,6 +533,7 @@ Result<TrainSummary> Trainer::run() {
       work.flops = flops;
       work.seconds = seconds;
       work.peak_tflops = logs_->peak_gflops * 1e-3;
+      work.devices = cfg_.parallel.tp * pp_size_;  // this data replica's micro-batches ran on tp · pp ranks
       obs::fill_throughput(m, work);
       m.wall_time = std::chrono::duration<double>(std::chrono::system_clock::now().time_since_epoch()).count();
       fmt::print("{}\n", obs::format_metrics_line(m, obs::stdout_color_allowed()));
@@ -454,9 +562,7 @@ Result<TrainSummary> Trainer::run() {
       VLPAR_RETURN_IF_ERROR(obs::plot_metrics_png(cfg_.metrics.dir + "/metrics.jsonl", cfg_.metrics.dir + "/plot.png", po));
     }
   }
-  if (!cfg_.checkpoint.export_hf.empty() && lead) {
-    VLPAR_CHECK(cfg_.parallel.tp == 1, "checkpoint.export_hf needs parallel.tp = 1 (export the TP checkpoint with "
-                                       "qwen3vl-convert after loading it at TP 1)");
+  if (!cfg_.checkpoint.export_hf.empty() && lead) {  // tp = pp = 1 (TrainConfig::validate)
     VLPAR_RETURN_IF_ERROR(export_hf(*model_, cfg_.checkpoint.export_hf));
   }
   return sum;

@@ -14,9 +14,15 @@
 //   checkpoint.interval steps.
 // training.max_nonfinite_in_a_row consecutive skipped steps abort with an error naming what was non-finite.
 //
-// Layout: world = tp · dp ranks (mpirun), the library's mesh and process groups (parallel::ProcessGroups, order
-// "tp-cp-ep-dp-pp": rank = dp_rank · tp + tp_rank, tp ranks adjacent); the vision tower and MoE experts are
-// replicated (vision tp 1, etp 1). Rank 0 writes the logs; every rank writes its checkpoint shard. The optimizer
+// Pipeline (parallel.pp > 1 or vpp > 1, pipeline_runner.hpp): each rank builds only its stages' part of the model;
+// step 2 is one run of the pipeline engine over the step's micro-batches (every rank of a pipeline group reads the
+// same ones) instead of the per-micro-batch loop; a tied embedding's two copies (first and last stage) are summed
+// after it and count ½ each in the norm; the norm sums over the stages (OptimizerGroups::stages); the loss comes
+// from the last stage (all-reduced over pp). Checkpoints name every tensor, so any pp loads any other.
+//
+// Layout: world = tp · dp · pp ranks (mpirun), the library's mesh and process groups (parallel::ProcessGroups,
+// order "tp-cp-ep-dp-pp": rank = (pp_rank · dp + dp_rank) · tp + tp_rank, tp ranks adjacent); the vision tower and
+// MoE experts are replicated (vision tp 1, etp 1). Rank 0 writes the logs; every rank writes its checkpoint shard. The optimizer
 // state in checkpoints is per parameter in both modes (ZeRO-1 gathers it), so parallel.zero1 may change on resume. Resume: the latest committed checkpoint in checkpoint.dir is loaded
 // (parameters, m, v, step, each rank's data-source state), so 2N steps equal N steps, a resume and N more, bit for
 // bit (same layout, CPU, fixed thread count).
@@ -29,9 +35,11 @@
 
 #include "batch_io.hpp"
 #include "model.hpp"
+#include "pipeline_runner.hpp"
 #include "train_config.hpp"
 #include "vlpar/comm/communicator.hpp"
 #include "vlpar/io/checkpoint.hpp"
+#include "vlpar/obs/metrics_line.hpp"
 #include "vlpar/parallel/distributed_optimizer.hpp"
 #include "vlpar/parallel/process_groups.hpp"
 
@@ -86,6 +94,13 @@ class FileBatchSource : public BatchSource {
   int64_t position_ = 0;            // micro-batches handed out
 };
 
+/// This rank's data-parallel rank and the dp size under the config's layout (every tp and pp rank of a data
+/// replica reads the same micro-batches): for building the BatchSource before the Trainer.
+struct DataRank {
+  int rank = 0, size = 1;
+};
+Result<DataRank> data_rank_of(const TrainConfig& cfg, int world_rank, int world_size);
+
 /// What a finished run reports.
 struct TrainSummary {
   int64_t first_step = 0;          // 0, or the step resumed from
@@ -99,7 +114,7 @@ struct TrainSummary {
 
 class Trainer {
  public:
-  /// @param world  all ranks (null or size 1: one process); tp from the config, dp = world / tp
+  /// @param world  all ranks (null or size 1: one process); tp and pp from the config, dp = world / (tp · pp)
   /// @param source micro-batch source of this rank (null: built from config.data — the data pipeline)
   static Result<std::unique_ptr<Trainer>> create(const TrainConfig& cfg, vlpar::comm::Communicator* world,
                                                  std::unique_ptr<BatchSource> source);
@@ -121,6 +136,17 @@ class Trainer {
   std::vector<vlpar::io::CheckpointTensor> checkpoint_tensors(const vlpar::parallel::OptimizerState& optim);
   vlpar::comm::Communicator* dp_comm() const { return dp_size_ > 1 ? &groups_->dp() : nullptr; }
   Result<double> measure_peak_gflops();
+  /// What step 2 (forward and backward over the step's micro-batches) leaves for the rest of the step.
+  struct MicroResult {
+    double loss_sum[3] = {0, 0, 0};  // Σ w·loss, Σ w·aux·coef, non-finite flag
+    std::string bad;                 // why the step must be skipped ("" = fine)
+  };
+  Result<MicroResult> forward_backward(const std::vector<MicroBatch>& micro, const std::vector<int64_t>& counts,
+                                       double global_count);
+  Result<MicroResult> forward_backward_pipelined(const std::vector<MicroBatch>& micro,
+                                                 const std::vector<int64_t>& counts, double global_count);
+  Status pipeline_metrics(std::vector<vlpar::obs::NamedScalar>& extra);
+  bool pipelined() const { return pipe_ != nullptr; }
 
   struct Logs;  // metrics writers (trainer.cpp)
 
@@ -128,12 +154,13 @@ class Trainer {
   vlpar::comm::Communicator* world_ = nullptr;
   std::unique_ptr<vlpar::comm::Communicator> own_world_;  // a SingleCommunicator when run without MPI
   std::unique_ptr<vlpar::parallel::ProcessGroups> groups_;
-  int tp_rank_ = 0, dp_rank_ = 0, dp_size_ = 1;
+  int tp_rank_ = 0, dp_rank_ = 0, dp_size_ = 1, pp_size_ = 1;
   Allocator alloc_;
   Context ctx_;
   std::unique_ptr<Model> model_;
   std::unique_ptr<vlpar::parallel::DistributedOptimizer> optim_;
   std::vector<size_t> optim_slot_;   // registry index → optimizer parameter (SIZE_MAX: frozen)
+  std::unique_ptr<PipelineRunner> pipe_;  // null without pipeline parallelism
   std::unique_ptr<BatchSource> source_;
   std::unique_ptr<Logs> logs_;
   int64_t step_ = 0;

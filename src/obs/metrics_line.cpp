@@ -102,11 +102,12 @@ bool color_allowed(bool is_tty, const char* no_color_env) {
 bool stdout_color_allowed() { return color_allowed(::isatty(STDOUT_FILENO) == 1, std::getenv("NO_COLOR")); }
 
 void fill_throughput(MetricsLine& m, const StepWork& w) {
-  if (!(w.seconds > 0.0)) return;
+  if (!(w.seconds > 0.0) || w.devices < 1) return;
   m.step_time_s = w.seconds;
-  m.tokens_per_s = static_cast<double>(w.real_tokens) / w.seconds;
-  m.images_per_s = static_cast<double>(w.images) / w.seconds;
-  m.tflops = w.flops / w.seconds / 1e12;
+  const double per_device_s = w.seconds * double(w.devices);
+  m.tokens_per_s = static_cast<double>(w.real_tokens) / per_device_s;
+  m.images_per_s = static_cast<double>(w.images) / per_device_s;
+  m.tflops = w.flops / per_device_s / 1e12;
   if (w.peak_tflops && *w.peak_tflops > 0.0) m.mfu_pct = 100.0 * *m.tflops / *w.peak_tflops;
 }
 

@@ -48,6 +48,7 @@ Result<DistributedOptimizer> DistributedOptimizer::create(const Context& ctx, co
   DistributedOptimizer o;
   o.cfg_ = cfg;
   o.alloc_ = &alloc;
+  o.stages_ = groups.stages;
   for (size_t i = 0; i < params.size(); ++i) VLPAR_RETURN_IF_ERROR(check_param(i, params[i], cfg));
   o.params_ = std::move(params);
   o.slot_.resize(o.params_.size());
@@ -237,6 +238,11 @@ Result<StepReport> DistributedOptimizer::step(const Context& ctx, double lr) {
   for (const Group& g : groups_) {
     VLPAR_ASSIGN_OR_RETURN(const double group_sq, group_sum_of_squares(ctx, g));
     sq += group_sq;
+  }
+  // Pipeline stages hold disjoint layers: their totals add (every rank of the pp group calls this, even one that
+  // trains nothing, so that the collective matches).
+  if (stages_ != nullptr && stages_->size() > 1) {
+    VLPAR_RETURN_IF_ERROR(stages_->all_reduce(TensorView(&sq, DType::kF64, Shape{1}), comm::ReduceOp::kSum));
   }
   StepReport r;
   r.grad_norm = std::sqrt(sq);

@@ -7,6 +7,8 @@
 //   - clipping: the norm is a fixed-order fp64 sum, equal to the plain one within a few fp64 ulps;
 //   - checkpoint state is the same per-parameter m and v in both modes: ZeRO state loads into a replicated
 //     optimizer and back, and the runs continue bit for bit;
+//   - pipeline stages (OptimizerGroups::stages): ranks holding different parameters (one stage also a vision
+//     group the other lacks) clip by the norm over every stage's parameters;
 //   - bad input is a named error; optim_params_from_registry skips frozen parameters and weights replicated ones.
 // Run: ctest --preset cpu -R distributed_optimizer   (or: mpirun -np 2 ./build/cpu/tests/test_distributed_optimizer)
 #include <gtest/gtest.h>
@@ -339,6 +341,69 @@ void two_replica_groups(bool zero1) {
 }
 TEST(ReplicaGroups, ExpertsReduceOverTheirOwnReplicasReplicated) { two_replica_groups(false); }
 TEST(ReplicaGroups, ExpertsReduceOverTheirOwnReplicasZero1) { two_replica_groups(true); }
+
+// Two pipeline stages (stage = rank / (world / 2); dp = the ranks of a stage, pp = the ranks with the same
+// position in their stage): stage 0 holds p0, p1 and p3 as a vision parameter, stage 1 only p2. The clipping norm
+// is the one over every stage's parameters (each counted once), so every stage clips by the same factor.
+TEST(PipelineStages, NormSumsOverStagesHoldingDifferentParameters) {
+  auto world = world_comm("world");
+  ASSERT_TRUE(world);
+  const int rank = world->rank(), half = world->size() / 2, stage = rank / half;
+  auto dp_or = world->split(stage, rank, test_options("dp"));
+  auto pp_or = world->split(rank % half, rank, test_options("pp"));
+  ASSERT_TRUE(dp_or.ok() && pp_or.ok());
+  std::unique_ptr<comm::Communicator> dp = std::move(dp_or).value(), pp = std::move(pp_or).value();
+  parallel::OptimizerGroups groups = parallel::OptimizerGroups::uniform(dp->size() > 1 ? dp.get() : nullptr, nullptr);
+  groups.stages = pp.get();
+  Allocator alloc;
+  const Context ctx = test_ctx(1);
+  Model mine(alloc, 5), plain(alloc, 5);
+  const auto on_stage = [](size_t i) { return i == 2 ? 1 : 0; };
+  std::vector<parallel::OptimParam> params = mine.params();
+  std::vector<parallel::OptimParam> held;
+  std::vector<size_t> held_index;
+  for (size_t i = 0; i < params.size(); ++i) {
+    if (on_stage(i) != stage) continue;
+    if (i == 3) params[i].replica = nn::ReplicaGroup::kVision;
+    held.push_back(params[i]);
+    held_index.push_back(i);
+  }
+  const parallel::OptimizerConfig cfg = config(false, 40, 0.05);
+  auto opt = parallel::DistributedOptimizer::create(ctx, groups, held, cfg, alloc);
+  ASSERT_TRUE(opt.ok()) << opt.status().to_string();
+  std::vector<Tensor> m, v;
+  for (const Shape& s : kShapes) {
+    m.push_back(Tensor::zeros(alloc, s, DType::kF32).value());
+    v.push_back(Tensor::zeros(alloc, s, DType::kF32).value());
+  }
+  for (int64_t t = 1; t <= 3; ++t) {
+    mine.fill_grads(rank % half, t);
+    plain.fill_grads(rank % half, t);
+    // Plain: every parameter's dp-mean gradient on every rank, one norm over all of them.
+    double sq = 0;
+    for (Tensor& g : plain.g) {
+      ASSERT_TRUE(dp->all_reduce(g, comm::ReduceOp::kSum).ok());
+      ASSERT_TRUE(scale_(ctx, g, 1.0f / float(dp->size())).ok());
+      for (int64_t k = 0; k < g.numel(); ++k) sq += double(g.ptr<float>()[k]) * g.ptr<float>()[k];
+    }
+    const double want = std::sqrt(sq);
+    ASSERT_GT(want, cfg.max_grad_norm);  // clipping is active
+    auto r = opt->step(ctx, 1e-2);
+    ASSERT_TRUE(r.ok()) << r.status().to_string();
+    EXPECT_NEAR(r->grad_norm, want, 1e-14 * want) << "stage " << stage << ", step " << t;
+    for (size_t i : held_index) {
+      ASSERT_TRUE(scale_(ctx, plain.g[i], float(cfg.max_grad_norm / (want + 1e-6))).ok());
+      AdamWConfig ac = cfg.adamw;
+      if (kShapes[i].ndim < 2) ac.weight_decay = 0.f;
+      ASSERT_TRUE(adamw_step(ctx, plain.p[i], {}, plain.g[i], m[i], v[i], ac, t).ok());
+    }
+  }
+  // The clip factor and AdamW are the same on both sides; the norms differ by fp64 ulps, so the factors by f32 ulps.
+  for (size_t i : held_index) {
+    const std::vector<double> w = to_f64(plain.p[i]), x = to_f64(mine.p[i]);
+    for (size_t k = 0; k < w.size(); ++k) EXPECT_NEAR(x[k], w[k], 1e-6 * (1 + std::abs(w[k]))) << "p" << i;
+  }
+}
 
 }  // namespace
 }  // namespace vlpar::test

@@ -4,7 +4,8 @@
 // equal to the single-process reference (each stage runs its backwards in micro-batch order, as the reference
 // does), the allocator's peak within the bound derived from the simulator's in-flight stashes, nothing left
 // allocated after a step; and a peer that never runs its part is reported by the watchdog naming the rank, the
-// action and the pending receive.
+// action and the pending receive. Tied parameters: sum_tied_gradient leaves the first + second copies' sum in both,
+// bitwise equal, and a rank without a copy gets a named error.
 // Run: ctest --preset emu -R test_pipeline_ranks   (mpirun -np 2 and -np 4)
 #include <gtest/gtest.h>
 
@@ -14,7 +15,9 @@
 
 #include "mpi/mpi_test_util.hpp"
 #include "pipeline_toy.hpp"
+#include "test_util.hpp"
 #include "vlpar/parallel/pipeline_engine.hpp"
+#include "vlpar/parallel/pipeline_tied.hpp"
 
 namespace vlpar::test {
 namespace {
@@ -112,6 +115,41 @@ TEST(PipelineEngineRanks, DeadPeerIsNamedByTheWatchdog) {
     EXPECT_NE(s.message().find("timed out after 800 ms"), std::string::npos) << s.message();
   }
   ASSERT_TRUE(world->barrier().ok());
+}
+
+/// The first and the last pipeline rank hold copies of a tied gradient (odd size, values of every magnitude): both
+/// end with the f32 sum first + second, bitwise; a rank in between is told it holds no copy.
+TEST(PipelineTied, BothCopiesHoldTheSameSumBitwise) {
+  auto pp = world_comm("pp");
+  ASSERT_NE(pp, nullptr);
+  const int first = 0, second = pp->size() - 1, me = pp->rank();
+  Allocator alloc;
+  Context ctx;
+  ctx.allocator = &alloc;
+  const Shape shape{37, 3};
+  const Tensor a = random_tensor(alloc, shape, DType::kF32, 11, -1e3f, 1e3f);
+  const Tensor b = random_tensor(alloc, shape, DType::kF32, 12, -1e-3f, 1e-3f);
+  Tensor mine = random_tensor(alloc, shape, DType::kF32, me == first ? 11 : 12, me == first ? -1e3f : -1e-3f,
+                              me == first ? 1e3f : 1e-3f);
+  const Status s = pipeline::sum_tied_gradient(ctx, *pp, mine, first, second);
+  if (me != first && me != second) {
+    EXPECT_NE(s.message().find("pipeline rank " + std::to_string(me) + " holds no copy"), std::string::npos)
+        << s.to_string();
+    return;
+  }
+  ASSERT_TRUE(s.ok()) << s.to_string();
+  for (int64_t k = 0; k < mine.numel(); ++k) {
+    const float want = a.ptr<float>()[k] + b.ptr<float>()[k];
+    ASSERT_EQ(std::memcmp(&mine.ptr<float>()[k], &want, sizeof want), 0) << "element " << k;
+  }
+  // Both copies are the same bits (each rank sends its result to the other and compares).
+  Tensor other = Tensor::empty(alloc, shape, DType::kF32).value();
+  const int peer = me == first ? second : first;
+  auto recv = pp->irecv(other, peer, 1);
+  auto send = pp->isend(mine, peer, 1);
+  ASSERT_TRUE(recv.ok() && send.ok());
+  ASSERT_TRUE(send.value()->wait().ok() && recv.value()->wait().ok());
+  EXPECT_EQ(std::memcmp(other.view().data, mine.view().data, size_t(mine.view().nbytes())), 0);
 }
 
 }  // namespace

@@ -151,6 +151,17 @@ TEST(MetricsLine, ScalarsOrderAndThroughput) {
   w.peak_tflops.reset();
   fill_throughput(none, w);
   EXPECT_FALSE(none.mfu_pct.has_value());
+  // Four devices (tp 2 × pp 2) shared the step: each did a quarter.
+  w.peak_tflops = 4.0;
+  w.devices = 4;
+  MetricsLine shared;
+  fill_throughput(shared, w);
+  EXPECT_DOUBLE_EQ(*shared.tokens_per_s, 500.0);
+  EXPECT_DOUBLE_EQ(*shared.images_per_s, 1.0);
+  EXPECT_DOUBLE_EQ(*shared.tflops, 0.25);
+  EXPECT_DOUBLE_EQ(*shared.mfu_pct, 6.25);
+  EXPECT_DOUBLE_EQ(*shared.step_time_s, 2.0);
+  w.devices = 1;
   w.seconds = 0.0;
   MetricsLine zero;
   fill_throughput(zero, w);

@@ -71,9 +71,12 @@ struct StepWork {
   double flops = 0.0;                   // model FLOPs of the step (forward + backward), vision + language
   double seconds = 0.0;                 // step wall time
   std::optional<double> peak_tflops;    // the device's peak dense TFLOP/s; no MFU without it
+  int devices = 1;                      // devices that shared the counts above (the tp · pp ranks of one data
+                                        // replica): every rate is divided by it
 };
 
-/// @brief Sets tokens_per_s, images_per_s, tflops, mfu_pct and step_time_s from `w` (left unset when seconds <= 0).
+/// @brief Sets tokens_per_s, images_per_s, tflops (per device: ÷ w.devices), mfu_pct and step_time_s from `w`
+/// (left unset when seconds <= 0 or devices < 1).
 void fill_throughput(MetricsLine& m, const StepWork& w);
 
 }  // namespace vlpar::obs

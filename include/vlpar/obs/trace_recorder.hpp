@@ -38,6 +38,7 @@ inline constexpr std::string_view kLoss = "loss";
 inline constexpr std::string_view kOptimizer = "optimizer";
 inline constexpr std::string_view kCommunication = "communication";
 inline constexpr std::string_view kCheckpoint = "checkpoint";
+inline constexpr std::string_view kPipeline = "pipeline";  // pipeline actions (F/B of a stage), their waits
 }  // namespace trace_cat
 
 class TraceRecorder;

@@ -12,8 +12,8 @@
 // each group has its own buckets over its own replicas communicator (and its own ZeRO-1 shards), so expert weights
 // reduce over expert-dp and the vision tower over vision-dp while dense weights reduce over dp.
 // The gradient norm: per group, Σ norm_weight · Σg² per parameter (or per slice), summed over the group's replicas
-// (ZeRO) and over its norm groups (tp; etp and ep for experts); the groups' sums are added, so every element of the
-// model counts once. A non-finite norm skips the update (the caller counts consecutive skips); max_grad_norm > 0
+// (ZeRO) and over its norm groups (tp; etp and ep for experts); the groups' sums are added, then summed over the
+// pipeline stages (OptimizerGroups::stages), so every element of the model counts once. A non-finite norm skips the update (the caller counts consecutive skips); max_grad_norm > 0
 // clips to it.
 //
 // Use: params in the order the backward finishes them (optim_params_from_registry(reg, model order, groups));
@@ -127,6 +127,7 @@ class DistributedOptimizer {
   OptimizerConfig cfg_;
   Allocator* alloc_ = nullptr;
   std::vector<Group> groups_;                    // the replica groups that have parameters, in enum order
+  comm::Communicator* stages_ = nullptr;         // OptimizerGroups::stages
   std::vector<std::pair<size_t, size_t>> slot_;  // parameter → (its group in groups_, its index in members)
   std::vector<Tensor> m_, v_;                    // replicated mode: per parameter
   std::vector<int64_t> bucket_offset_;           // ZeRO: element offset of each parameter in its bucket's buffer

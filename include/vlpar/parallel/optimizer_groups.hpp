@@ -9,7 +9,10 @@
 // From a mesh (from()): dense = dp_cp / {tp}, expert = edp / {etp, ep}, vision = vision_dp / {vision_tp}; with
 // the default layout (ep 1, etp = tp, vision tp = tp) all three reduce over the same ranks as the dense group.
 // A group's collectives run on a rank only when it holds parameters of that group, so every rank of the group's
-// communicators must hold some (true of a model: every rank builds the same layers).
+// communicators must hold some (true of a model: every rank of a pipeline stage builds the same layers).
+// Pipeline stages hold different layers (and only stage 0 the vision tower), so they are no norm group of any one
+// replica group: `stages` (the pp group) sums the total over every group once, after the groups' sums are added;
+// every rank of it takes part whatever groups it holds.
 // Tests: tests/mpi/test_distributed_optimizer.cpp (ReplicaGroups.*: two groups over different communicators).
 #include <array>
 #include <vector>
@@ -36,14 +39,16 @@ struct ReplicaComms {
 
 struct OptimizerGroups {
   std::array<ReplicaComms, nn::kNumReplicaGroups> by_group{};
+  comm::Communicator* stages = nullptr;  // pipeline stages: Σg² summed over it last (null or size 1: none)
 
   ReplicaComms& operator[](nn::ReplicaGroup g) { return by_group[size_t(g)]; }
   const ReplicaComms& operator[](nn::ReplicaGroup g) const { return by_group[size_t(g)]; }
 
   /// @brief Each group over its replica_axis() with its piece_axes() as norm groups (placement.hpp): dense =
-  /// dp_cp / {tp}, expert = edp / {etp, ep}, vision = vision_dp / {vision_tp}.
+  /// dp_cp / {tp}, expert = edp / {etp, ep}, vision = vision_dp / {vision_tp}; stages = pp.
   static OptimizerGroups from(const ProcessGroups& pg) {
     OptimizerGroups g;
+    g.stages = &pg.pp();
     for (size_t k = 0; k < nn::kNumReplicaGroups; ++k) {
       const auto group = nn::ReplicaGroup(k);
       g[group].replicas = &pg.get(replica_axis(group));

@@ -1,0 +1,146 @@
+// The trainer's pipeline-parallel step. See pipeline_runner.hpp.
+#include "pipeline_runner.hpp"
+
+#include <fmt/format.h>
+
+#include <algorithm>
+
+#include "flops.hpp"
+#include "vlpar/parallel/pipeline_split.hpp"
+#include "vlpar/parallel/pipeline_tied.hpp"
+
+namespace qwen3vl {
+namespace {
+
+namespace pipeline = vlpar::pipeline;
+constexpr const char* kEmbed = "model.language_model.embed_tokens.weight";
+
+// Forward FLOPs per stage part of a representative micro-batch (see the header): T tokens, half of them image
+// tokens of m² patches each (at most the patch budget), images of max_pixels, attention over the whole pack.
+pipeline::SplitCosts split_costs(const TrainConfig& cfg, const Config& c) {
+  const double T = double(cfg.data.loader.packing.max_tokens);
+  const double m2 = double(c.vision.merge) * double(c.vision.merge);
+  const double patches = std::min(0.5 * T * m2, double(std::max<int64_t>(cfg.data.loader.packing.max_patches, 0)));
+  const double seg = double(cfg.data.max_pixels) / (double(c.vision.patch) * double(c.vision.patch));
+  pipeline::SplitCosts costs;
+  const double attn = 4.0 * double(c.text.heads) * double(c.text.head_dim) * T;  // per token per layer
+  for (int l = 0; l < c.text.layers; ++l)
+    costs.layer.push_back(T * (2.0 * double(text_layer_active_params(c, l)) + attn));
+  costs.first = patches * vision_fwd_flops_per_patch(c).at(std::min(seg, std::max(patches, 1.0)));
+  costs.last = T * 2.0 * double(c.text.hidden) * double(c.text.vocab);
+  costs.vision = true;
+  costs.min_first_layers = std::min(c.text.layers, int(c.vision.deepstack_indexes.size()));
+  return costs;
+}
+
+}  // namespace
+
+std::string PipelinePlan::describe(std::string_view schedule) const {
+  std::vector<std::string> shares;
+  for (double s : stage_share) shares.push_back(fmt::format("{:.0f}%", 100.0 * s));
+  return fmt::format("{} over {} ranks, {} stages, layout '{}', cost-model shares {}", schedule, lowered.num_ranks(),
+                     layout.num_stages(), layout.to_string(), fmt::join(shares, " | "));
+}
+
+Result<PipelinePlan> plan_pipeline(const TrainConfig& cfg, const Config& model, int pp, int pp_rank) {
+  const int vpp = cfg.parallel.vpp, S = pp * vpp;
+  VLPAR_CHECK(pp_rank >= 0 && pp_rank < pp, "plan_pipeline: pipeline rank {} of {}", pp_rank, pp);
+  PipelinePlan plan;
+  VLPAR_ASSIGN_OR_RETURN(pipeline::Schedule sched,
+                         pipeline::generate(cfg.parallel.schedule, pp, cfg.training.grad_accum, vpp));
+  VLPAR_ASSIGN_OR_RETURN(plan.lowered, pipeline::lower(sched));
+  VLPAR_CHECK(plan.lowered.num_stages() == S, "parallel.schedule '{}' made {} stages, expected pp · vpp = {}",
+              cfg.parallel.schedule, plan.lowered.num_stages(), S);
+  const pipeline::SplitCosts costs = split_costs(cfg, model);
+  pipeline::SplitPlan split;
+  if (!cfg.parallel.pipeline_layout.empty()) {
+    Result<pipeline::Layout> l = pipeline::parse_layout(cfg.parallel.pipeline_layout, model.text.layers);
+    VLPAR_CHECK(l.ok(), "parallel.pipeline_layout: {}", l.status().message());
+    VLPAR_CHECK(l.value().num_stages() == S, "parallel.pipeline_layout '{}' has {} stages, but pp · vpp = {}",
+                cfg.parallel.pipeline_layout, l.value().num_stages(), S);
+    VLPAR_ASSIGN_OR_RETURN(split, pipeline::evaluate_layout(costs, l.value()));
+  } else {
+    Result<pipeline::SplitPlan> b = pipeline::balanced_layout(costs, S);
+    VLPAR_CHECK(b.ok(), "no pipeline layer split of {} decoder layers over pp · vpp = {} stages: {}",
+                model.text.layers, S, b.status().message());
+    split = std::move(b).value();
+  }
+  plan.layout = split.layout;
+  double total = 0;
+  for (double c : split.stage_cost) total += c;
+  for (double c : split.stage_cost) plan.stage_share.push_back(total > 0 ? c / total : 0.0);
+  for (int s = 0; s < S; ++s)
+    if (plan.lowered.stage_rank[size_t(s)] == pp_rank) plan.stages.push_back(s);
+  plan.part = PipelineStage::part_for(plan.layout, plan.stages);
+  plan.first_rank = plan.lowered.stage_rank.front();
+  plan.last_rank = plan.lowered.stage_rank.back();
+  return plan;
+}
+
+Result<std::unique_ptr<PipelineRunner>> PipelineRunner::create(PipelinePlan plan, const Model& model,
+                                                               vlpar::comm::Communicator& pp) {
+  auto r = std::unique_ptr<PipelineRunner>(new PipelineRunner(std::move(plan), pp));
+  r->stages_.reserve(r->plan_.stages.size());
+  std::vector<std::pair<int, PipelineStage*>> args;
+  for (int s : r->plan_.stages) {
+    VLPAR_ASSIGN_OR_RETURN(PipelineStage st, PipelineStage::create(model, r->plan_.layout, s));
+    r->stages_.push_back(std::move(st));
+    args.push_back({s, &r->stages_.back()});
+  }
+  VLPAR_ASSIGN_OR_RETURN(pipeline::Engine<PipelineStage> e,
+                         pipeline::Engine<PipelineStage>::create(r->plan_.lowered, args, pp));
+  r->engine_.emplace(std::move(e));
+  return r;
+}
+
+Status PipelineRunner::step(const Context& ctx, std::vector<Batch> micro, std::vector<double> weights) {
+  for (PipelineStage& st : stages_) VLPAR_RETURN_IF_ERROR(st.set_step(micro, weights));
+  return engine_->step(ctx);
+}
+
+const std::vector<StepLoss>* PipelineRunner::losses() const {
+  for (const PipelineStage& st : stages_)
+    if (st.stage() == plan_.layout.num_stages() - 1) return &st.losses();
+  return nullptr;
+}
+
+bool PipelineRunner::holds_tied_copy(const Model& model) const {
+  return model.config().text.tie_word_embeddings && plan_.first_rank != plan_.last_rank &&
+         (pp_->rank() == plan_.first_rank || pp_->rank() == plan_.last_rank);
+}
+
+bool PipelineRunner::is_second_tied_copy(const Model& model) const {
+  return holds_tied_copy(model) && pp_->rank() == plan_.last_rank;
+}
+
+Status PipelineRunner::sum_tied_gradient(const Context& ctx, Model& model) {
+  if (!holds_tied_copy(model)) return Status::Ok();
+  const vlpar::nn::ParamRegistry& reg = model.registry();
+  const std::optional<size_t> i = reg.find(kEmbed);
+  VLPAR_CHECK(i.has_value(), "pipeline rank {} should hold a copy of the tied {}", pp_->rank(), kEmbed);
+  if (reg.entry(*i).frozen) return Status::Ok();  // frozen on both ranks alike (one config)
+  const int a = std::min(plan_.first_rank, plan_.last_rank), b = std::max(plan_.first_rank, plan_.last_rank);
+  return vlpar::pipeline::sum_tied_gradient(ctx, *pp_, reg.grad(*i), a, b);
+}
+
+PipelineRunner::Times PipelineRunner::times() const {
+  Times t;
+  for (const pipeline::ActionTiming& a : engine_->timings()) {
+    if (pipeline::is_compute(a.action.kind)) t.compute_s += a.end - a.start - a.wait;
+    t.wait_s += a.wait;
+    t.span_s = std::max(t.span_s, a.end);
+  }
+  return t;
+}
+
+void PipelineRunner::record_trace(vlpar::obs::TraceRecorder& trace, int64_t step_start_ns) const {
+  for (const pipeline::ActionTiming& a : engine_->timings()) {
+    if (!pipeline::is_compute(a.action.kind)) continue;
+    const int64_t start = step_start_ns + int64_t(a.start * 1e9), dur = int64_t((a.end - a.start) * 1e9);
+    trace.record_complete(vlpar::obs::trace_cat::kPipeline, pipeline::to_string(a.action), start, dur);
+    if (a.wait > 0)
+      trace.record_complete(vlpar::obs::trace_cat::kPipeline, "wait", start, int64_t(a.wait * 1e9));
+  }
+}
+
+}  // namespace qwen3vl

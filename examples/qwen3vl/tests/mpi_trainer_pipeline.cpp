@@ -1,0 +1,243 @@
+// The trainer with pipeline parallelism (parallel.pp = world, pipeline_runner.hpp) under mpirun -np 2 and 4, on the
+// fixture models with 2·np + 1 decoder layers (stage 0 keeps the two deepstack layers), the two fixture packs
+// cycled as 4 micro-batches of unequal size per step:
+//   - without clipping, every step's loss and every parameter after training equal a one-process run's bit for bit
+//     (each stage's gradients are the one-process ones bitwise, AdamW is elementwise; only the gradient norm is
+//     summed in another order: within 1e-12 relative), for 1F1B and interleaved (vpp 2) on the dense model and
+//     1F1B on the MoE model (its router statistics cross the stages);
+//   - a tied embedding (held by the first and the last stage) trains with clipping: the two copies stay bitwise
+//     identical and the losses follow the one-process run within 1e-5 relative (the tied gradient and the norm
+//     are sums in another order);
+//   - a checkpoint written at PP=2 resumes at PP=1 (and at np 4 at PP=4): the continued steps equal an
+//     uninterrupted one-process run bit for bit;
+//   - the metrics line carries pp_bubble_pct; a layout string with the wrong stage count is a named error.
+#include <gtest/gtest.h>
+
+#include <nlohmann/json.hpp>
+#include <unistd.h>
+
+#include <cmath>
+#include <cstring>
+#include <filesystem>
+#include <fstream>
+
+#include "model_test_util.hpp"
+#include "mpi/mpi_test_util.hpp"
+#include "trainer.hpp"
+
+namespace qwen3vl {
+namespace {
+
+namespace fs = std::filesystem;
+using vlpar::comm::Communicator;
+
+/// A scratch directory shared by the ranks (rank 0's pid), removed at the end.
+struct SharedDir {
+  std::string path;
+  Communicator* world;
+  explicit SharedDir(Communicator& w, const std::string& what) : world(&w) {
+    int64_t pid = ::getpid();
+    EXPECT_TRUE(w.broadcast(TensorView(&pid, vlpar::DType::kI64, vlpar::Shape{1}), 0).ok());
+    path = (fs::temp_directory_path() / ("vlpar_pp_" + what + "_" + std::to_string(pid))).string();
+    if (w.rank() == 0) {
+      fs::remove_all(path);
+      fs::create_directories(path);
+    }
+    EXPECT_TRUE(w.barrier().ok());
+  }
+  ~SharedDir() {
+    (void)world->barrier();
+    if (world->rank() == 0) fs::remove_all(path);
+  }
+};
+
+/// The fixture's config.json with `layers` decoder layers (and tied embeddings when asked), written by rank 0 to
+/// the shared dir; every rank gets its path after a barrier.
+std::string write_config(Communicator& world, const std::string& fixture, const std::string& dir, int layers,
+                         bool tied) {
+  const std::string path = dir + "/" + fixture + (tied ? "_tied" : "") + ".json";
+  if (world.rank() == 0) {
+    std::ifstream in(test::fixture(fixture) + "/config.json");
+    nlohmann::json j = nlohmann::json::parse(in);
+    j["text_config"]["num_hidden_layers"] = layers;
+    j["text_config"]["tie_word_embeddings"] = tied;
+    j["tie_word_embeddings"] = tied;
+    std::ofstream(path) << j.dump();
+  }
+  EXPECT_TRUE(world.barrier().ok());
+  return path;
+}
+
+TrainConfig config(const std::string& model_json, const std::string& dir, int steps,
+                   std::vector<std::string> extra) {
+  extra.push_back("--model.config_json=" + model_json);
+  extra.push_back("--training.grad_accum=4");
+  return test::mpi_trainer_config(dir, 1, steps, extra);
+}
+
+Result<std::unique_ptr<Trainer>> make(const TrainConfig& c, Communicator* world) {
+  VLPAR_ASSIGN_OR_RETURN(auto src, FileBatchSource::create({test::fixture("dense") + "/batch.safetensors",
+                                                            test::fixture("moe") + "/batch.safetensors"},
+                                                           test::fixture_mrope_desc(), 0, 1));
+  return Trainer::create(c, world, std::move(src));
+}
+
+/// Trains `c` over `world` (null: one process); the summary, or a failed test.
+TrainSummary train(const TrainConfig& c, Communicator* world, std::unique_ptr<Trainer>* keep = nullptr) {
+  auto t = make(c, world);
+  EXPECT_TRUE(t.ok()) << t.status().message();
+  if (!t.ok()) return {};
+  Result<TrainSummary> r = t.value()->run();
+  EXPECT_TRUE(r.ok()) << r.status().message();
+  if (keep) *keep = std::move(t).value();
+  return r.ok() ? r.value() : TrainSummary{};
+}
+
+/// Every parameter this rank holds equals the one-process model's of the same name, bit for bit.
+void expect_same_parameters(const Model& mine, const Model& ref) {
+  const nn::ParamRegistry& reg = mine.registry();
+  for (size_t i = 0; i < reg.size(); ++i) {
+    const auto w = ref.registry().find(reg.name(i));
+    ASSERT_TRUE(w.has_value()) << reg.name(i);
+    const TensorView a = reg.value(i), b = ref.registry().value(*w);
+    EXPECT_EQ(std::memcmp(a.data, b.data, size_t(a.nbytes())), 0) << reg.name(i) << " differs from one process";
+  }
+}
+
+void check_matches_one_process(const std::string& fixture, const std::vector<std::string>& schedule) {
+  auto world = vlpar::test::world_comm("world");
+  ASSERT_TRUE(world);
+  const int P = world->size();
+  SharedDir dir(*world, fixture);
+  const std::string json = write_config(*world, fixture, dir.path, 2 * P + 1, false);
+  std::vector<std::string> common = {"--training.max_grad_norm=0"};
+  // One process (every rank runs it, in its own directory).
+  const std::string own = dir.path + "/r" + std::to_string(world->rank());
+  std::unique_ptr<Trainer> ref;
+  const TrainSummary one = train(config(json, own, 3, common), nullptr, &ref);
+  // The pipeline over every rank.
+  std::vector<std::string> pp = common;
+  pp.push_back("--parallel.pp=" + std::to_string(P));
+  pp.insert(pp.end(), schedule.begin(), schedule.end());
+  std::unique_ptr<Trainer> mine;
+  const TrainSummary got = train(config(json, dir.path + "/pp", 3, pp), world.get(), &mine);
+  ASSERT_EQ(got.losses.size(), 3u);
+  ASSERT_EQ(one.losses.size(), 3u);
+  for (size_t s = 0; s < 3; ++s) {
+    EXPECT_EQ(got.losses[s], one.losses[s]) << "step " << s + 1;
+    EXPECT_NEAR(got.grad_norms[s], one.grad_norms[s], 1e-12 * one.grad_norms[s]) << "step " << s + 1;
+  }
+  expect_same_parameters(mine->model(), ref->model());
+  // The metrics line of the pipeline run has the bubble.
+  if (world->rank() == 0) {
+    std::ifstream in(dir.path + "/pp/metrics.jsonl");
+    std::string line;
+    ASSERT_TRUE(std::getline(in, line));
+    const nlohmann::json m = nlohmann::json::parse(line);
+    ASSERT_TRUE(m.contains("pp_bubble_pct")) << line;
+    EXPECT_GE(m["pp_bubble_pct"].get<double>(), 0.0);
+    EXPECT_LT(m["pp_bubble_pct"].get<double>(), 100.0);
+  }
+}
+
+TEST(TrainerPipeline, Dense1F1BEqualsOneProcessBitwise) { check_matches_one_process("dense", {}); }
+TEST(TrainerPipeline, DenseInterleavedEqualsOneProcessBitwise) {
+  check_matches_one_process("dense", {"--parallel.vpp=2", "--parallel.schedule=interleaved"});
+}
+TEST(TrainerPipeline, Moe1F1BEqualsOneProcessBitwise) { check_matches_one_process("moe", {}); }
+
+TEST(TrainerPipeline, TiedEmbeddingCopiesStayIdentical) {
+  auto world = vlpar::test::world_comm("world");
+  ASSERT_TRUE(world);
+  const int P = world->size(), rank = world->rank();
+  SharedDir dir(*world, "tied");
+  const std::string json = write_config(*world, "dense", dir.path, 2 * P + 1, true);
+  const TrainSummary one = train(config(json, dir.path + "/r" + std::to_string(rank), 3, {}), nullptr);
+  std::unique_ptr<Trainer> mine;
+  const TrainSummary got =
+      train(config(json, dir.path + "/pp", 3, {"--parallel.pp=" + std::to_string(P)}), world.get(), &mine);
+  ASSERT_EQ(got.losses.size(), 3u);
+  ASSERT_EQ(one.losses.size(), 3u);
+  EXPECT_GT(one.grad_norms[0], 1.0) << "clipping should be active (max_grad_norm 1)";
+  for (size_t s = 0; s < 3; ++s) EXPECT_NEAR(got.losses[s], one.losses[s], 1e-5 * one.losses[s]) << "step " << s + 1;
+  // The first and the last pipeline rank hold embed_tokens: the same bits.
+  const nn::ParamRegistry& reg = mine->model().registry();
+  const auto e = reg.find("model.language_model.embed_tokens.weight");
+  ASSERT_EQ(e.has_value(), rank == 0 || rank == P - 1);
+  if (!e) return;
+  const TensorView v = reg.value(*e);
+  Allocator alloc;
+  Tensor other = Tensor::empty(alloc, v.shape, vlpar::DType::kF32).value();
+  const int peer = rank == 0 ? P - 1 : 0;
+  auto recv = world->irecv(other, peer, 7);
+  auto send = world->isend(v, peer, 7);
+  ASSERT_TRUE(recv.ok() && send.ok());
+  ASSERT_TRUE(send.value()->wait().ok() && recv.value()->wait().ok());
+  EXPECT_EQ(std::memcmp(other.view().data, v.data, size_t(v.nbytes())), 0) << "the two embed_tokens copies differ";
+}
+
+/// PP=2 (ranks 0, 1) trains 2 steps and checkpoints; rank 0 resumes at PP=1 and, at np 4, all ranks at PP=4, for
+/// 2 more steps: both equal 4 uninterrupted one-process steps bit for bit.
+TEST(TrainerPipeline, CheckpointResumesAtOtherPipelineSizes) {
+  auto world = vlpar::test::world_comm("world");
+  ASSERT_TRUE(world);
+  const int P = world->size(), rank = world->rank();
+  SharedDir dir(*world, "reshard");
+  const std::string json = write_config(*world, "dense", dir.path, 2 * P + 1, false);
+  const std::vector<std::string> common = {"--training.max_grad_norm=0"};
+  const TrainSummary one = train(config(json, dir.path + "/r" + std::to_string(rank), 4, common), nullptr);
+  ASSERT_EQ(one.losses.size(), 4u);
+  auto pair = world->split(rank < 2 ? 0 : 1, rank, vlpar::test::test_options("pair"));
+  ASSERT_TRUE(pair.ok()) << pair.status().message();
+  std::vector<std::string> pp2 = common;
+  pp2.push_back("--parallel.pp=2");
+  const std::string saved = dir.path + "/pp2";
+  if (rank < 2) {
+    const TrainSummary two = train(config(json, saved, 2, pp2), pair.value().get());
+    ASSERT_EQ(two.losses.size(), 2u);
+    EXPECT_EQ(two.losses[0], one.losses[0]);
+    EXPECT_EQ(two.losses[1], one.losses[1]);
+  }
+  ASSERT_TRUE(world->barrier().ok());
+  // Copy the checkpoint so that each resumed run continues from step 2 in its own directory.
+  const auto resume_in = [&](const std::string& to) {
+    if (rank == 0) fs::copy(saved, to, fs::copy_options::recursive);
+    ASSERT_TRUE(world->barrier().ok());
+  };
+  resume_in(dir.path + "/pp1");
+  if (rank == 0) {
+    const TrainSummary r = train(config(json, dir.path + "/pp1", 4, common), nullptr);
+    EXPECT_EQ(r.first_step, 2);
+    ASSERT_EQ(r.losses.size(), 2u);
+    EXPECT_EQ(r.losses[0], one.losses[2]);
+    EXPECT_EQ(r.losses[1], one.losses[3]);
+  }
+  if (P == 4) {
+    resume_in(dir.path + "/pp4");
+    std::vector<std::string> pp4 = common;
+    pp4.push_back("--parallel.pp=4");
+    const TrainSummary r = train(config(json, dir.path + "/pp4", 4, pp4), world.get());
+    EXPECT_EQ(r.first_step, 2);
+    ASSERT_EQ(r.losses.size(), 2u);
+    EXPECT_EQ(r.losses[0], one.losses[2]);
+    EXPECT_EQ(r.losses[1], one.losses[3]);
+  }
+}
+
+TEST(TrainerPipeline, LayoutWithWrongStageCountIsNamed) {
+  auto world = vlpar::test::world_comm("world");
+  ASSERT_TRUE(world);
+  const int P = world->size();
+  SharedDir dir(*world, "layout");
+  const std::string json = write_config(*world, "dense", dir.path, 2 * P + 1, false);
+  auto t = make(config(json, dir.path, 1,
+                       {"--parallel.pp=" + std::to_string(P), "--parallel.pipeline_layout=V E t*" +
+                                                                  std::to_string(2 * P + 1) + " L"}),
+                world.get());
+  ASSERT_FALSE(t.ok());
+  EXPECT_NE(t.status().message().find("has 1 stages, but pp · vpp = " + std::to_string(P)), std::string::npos)
+      << t.status().message();
+}
+
+}  // namespace
+}  // namespace qwen3vl
