@@ -9,6 +9,7 @@
 //     optimizer and back, and the runs continue bit for bit;
 //   - pipeline stages (OptimizerGroups::stages): ranks holding different parameters (one stage also a vision
 //     group the other lacks) clip by the norm over every stage's parameters;
+//   - duplicates (ReplicaComms::duplicates): ranks that computed the same gradient from the same data count once;
 //   - bad input is a named error; optim_params_from_registry skips frozen parameters and weights replicated ones.
 // Run: ctest --preset cpu -R distributed_optimizer   (or: mpirun -np 2 ./build/cpu/tests/test_distributed_optimizer)
 #include <gtest/gtest.h>
@@ -19,6 +20,7 @@
 
 #include "mpi/mpi_test_util.hpp"
 #include "mpi/nn_equivalence.hpp"
+#include "vlpar/kernels/elementwise.hpp"
 #include "vlpar/kernels/optimizer.hpp"
 #include "vlpar/nn/param_registry.hpp"
 #include "vlpar/parallel/distributed_optimizer.hpp"
@@ -341,6 +343,51 @@ void two_replica_groups(bool zero1) {
 }
 TEST(ReplicaGroups, ExpertsReduceOverTheirOwnReplicasReplicated) { two_replica_groups(false); }
 TEST(ReplicaGroups, ExpertsReduceOverTheirOwnReplicasZero1) { two_replica_groups(true); }
+
+// Pairs of ranks {2k, 2k+1} saw the same data (as the tp ranks of a vision tower replicated under tp): with
+// duplicates = 2 the reduced gradient is the sum over the distinct data only, as plain AdamW on that sum (dyadic:
+// exact), in both modes; without, it would be twice that.
+void duplicates(bool zero1) {
+  auto world = world_comm("dp");
+  ASSERT_TRUE(world);
+  if (world->size() % 2 != 0) GTEST_SKIP() << "needs pairs of ranks";
+  parallel::OptimizerGroups groups = parallel::OptimizerGroups::uniform(world.get(), nullptr);
+  groups[nn::ReplicaGroup::kDense].duplicates = 2;
+  Allocator alloc;
+  const Context ctx = test_ctx(1);
+  Model mine(alloc, 21), plain(alloc, 21);
+  parallel::OptimizerConfig cfg = config(zero1, 40);
+  cfg.average_grads = false;
+  auto opt = parallel::DistributedOptimizer::create(ctx, groups, mine.params(), cfg, alloc);
+  ASSERT_TRUE(opt.ok()) << opt.status().to_string();
+  std::vector<Tensor> m, v;
+  for (const Shape& s : kShapes) {
+    m.push_back(Tensor::zeros(alloc, s, DType::kF32).value());
+    v.push_back(Tensor::zeros(alloc, s, DType::kF32).value());
+  }
+  const int data = world->rank() / 2, distinct = world->size() / 2;
+  for (int64_t t = 1; t <= 3; ++t) {
+    mine.fill_grads(data, t);
+    for (int d = 0; d < distinct; ++d) {  // plain: Σ over the distinct data
+      Model one(alloc, 0);
+      one.fill_grads(d, t);
+      for (size_t i = 0; i < kShapes.size(); ++i) {
+        const Status st = d == 0 ? copy_(plain.g[i], one.g[i]) : add_(ctx, plain.g[i], one.g[i]);
+        ASSERT_TRUE(st.ok()) << st.to_string();
+      }
+    }
+    for (size_t i = 0; i < kShapes.size(); ++i) {
+      AdamWConfig ac = cfg.adamw;
+      if (kShapes[i].ndim < 2) ac.weight_decay = 0.f;
+      ASSERT_TRUE(adamw_step(ctx, plain.p[i], {}, plain.g[i], m[i], v[i], ac, t).ok());
+    }
+    auto r = opt->step(ctx, 1e-2);
+    ASSERT_TRUE(r.ok()) << r.status().to_string();
+  }
+  EXPECT_TRUE(same_params(zero1 ? "duplicates, zero1" : "duplicates, replicated", mine, plain));
+}
+TEST(ReplicaGroups, DuplicatesCountOnceReplicated) { duplicates(false); }
+TEST(ReplicaGroups, DuplicatesCountOnceZero1) { duplicates(true); }
 
 // Two pipeline stages (stage = rank / (world / 2); dp = the ranks of a stage, pp = the ranks with the same
 // position in their stage): stage 0 holds p0, p1 and p3 as a vision parameter, stage 1 only p2. The clipping norm

@@ -13,6 +13,7 @@
 
 #include "vlpar/parallel/mesh.hpp"
 #include "vlpar/parallel/parallel_config.hpp"
+#include "vlpar/parallel/optimizer_groups.hpp"
 #include "vlpar/parallel/process_groups.hpp"
 
 namespace vlpar::parallel {
@@ -483,6 +484,33 @@ TEST(ProcessGroupsFake, SplitsEveryAxisWithMeshColorsAndKeys) {
   EXPECT_EQ((members[{"pp", 3}]), (std::vector<int>{3}));
   EXPECT_EQ((members[{"dp_cp", 1}]), (std::vector<int>{1, 3}));
   EXPECT_EQ((members[{"tp_cp", 1}]), (std::vector<int>{2, 3}));
+}
+
+// A vision tower and experts replicated over the language model's tp = 2 ranks (vision tp 1, etp 1, ep 1) run the
+// same data on both tp ranks: their gradient replicas count each tp pair as duplicates.
+TEST(ProcessGroupsFake, OptimizerGroupsCountNarrowerTowersAsDuplicates) {
+  const ParallelConfig cfg{.world = 4, .tp = 2, .etp = 1, .vision_tp = 1};
+  std::map<std::string, int> sizes = kTp2Dp2Sizes;
+  sizes["etp"] = 1;
+  sizes["edp"] = 4;
+  sizes["vision_tp"] = 1;
+  sizes["vision_dp"] = 4;
+  std::vector<SplitCall> log;
+  FakeComm world(1, 4, "world", &log, sizes);
+  auto pg = ProcessGroups::create(world, cfg);
+  ASSERT_TRUE(pg.ok()) << pg.status().to_string();
+  const OptimizerGroups g = OptimizerGroups::from(pg.value());
+  EXPECT_EQ(g[nn::ReplicaGroup::kDense].duplicates, 1);
+  EXPECT_EQ(g[nn::ReplicaGroup::kVision].duplicates, 2);
+  EXPECT_EQ(g[nn::ReplicaGroup::kExpert].duplicates, 2);
+  EXPECT_EQ(g[nn::ReplicaGroup::kVision].replicas->size(), 4);
+  EXPECT_EQ(g.stages, &pg.value().pp());
+  // With tp-wide towers (the default) nothing is duplicated.
+  FakeComm world2(1, 4, "world", &log, kTp2Dp2Sizes);
+  auto pg2 = ProcessGroups::create(world2, ParallelConfig{.world = 4, .tp = 2});
+  ASSERT_TRUE(pg2.ok());
+  const OptimizerGroups g2 = OptimizerGroups::from(pg2.value());
+  for (const ReplicaComms& r : g2.by_group) EXPECT_EQ(r.duplicates, 1);
 }
 
 TEST(ProcessGroupsFake, RefusesInvalidConfigWrongWorldAndAMismatchedBackend) {

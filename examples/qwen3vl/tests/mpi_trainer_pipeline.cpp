@@ -10,6 +10,8 @@
 //     are sums in another order);
 //   - a checkpoint written at PP=2 resumes at PP=1 (and at np 4 at PP=4): the continued steps equal an
 //     uninterrupted one-process run bit for bit;
+//   - np 4: PP=2 × DP=2 (ZeRO-1, full recompute) and PP=2 × TP=2 follow one process on the same global batch
+//     within 1e-5 relative;
 //   - the metrics line carries pp_bubble_pct; a layout string with the wrong stage count is a named error.
 #include <gtest/gtest.h>
 
@@ -76,9 +78,10 @@ TrainConfig config(const std::string& model_json, const std::string& dir, int st
 }
 
 Result<std::unique_ptr<Trainer>> make(const TrainConfig& c, Communicator* world) {
+  VLPAR_ASSIGN_OR_RETURN(const DataRank d, data_rank_of(c, world ? world->rank() : 0, world ? world->size() : 1));
   VLPAR_ASSIGN_OR_RETURN(auto src, FileBatchSource::create({test::fixture("dense") + "/batch.safetensors",
                                                             test::fixture("moe") + "/batch.safetensors"},
-                                                           test::fixture_mrope_desc(), 0, 1));
+                                                           test::fixture_mrope_desc(), d.rank, d.size));
   return Trainer::create(c, world, std::move(src));
 }
 
@@ -221,6 +224,33 @@ TEST(TrainerPipeline, CheckpointResumesAtOtherPipelineSizes) {
     ASSERT_EQ(r.losses.size(), 2u);
     EXPECT_EQ(r.losses[0], one.losses[2]);
     EXPECT_EQ(r.losses[1], one.losses[3]);
+  }
+}
+
+/// np 4: PP=2 composed with DP=2 (ZeRO-1, full recompute) and with TP=2, with clipping, against one process
+/// training on the same global batch (DP: dp rank 0 reads the dense pack, rank 1 the MoE pack, 4 micro-batches
+/// each; one process reads both, 8 micro-batches): the same sums in another order, within 1e-5 relative.
+TEST(TrainerPipeline, ComposesWithDataAndTensorParallel) {
+  auto world = vlpar::test::world_comm("world");
+  ASSERT_TRUE(world);
+  if (world->size() != 4) GTEST_SKIP() << "needs 4 ranks (pp 2 x dp 2, pp 2 x tp 2)";
+  const int rank = world->rank();
+  SharedDir dir(*world, "compose");
+  const std::string json = write_config(*world, "dense", dir.path, 5, false);
+  const std::string own = dir.path + "/r" + std::to_string(rank);
+  const TrainSummary one8 = train(config(json, own + "a", 3, {"--training.grad_accum=8"}), nullptr);
+  const TrainSummary one4 = train(config(json, own + "b", 3, {}), nullptr);
+  const TrainSummary dp = train(config(json, dir.path + "/dp", 3, {"--parallel.pp=2", "--parallel.zero1=true",
+                                                                   "--training.recompute=full"}),
+                                world.get());
+  const TrainSummary tp = train(config(json, dir.path + "/tp", 3, {"--parallel.pp=2", "--parallel.tp=2"}), world.get());
+  ASSERT_EQ(dp.losses.size(), 3u);
+  ASSERT_EQ(tp.losses.size(), 3u);
+  for (size_t s = 0; s < 3; ++s) {
+    EXPECT_NEAR(dp.losses[s], one8.losses[s], 1e-5 * one8.losses[s]) << "pp 2 x dp 2, step " << s + 1;
+    EXPECT_NEAR(dp.grad_norms[s], one8.grad_norms[s], 1e-5 * one8.grad_norms[s]) << "pp 2 x dp 2, step " << s + 1;
+    EXPECT_NEAR(tp.losses[s], one4.losses[s], 1e-5 * one4.losses[s]) << "pp 2 x tp 2, step " << s + 1;
+    EXPECT_NEAR(tp.grad_norms[s], one4.grad_norms[s], 1e-5 * one4.grad_norms[s]) << "pp 2 x tp 2, step " << s + 1;
   }
 }
 

@@ -2,6 +2,7 @@
 // bit (the split of the fused dense gate_up back into gate_proj/up_proj, the Conv3d patch-embed shape, the fused
 // vision qkv and MoE experts kept as on disk, the tied head left out); sharded export loads back to the same
 // values; config.json round-trips; a checkpoint with a tensor missing, extra or misshapen is an error naming it.
+#include <cstring>
 #include <filesystem>
 
 #include "model_test_util.hpp"
@@ -107,6 +108,45 @@ TEST(HfLoad, MisshapenTensorIsNamed) {
                         if (x.name == "model.visual.merger.linear_fc2.bias") x.view = x.view.slice(0, 0, 3);
                     },
                     "model.visual.merger.linear_fc2.bias");
+}
+
+// A pipeline rank's part (PipelinePart) reads its own tensors from a whole HF directory: every parameter it holds
+// equals the whole model's; the other stages' tensors are not "unknown"; a tensor no part holds still is.
+TEST(HfLoad, PipelinePartsReadTheirStagesOnly) {
+  test::Loaded whole;
+  test::load(whole, "dense");
+  const PipelinePart parts[] = {PipelinePart::of({{0, 2}}, true, false), PipelinePart::of({{2, 3}}, false, true),
+                                PipelinePart::of({{1, 2}}, false, false)};
+  for (const PipelinePart& part : parts) {
+    Allocator alloc;
+    const Context ctx = Context::cpu_default();
+    Result<Model> m = Model::create(ctx, whole.model->config(), Freeze{}, std::nullopt, alloc, {}, part);
+    ASSERT_TRUE(m.ok()) << m.status().message();
+    const Status s = load_hf_weights(m.value(), test::fixture("dense"));
+    ASSERT_TRUE(s.ok()) << s.message();
+    const nn::ParamRegistry& reg = m.value().registry();
+    ASSERT_GT(reg.size(), 0u);
+    for (size_t i = 0; i < reg.size(); ++i) {
+      const auto w = whole.model->registry().find(reg.name(i));
+      ASSERT_TRUE(w.has_value()) << reg.name(i);
+      const TensorView a = reg.value(i), b = whole.model->registry().value(*w);
+      EXPECT_EQ(std::memcmp(a.data, b.data, size_t(a.nbytes())), 0) << reg.name(i);
+    }
+  }
+  // An unknown layer is still named for a part.
+  float extra[4] = {};
+  Result<std::vector<io::NamedTensor>> tensors = hf_tensors(*whole.model, HfWhich::kValues);
+  ASSERT_TRUE(tensors.ok());
+  tensors.value().push_back({"model.language_model.layers.x.bias", TensorView(extra, vlpar::DType::kF32, {4})});
+  const std::string dir = temp_dir("part_extra");
+  ASSERT_TRUE(io::write_hf_safetensors(dir, tensors.value()).ok());
+  Allocator alloc;
+  Result<Model> m = Model::create(Context::cpu_default(), whole.model->config(), Freeze{}, std::nullopt, alloc, {},
+                                  parts[1]);
+  ASSERT_TRUE(m.ok());
+  const Status s = load_hf_weights(m.value(), dir);
+  EXPECT_NE(s.message().find("model.language_model.layers.x.bias"), std::string::npos) << s.message();
+  fs::remove_all(dir);
 }
 
 }  // namespace

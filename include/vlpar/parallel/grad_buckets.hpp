@@ -27,6 +27,9 @@ struct BucketConfig {
   size_t bucket_bytes = size_t(25) << 20;  // fp32 bytes per bucket (PyTorch DDP's default 25 MiB)
   bool average = true;  // ÷ dp after the sum; false when the loss was already scaled by each rank's share
   bool shard = false;   // ZeRO: reduce-scatter each bucket instead of all-reducing it
+  int duplicates = 1;   // ranks among the dp group that computed the same gradient from the same data (a vision
+                        // tower replicated over the language model's tp ranks): the sum is ÷ duplicates (when not
+                        // averaging; an average already divides by them)
 };
 
 /// One bucket as finish() leaves it. Elements of the flat buffer follow the gradients [first, last) in order.

@@ -27,6 +27,7 @@ namespace vlpar::parallel {
 struct ReplicaComms {
   comm::Communicator* replicas = nullptr;  // null: one replica (nothing to reduce; ZeRO-1 is then an error)
   std::vector<comm::Communicator*> norm;   // summed over in order; null entries and size-1 groups are skipped
+  int duplicates = 1;  // replicas that computed the same gradient from the same data: the sum is ÷ duplicates
 
   /// @brief Ranks over which the group's pieces are spread: the product of the norm groups' sizes (1 without).
   int norm_ranks() const {
@@ -45,7 +46,10 @@ struct OptimizerGroups {
   const ReplicaComms& operator[](nn::ReplicaGroup g) const { return by_group[size_t(g)]; }
 
   /// @brief Each group over its replica_axis() with its piece_axes() as norm groups (placement.hpp): dense =
-  /// dp_cp / {tp}, expert = edp / {etp, ep}, vision = vision_dp / {vision_tp}; stages = pp.
+  /// dp_cp / {tp}, expert = edp / {etp, ep}, vision = vision_dp / {vision_tp}; stages = pp. A vision tower
+  /// narrower than the language model's tp runs the same images on tp / vision_tp ranks of its vision_dp group,
+  /// and so do experts narrower than tp without expert parallelism (ep 1: every rank runs every token): those
+  /// are duplicates, not data replicas.
   static OptimizerGroups from(const ProcessGroups& pg) {
     OptimizerGroups g;
     g.stages = &pg.pp();
@@ -54,6 +58,10 @@ struct OptimizerGroups {
       g[group].replicas = &pg.get(replica_axis(group));
       for (Axis a : piece_axes(group)) g[group].norm.push_back(&pg.get(a));
     }
+    const int tp = pg.get(Axis::kTp).size();
+    const auto narrower = [tp](int n) { return n < tp && tp % n == 0 ? tp / n : 1; };
+    g[nn::ReplicaGroup::kVision].duplicates = narrower(pg.get(Axis::kVisionTp).size());
+    if (pg.get(Axis::kEp).size() == 1) g[nn::ReplicaGroup::kExpert].duplicates = narrower(pg.get(Axis::kEtp).size());
     return g;
   }
   /// @brief Every group over the same replicas and norm group (null: none): a layout without expert or vision
