@@ -6,8 +6,8 @@
 //     summed in another order: within 1e-12 relative), for 1F1B and interleaved (vpp 2) on the dense model and
 //     1F1B on the MoE model (its router statistics cross the stages);
 //   - a tied embedding (held by the first and the last stage) trains with clipping: the two copies stay bitwise
-//     identical and the losses follow the one-process run within 1e-5 relative (the tied gradient and the norm
-//     are sums in another order);
+//     identical and the losses and gradient norms follow the one-process run within 1e-5 relative (the tied
+//     gradient and the norm are sums in another order);
 //   - a checkpoint written at PP=2 resumes at PP=1 (and at np 4 at PP=4): the continued steps equal an
 //     uninterrupted one-process run bit for bit;
 //   - np 4: PP=2 × DP=2 (ZeRO-1, full recompute) and PP=2 × TP=2 follow one process on the same global batch
@@ -162,7 +162,10 @@ TEST(TrainerPipeline, TiedEmbeddingCopiesStayIdentical) {
   ASSERT_EQ(got.losses.size(), 3u);
   ASSERT_EQ(one.losses.size(), 3u);
   EXPECT_GT(one.grad_norms[0], 1.0) << "clipping should be active (max_grad_norm 1)";
-  for (size_t s = 0; s < 3; ++s) EXPECT_NEAR(got.losses[s], one.losses[s], 1e-5 * one.losses[s]) << "step " << s + 1;
+  for (size_t s = 0; s < 3; ++s) {
+    EXPECT_NEAR(got.losses[s], one.losses[s], 1e-5 * one.losses[s]) << "step " << s + 1;
+    EXPECT_NEAR(got.grad_norms[s], one.grad_norms[s], 1e-5 * one.grad_norms[s]) << "step " << s + 1;
+  }
   // The first and the last pipeline rank hold embed_tokens: the same bits.
   const nn::ParamRegistry& reg = mine->model().registry();
   const auto e = reg.find("model.language_model.embed_tokens.weight");
