@@ -1,0 +1,101 @@
+#pragma once
+// Expert parallelism's token dispatch and combine (spec pipeline-and-experts B6, Megatron's all-to-all dispatcher,
+// dropless): the E experts of a MoE layer are split over the P ranks of the ep group, rank p holding the E_l = E / P
+// experts p·E_l … (p+1)·E_l − 1. From the router's top-k choices [T, K] of this rank's T tokens:
+//
+//   plan      local plan (moe_dispatch_plan: T·K rows grouped by global expert ascending, tokens ascending inside
+//             an expert) → send_rows[p] = the rows of rank p's experts → exchange of the per-expert counts (an
+//             all-to-all of E_l counts per rank pair) → counts[src][e], recv_rows[src], expert_offsets over the
+//             received rows in [local expert][src] order. Collective over ep; the only host sync of a dispatch.
+//   dispatch  rows [T, F] → gathered per permuted row (optionally × its routing weight) → all-to-all-v (layout
+//             [src][local expert][token]) → sorted into [local expert][src][token]: out [N, F], expert e's rows
+//             at expert_offsets[e] … expert_offsets[e+1] (the grouped GEMM's groups).
+//   combine   the exact reverse: rows [N, F] → [src][local expert] → all-to-all-v back → every (token, k) output at
+//             its source rank → out[t] = Σ over t's k in ascending expert order of w_{t,k} · y_{t,k}, from 0
+//             (moe_unpermute), never in arrival order.
+//   *_assignments  the same moves for per-(token, k) payloads [T·K, F] (routing weights, expert ids, tags),
+//             without the sum.
+// The payload is any TensorView of rows (any dtype the communicator moves, any width): activations, gradients,
+// probabilities and test tags travel the same way. Backwards: d(dispatch) = combine without weights (the K copies of
+// a token summed), d(combine) = dispatch of dOut with the weights, plus d(w_{t,k}) = ⟨dOut[t], y_{t,k}⟩ from the
+// rows combine returns (moe_row_dot on this rank's plan).
+//
+// Exactness (B9): each local expert sees its rows ordered by (source rank, source token), the order one rank with
+// all experts would give them, and combine sums a token's outputs at the source in ascending expert order; so EP = N
+// equals EP = 1 bitwise wherever the per-expert computation sees the same rows in the same order.
+// Memory: the receive side holds N = Σ_src recv_rows rows; DispatchOptions::max_recv_rows bounds it (a skewed router
+// sending everything to one rank is then a named error naming the rows, not an out-of-memory).
+// The all-to-alls run on `ep` (MPI on CPU); null or a size-1 ep group is EP = 1 (local permute only).
+// Test: tests/mpi/test_expert_dispatch.cpp (np 2 and 4), tests/unit/test_expert_dispatch.cpp (EP 1).
+#include <cstdint>
+#include <vector>
+
+#include "vlpar/comm/communicator.hpp"
+#include "vlpar/core/context.hpp"
+#include "vlpar/core/status.hpp"
+#include "vlpar/core/tensor.hpp"
+#include "vlpar/kernels/moe.hpp"
+
+namespace vlpar::parallel {
+
+struct DispatchOptions {
+  int64_t max_recv_rows = 0;  // > 0: a plan receiving more rows than this on some rank is a named error
+};
+
+/// The layout of one dispatch, from plan_expert_dispatch; what dispatch, combine and both backwards use (no
+/// recomputation of the routing). Index tensors are i32 on the host, allocated from the planning context.
+struct ExpertDispatch {
+  int ep = 1, ep_rank = 0;        // P and this rank's position in the ep group
+  int num_experts = 0;            // E
+  int local_experts = 0;          // E_l = E / P
+  MoeDispatch local;              // this rank's T·K rows grouped by global expert (the send order)
+  std::vector<int64_t> send_rows;       // [P] rows to rank p
+  std::vector<int64_t> recv_rows;       // [P] rows from rank p
+  std::vector<int64_t> counts;          // [P · E_l] rows from rank src for local expert e, at src · E_l + e
+  std::vector<int64_t> expert_offsets;  // [E_l + 1] the received rows of each local expert, [expert][src] order
+  Tensor row_token;       // [T·K] i32: permuted row r → its token
+  Tensor row_assignment;  // [T·K] i32: permuted row r → its assignment t·K + k
+  Tensor sorted_from;     // [N] i32: row i of the [expert][src] order ← row sorted_from[i] of the received order
+  Tensor received_from;   // [N] i32: the inverse (received order ← [expert][src] order)
+
+  int64_t num_tokens() const { return local.num_tokens; }
+  int top_k() const { return local.top_k; }
+  /// N: rows this rank's experts process.
+  int64_t received() const { return expert_offsets.empty() ? 0 : expert_offsets.back(); }
+  /// Rows of local expert e (the grouped GEMM's group e).
+  int64_t expert_rows(int e) const { return expert_offsets[size_t(e) + 1] - expert_offsets[size_t(e)]; }
+};
+
+/// @brief Plans a dispatch. Collective over `ep` (null or size 1: EP = 1).
+/// @param indices [T, K] i32 host, every id in [0, E), a token's K ids distinct (T may be 0 on some ranks)
+/// @param num_experts E, a multiple of the ep size
+Result<ExpertDispatch> plan_expert_dispatch(const Context& ctx, comm::Communicator* ep, TensorView indices,
+                                            int num_experts, const DispatchOptions& options = {});
+
+/// @brief Token rows to the experts: out[i] (in [local expert][src][token] order) = (w ·) in[token]. Collective.
+/// @param out     [N, F] written (N = d.received())
+/// @param in      [T, F]
+/// @param weights [T, K] f32 (f32 rows) or empty: scale each row by its routing weight before sending
+Status dispatch_rows(const Context& ctx, comm::Communicator* ep, const ExpertDispatch& d, TensorView out, TensorView in,
+                     TensorView weights = {});
+
+/// @brief Per-(token, k) rows to the experts: out[i] = in[assignment of row i]. Collective.
+/// @param out [N, F] written;  in [T·K, F]
+Status dispatch_assignments(const Context& ctx, comm::Communicator* ep, const ExpertDispatch& d, TensorView out,
+                            TensorView in);
+
+/// @brief Expert outputs back to their tokens: out[t] = Σ_k (ascending expert) (w_{t,k} ·) y_{t,k}. Collective.
+/// @param out      [T, F] f32 written
+/// @param rows     [N, F] f32, [local expert][src][token] order (what the experts produced from dispatch's out)
+/// @param weights  [T, K] f32 or empty (a plain sum: the backward of dispatch_rows)
+/// @param returned [T·K, F] f32 or empty: receives every (token, k) output in this rank's permuted-row order
+///                 (d.local), for the routing-weight gradient (moe_row_dot)
+Status combine_rows(const Context& ctx, comm::Communicator* ep, const ExpertDispatch& d, TensorView out,
+                    TensorView rows, TensorView weights = {}, TensorView returned = {});
+
+/// @brief The reverse of dispatch_assignments: out[t·K + k] = the row its expert holds. Collective.
+/// @param out [T·K, F] written;  rows [N, F]
+Status combine_assignments(const Context& ctx, comm::Communicator* ep, const ExpertDispatch& d, TensorView out,
+                           TensorView rows);
+
+}  // namespace vlpar::parallel

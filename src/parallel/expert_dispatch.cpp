@@ -1,0 +1,217 @@
+// Expert parallelism's token dispatch and combine. See vlpar/parallel/expert_dispatch.hpp.
+#include "vlpar/parallel/expert_dispatch.hpp"
+
+#include <fmt/format.h>
+
+#include <string>
+
+#include "vlpar/kernels/index_rows.hpp"
+
+namespace vlpar::parallel {
+namespace {
+
+constexpr const char* kOp = "expert dispatch";
+
+int ep_size(const comm::Communicator* ep) { return ep != nullptr ? ep->size() : 1; }
+
+/// Every rank's planning outcome, so that no rank enters the count exchange while another returned an error:
+/// this rank's error, or a named error for the ranks that failed, or Ok on every rank.
+Status agree_on(comm::Communicator* ep, const Status& mine) {
+  if (ep_size(ep) == 1) return mine;
+  std::vector<double> failed(size_t(ep->size()), 0.0);
+  failed[size_t(ep->rank())] = mine.ok() ? 0.0 : 1.0;
+  VLPAR_RETURN_IF_ERROR(ep->all_reduce(TensorView(failed.data(), DType::kF64, Shape{ep->size()}),
+                                       comm::ReduceOp::kSum));
+  if (!mine.ok()) return mine;
+  std::vector<int> bad;
+  for (int p = 0; p < ep->size(); ++p)
+    if (failed[size_t(p)] != 0.0) bad.push_back(p);
+  VLPAR_CHECK(bad.empty(), "{}: ep rank(s) {} could not plan the dispatch (see their error); nothing was sent", kOp,
+              fmt::join(bad, ", "));
+  return Status::Ok();
+}
+
+/// counts[src · E_l + e]: what each source sends to this rank's local expert e (an all-to-all of E_l counts).
+Status exchange_counts(comm::Communicator* ep, ExpertDispatch& d) {
+  const int P = d.ep, El = d.local_experts;
+  std::vector<int64_t> mine(size_t(d.num_experts));
+  for (int e = 0; e < d.num_experts; ++e) mine[size_t(e)] = d.local.expert_rows(e);
+  d.counts.assign(size_t(P) * size_t(El), 0);
+  if (P == 1) {
+    d.counts = mine;
+    return Status::Ok();
+  }
+  const std::vector<int64_t> rows(size_t(P), El);
+  return ep->all_to_all(TensorView(d.counts.data(), DType::kI64, Shape{int64_t(P) * El, 1}), rows,
+                        TensorView(mine.data(), DType::kI64, Shape{d.num_experts, 1}), rows);
+}
+
+/// Received rows per source and their [local expert][src][token] order (sorted_from and its inverse).
+Status order_received(const Context& ctx, ExpertDispatch& d) {
+  const int P = d.ep, El = d.local_experts;
+  std::vector<int64_t> src_begin(size_t(P) + 1, 0);
+  d.recv_rows.assign(size_t(P), 0);
+  for (int p = 0; p < P; ++p) {
+    for (int e = 0; e < El; ++e) d.recv_rows[size_t(p)] += d.counts[size_t(p * El + e)];
+    src_begin[size_t(p) + 1] = src_begin[size_t(p)] + d.recv_rows[size_t(p)];
+  }
+  const int64_t N = src_begin.back();
+  VLPAR_CHECK(N <= INT32_MAX, "{}: {} received rows overflow the i32 row ids", kOp, N);
+  d.expert_offsets.assign(size_t(El) + 1, 0);
+  VLPAR_ASSIGN_OR_RETURN(d.sorted_from, Tensor::empty(*ctx.allocator, Shape{N}, DType::kI32));
+  VLPAR_ASSIGN_OR_RETURN(d.received_from, Tensor::empty(*ctx.allocator, Shape{N}, DType::kI32));
+  int32_t* from = d.sorted_from.ptr<int32_t>();
+  int32_t* back = d.received_from.ptr<int32_t>();
+  int64_t pos = 0;
+  for (int e = 0; e < El; ++e) {
+    for (int p = 0; p < P; ++p) {
+      int64_t at = src_begin[size_t(p)];  // the source's block is [local expert][token]
+      for (int f = 0; f < e; ++f) at += d.counts[size_t(p * El + f)];
+      for (int64_t i = 0; i < d.counts[size_t(p * El + e)]; ++i, ++pos) {
+        from[pos] = int32_t(at + i);
+        back[at + i] = int32_t(pos);
+      }
+    }
+    d.expert_offsets[size_t(e) + 1] = pos;
+  }
+  return Status::Ok();
+}
+
+/// The receive bound, checked on every rank with every rank's N (so all of them stop, or none).
+Status check_receive_bound(comm::Communicator* ep, const ExpertDispatch& d, const DispatchOptions& o) {
+  if (o.max_recv_rows <= 0) return Status::Ok();
+  std::vector<double> n(size_t(d.ep), 0.0);
+  n[size_t(d.ep_rank)] = double(d.received());
+  if (d.ep > 1) {
+    VLPAR_RETURN_IF_ERROR(ep->all_reduce(TensorView(n.data(), DType::kF64, Shape{d.ep}), comm::ReduceOp::kSum));
+  }
+  for (int p = 0; p < d.ep; ++p)
+    VLPAR_CHECK(n[size_t(p)] <= double(o.max_recv_rows), "{}: ep rank {} would receive {} rows, more than "
+                "max_recv_rows = {} (the router sends {:.0f}% of the rows to that rank's experts); nothing was sent",
+                kOp, p, int64_t(n[size_t(p)]), o.max_recv_rows, [&] {
+                  double total = 0;
+                  for (double x : n) total += x;
+                  return total > 0 ? 100.0 * n[size_t(p)] / total : 0.0;
+                }());
+  return Status::Ok();
+}
+
+Status check_rows(const char* what, const char* name, TensorView t, int64_t rows, int64_t width) {
+  VLPAR_CHECK(t.ndim() == 2 && t.size(0) == rows && (width < 0 || t.size(1) == width) && t.is_contiguous() &&
+                  t.device.is_cpu(),
+              "{}: {} must be contiguous host rows [{}, {}], got {}", what, name, rows,
+              width < 0 ? std::string("F") : std::to_string(width), t.to_string());
+  return Status::Ok();
+}
+
+/// Permuted rows [T·K, F] (this rank's send order) → the experts' rows [N, F] in [expert][src][token] order.
+Status send_to_experts(const Context& ctx, comm::Communicator* ep, const ExpertDispatch& d, TensorView out,
+                       TensorView send) {
+  if (d.ep == 1) return gather_rows(ctx, out, send, d.sorted_from);
+  VLPAR_ASSIGN_OR_RETURN(Tensor recv, Tensor::empty(*ctx.allocator, out.shape, out.dtype));
+  VLPAR_RETURN_IF_ERROR(ep->all_to_all(recv, d.recv_rows, send, d.send_rows));
+  return gather_rows(ctx, out, recv, d.sorted_from);
+}
+
+/// The reverse: the experts' rows [N, F] → this rank's permuted rows [T·K, F] (back from every expert's rank).
+Status return_from_experts(const Context& ctx, comm::Communicator* ep, const ExpertDispatch& d, TensorView back,
+                           TensorView rows) {
+  if (d.ep == 1) return gather_rows(ctx, back, rows, d.received_from);
+  VLPAR_ASSIGN_OR_RETURN(Tensor unsorted, Tensor::empty(*ctx.allocator, rows.shape, rows.dtype));
+  VLPAR_RETURN_IF_ERROR(gather_rows(ctx, unsorted, rows, d.received_from));
+  return ep->all_to_all(back, d.send_rows, unsorted, d.recv_rows);
+}
+
+}  // namespace
+
+Result<ExpertDispatch> plan_expert_dispatch(const Context& ctx, comm::Communicator* ep, TensorView indices,
+                                            int num_experts, const DispatchOptions& options) {
+  ExpertDispatch d;
+  d.ep = ep_size(ep);
+  d.ep_rank = ep != nullptr ? ep->rank() : 0;
+  d.num_experts = num_experts;
+  Status local = [&]() -> Status {
+    VLPAR_CHECK(ctx.allocator != nullptr, "{}: ctx.allocator must be set", kOp);
+    VLPAR_CHECK(num_experts > 0 && num_experts % d.ep == 0, "{}: {} experts cannot be split evenly over the {} ranks "
+                "of the ep group", kOp, num_experts, d.ep);
+    VLPAR_CHECK(indices.device.is_cpu(), "{}: the router's indices must be on the host, got {}", kOp,
+                indices.to_string());
+    return moe_dispatch_plan(ctx, d.local, indices, num_experts);
+  }();
+  VLPAR_RETURN_IF_ERROR(agree_on(ep, local));
+  d.local_experts = num_experts / d.ep;
+  d.send_rows.assign(size_t(d.ep), 0);
+  for (int p = 0; p < d.ep; ++p)
+    d.send_rows[size_t(p)] = d.local.offsets[size_t((p + 1) * d.local_experts)] -
+                             d.local.offsets[size_t(p * d.local_experts)];
+  VLPAR_RETURN_IF_ERROR(exchange_counts(ep, d));
+  VLPAR_RETURN_IF_ERROR(order_received(ctx, d));
+  VLPAR_RETURN_IF_ERROR(check_receive_bound(ep, d, options));
+  const int64_t R = d.local.num_assignments();
+  VLPAR_ASSIGN_OR_RETURN(d.row_token, Tensor::empty(*ctx.allocator, Shape{R}, DType::kI32));
+  VLPAR_ASSIGN_OR_RETURN(d.row_assignment, Tensor::empty(*ctx.allocator, Shape{R}, DType::kI32));
+  for (int64_t r = 0; r < R; ++r) {
+    d.row_assignment.ptr<int32_t>()[r] = d.local.row_assignment[size_t(r)];
+    d.row_token.ptr<int32_t>()[r] = d.local.row_assignment[size_t(r)] / d.local.top_k;
+  }
+  return d;
+}
+
+Status dispatch_rows(const Context& ctx, comm::Communicator* ep, const ExpertDispatch& d, TensorView out, TensorView in,
+                     TensorView weights) {
+  const char* op = "dispatch_rows";
+  VLPAR_CHECK(ep_size(ep) == d.ep, "{}: the plan is for {} ep ranks, the group has {}", op, d.ep, ep_size(ep));
+  VLPAR_RETURN_IF_ERROR(check_rows(op, "in", in, d.num_tokens(), -1));
+  VLPAR_RETURN_IF_ERROR(check_rows(op, "out", out, d.received(), in.size(1)));
+  VLPAR_CHECK(out.dtype == in.dtype, "{}: out {} and in {} differ in dtype", op, out.to_string(), in.to_string());
+  VLPAR_ASSIGN_OR_RETURN(Tensor send, Tensor::empty(*ctx.allocator, Shape{d.local.num_assignments(), in.size(1)},
+                                                    in.dtype));
+  if (!weights.empty()) {
+    VLPAR_RETURN_IF_ERROR(moe_permute(ctx, send, in, weights, d.local));
+  } else {
+    VLPAR_RETURN_IF_ERROR(gather_rows(ctx, send, in, d.row_token));
+  }
+  return send_to_experts(ctx, ep, d, out, send);
+}
+
+Status dispatch_assignments(const Context& ctx, comm::Communicator* ep, const ExpertDispatch& d, TensorView out,
+                            TensorView in) {
+  const char* op = "dispatch_assignments";
+  VLPAR_CHECK(ep_size(ep) == d.ep, "{}: the plan is for {} ep ranks, the group has {}", op, d.ep, ep_size(ep));
+  VLPAR_RETURN_IF_ERROR(check_rows(op, "in", in, d.local.num_assignments(), -1));
+  VLPAR_RETURN_IF_ERROR(check_rows(op, "out", out, d.received(), in.size(1)));
+  VLPAR_CHECK(out.dtype == in.dtype, "{}: out {} and in {} differ in dtype", op, out.to_string(), in.to_string());
+  VLPAR_ASSIGN_OR_RETURN(Tensor send, Tensor::empty(*ctx.allocator, in.shape, in.dtype));
+  VLPAR_RETURN_IF_ERROR(gather_rows(ctx, send, in, d.row_assignment));
+  return send_to_experts(ctx, ep, d, out, send);
+}
+
+Status combine_rows(const Context& ctx, comm::Communicator* ep, const ExpertDispatch& d, TensorView out,
+                    TensorView rows, TensorView weights, TensorView returned) {
+  const char* op = "combine_rows";
+  VLPAR_CHECK(ep_size(ep) == d.ep, "{}: the plan is for {} ep ranks, the group has {}", op, d.ep, ep_size(ep));
+  VLPAR_RETURN_IF_ERROR(check_rows(op, "rows", rows, d.received(), -1));
+  VLPAR_RETURN_IF_ERROR(check_rows(op, "out", out, d.num_tokens(), rows.size(1)));
+  if (!returned.empty())
+    VLPAR_RETURN_IF_ERROR(check_rows(op, "returned", returned, d.local.num_assignments(), rows.size(1)));
+  VLPAR_ASSIGN_OR_RETURN(Tensor back, Tensor::empty(*ctx.allocator, Shape{d.local.num_assignments(), rows.size(1)},
+                                                    rows.dtype));
+  VLPAR_RETURN_IF_ERROR(return_from_experts(ctx, ep, d, back, rows));
+  if (!returned.empty()) VLPAR_RETURN_IF_ERROR(copy_(returned, back));
+  return moe_unpermute(ctx, out, back, weights, d.local);
+}
+
+Status combine_assignments(const Context& ctx, comm::Communicator* ep, const ExpertDispatch& d, TensorView out,
+                           TensorView rows) {
+  const char* op = "combine_assignments";
+  VLPAR_CHECK(ep_size(ep) == d.ep, "{}: the plan is for {} ep ranks, the group has {}", op, d.ep, ep_size(ep));
+  VLPAR_RETURN_IF_ERROR(check_rows(op, "rows", rows, d.received(), -1));
+  VLPAR_RETURN_IF_ERROR(check_rows(op, "out", out, d.local.num_assignments(), rows.size(1)));
+  VLPAR_CHECK(out.dtype == rows.dtype, "{}: out {} and rows {} differ in dtype", op, out.to_string(),
+              rows.to_string());
+  VLPAR_ASSIGN_OR_RETURN(Tensor back, Tensor::empty(*ctx.allocator, out.shape, out.dtype));
+  VLPAR_RETURN_IF_ERROR(return_from_experts(ctx, ep, d, back, rows));
+  return scatter_rows(ctx, out, back, d.row_assignment);
+}
+
+}  // namespace vlpar::parallel

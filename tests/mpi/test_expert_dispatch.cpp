@@ -1,0 +1,231 @@
+// Expert-parallel dispatch and combine (parallel/expert_dispatch.hpp) under mpirun -np 2 and 4, E = 3 · P experts
+// (3 per rank), top-2 routing, a different number of tokens per rank and one rank with none:
+//   - round trip: dispatch, every local expert multiplies its rows by (global expert id + 1), combine with the
+//     routing weights: bitwise equal to EP = 1 (every rank alone with all experts, the same kernels on the same rows
+//     in the same order) and within 1e-6 of Σ_k w·(e+1)·x computed here;
+//   - payloads that encode (source rank, token, slot, expert) arrive at the rank owning the expert, each local
+//     expert's rows ordered by (source rank, token), the counts equal the all-reduced router counts, and come back
+//     unchanged;
+//   - dispatch with weights and combine with weights are adjoint (⟨D x, y⟩ = ⟨x, C y⟩ over all ranks), so each is
+//     the other's backward;
+//   - every token to experts 0 and 1: rank 0 receives everything; a receive bound below that is a named error on
+//     every rank, naming the rank and the rows; a bad expert id on one rank is named there and reported by the
+//     others; experts not divisible by the ep size are named.
+// Run: ctest --preset emu -R test_expert_dispatch   (mpirun -np 2 and -np 4)
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <cmath>
+#include <cstring>
+#include <numeric>
+#include <tuple>
+
+#include "mpi/mpi_test_util.hpp"
+#include "test_util.hpp"
+#include "vlpar/parallel/expert_dispatch.hpp"
+
+namespace vlpar::test {
+namespace {
+
+using parallel::ExpertDispatch;
+
+constexpr int kTopK = 2;
+constexpr int64_t kWidth = 5;
+
+int64_t tokens_of(int rank) { return std::vector<int64_t>{7, 0, 11, 4}[size_t(rank % 4)]; }
+
+/// Distinct top-2 ids per token, spread over every expert (a rank-dependent pattern).
+std::vector<int32_t> route(int rank, int64_t T, int E) {
+  std::vector<int32_t> ids;
+  for (int64_t t = 0; t < T; ++t) {
+    const int e0 = int((t * 7 + rank * 3) % E);
+    const int e1 = (e0 + 1 + int((t + rank) % (E - 1))) % E;
+    ids.push_back(e0);
+    ids.push_back(e1);
+  }
+  return ids;
+}
+
+/// Dyadic routing weights (exact products with small integers).
+std::vector<float> weights_of(int64_t T) {
+  std::vector<float> w;
+  for (int64_t t = 0; t < T; ++t)
+    for (int k = 0; k < kTopK; ++k) w.push_back(float(1 + (t + k) % 3) / 8.f);
+  return w;
+}
+
+struct Setup {
+  std::unique_ptr<comm::Communicator> ep;
+  Allocator alloc;
+  Context ctx;
+  int rank = 0, P = 1, E = 0;
+  int64_t T = 0;
+  std::vector<int32_t> ids;
+  std::vector<float> w;
+  Setup() {
+    ep = world_comm("ep");
+    rank = ep->rank();
+    P = ep->size();
+    E = 3 * P;
+    T = tokens_of(rank);
+    ids = route(rank, T, E);
+    w = weights_of(T);
+    ctx.allocator = &alloc;
+  }
+  TensorView indices() { return TensorView(ids.data(), DType::kI32, Shape{T, kTopK}); }
+  TensorView weights() { return TensorView(w.data(), DType::kF32, Shape{T, kTopK}); }
+};
+
+/// Each local expert multiplies its rows by (global id + 1) (the "experts" of the round trip).
+void run_experts(const ExpertDispatch& d, Tensor& rows) {
+  for (int e = 0; e < d.local_experts; ++e) {
+    const float f = float(d.ep_rank * d.local_experts + e + 1);
+    for (int64_t r = d.expert_offsets[size_t(e)]; r < d.expert_offsets[size_t(e) + 1]; ++r)
+      for (int64_t c = 0; c < rows.size(1); ++c) rows.ptr<float>()[r * rows.size(1) + c] *= f;
+  }
+}
+
+/// dispatch → experts → combine over `ep` (null: EP = 1 on this rank alone).
+Tensor round_trip(Setup& s, comm::Communicator* ep, const Tensor& x) {
+  auto d = parallel::plan_expert_dispatch(s.ctx, ep, s.indices(), s.E);
+  EXPECT_TRUE(d.ok()) << d.status().to_string();
+  Tensor rows = Tensor::empty(s.alloc, Shape{d->received(), kWidth}, DType::kF32).value();
+  EXPECT_TRUE(parallel::dispatch_rows(s.ctx, ep, d.value(), rows, x).ok());
+  run_experts(d.value(), rows);
+  Tensor out = Tensor::empty(s.alloc, Shape{s.T, kWidth}, DType::kF32).value();
+  const Status st = parallel::combine_rows(s.ctx, ep, d.value(), out, rows, s.weights());
+  EXPECT_TRUE(st.ok()) << st.to_string();
+  return out;
+}
+
+TEST(ExpertDispatch, RoundTripEqualsOneRankBitwise) {
+  Setup s;
+  const Tensor x = random_tensor(s.alloc, Shape{s.T, kWidth}, DType::kF32, 100 + uint64_t(s.rank));
+  const Tensor ep_out = round_trip(s, s.ep.get(), x);
+  const Tensor one = round_trip(s, nullptr, x);
+  EXPECT_EQ(std::memcmp(ep_out.view().data, one.view().data, size_t(one.view().nbytes())), 0)
+      << "EP = " << s.P << " differs from EP = 1";
+  for (int64_t t = 0; t < s.T; ++t) {
+    // Σ over the token's slots in ascending expert order.
+    std::vector<int> slots = {0, 1};
+    std::sort(slots.begin(), slots.end(),
+              [&](int a, int b) { return s.ids[size_t(t * kTopK + a)] < s.ids[size_t(t * kTopK + b)]; });
+    for (int64_t c = 0; c < kWidth; ++c) {
+      double want = 0;
+      for (int k : slots)
+        want += double(s.w[size_t(t * kTopK + k)]) * double(s.ids[size_t(t * kTopK + k)] + 1) *
+                double(x.ptr<float>()[t * kWidth + c]);
+      EXPECT_NEAR(ep_out.ptr<float>()[t * kWidth + c], want, 1e-6 * (1 + std::abs(want))) << "token " << t;
+    }
+  }
+}
+
+TEST(ExpertDispatch, PayloadsArriveAtTheirExpertsInSourceTokenOrder) {
+  Setup s;
+  // Per assignment: (source rank, token, slot, expert), exact in f32.
+  std::vector<float> tag;
+  for (int64_t t = 0; t < s.T; ++t)
+    for (int k = 0; k < kTopK; ++k)
+      for (float v : {float(s.rank), float(t), float(k), float(s.ids[size_t(t * kTopK + k)])}) tag.push_back(v);
+  const TensorView in(tag.data(), DType::kF32, Shape{s.T * kTopK, 4});
+  auto d = parallel::plan_expert_dispatch(s.ctx, s.ep.get(), s.indices(), s.E);
+  ASSERT_TRUE(d.ok()) << d.status().to_string();
+  Tensor got = Tensor::empty(s.alloc, Shape{d->received(), 4}, DType::kF32).value();
+  ASSERT_TRUE(parallel::dispatch_assignments(s.ctx, s.ep.get(), d.value(), got, in).ok());
+  // Global per-expert counts, all-reduced.
+  std::vector<double> counts(size_t(s.E), 0.0);
+  for (int32_t e : s.ids) counts[size_t(e)] += 1;
+  ASSERT_TRUE(s.ep->all_reduce(TensorView(counts.data(), DType::kF64, Shape{s.E}), comm::ReduceOp::kSum).ok());
+  const float* g = got.ptr<float>();
+  for (int e = 0; e < d->local_experts; ++e) {
+    const int ge = s.rank * d->local_experts + e;
+    EXPECT_EQ(d->expert_rows(e), int64_t(counts[size_t(ge)])) << "expert " << ge;
+    for (int64_t r = d->expert_offsets[size_t(e)]; r < d->expert_offsets[size_t(e) + 1]; ++r) {
+      EXPECT_EQ(g[r * 4 + 3], float(ge)) << "row " << r << " of expert " << ge;
+      if (r > d->expert_offsets[size_t(e)]) {
+        const auto prev = std::make_tuple(g[(r - 1) * 4], g[(r - 1) * 4 + 1]);
+        EXPECT_LT(prev, std::make_tuple(g[r * 4], g[r * 4 + 1])) << "rows of expert " << ge << " out of order";
+      }
+    }
+  }
+  // Token rows travel like the assignments' first two fields.
+  std::vector<float> tok;
+  for (int64_t t = 0; t < s.T; ++t) tok.insert(tok.end(), {float(s.rank), float(t)});
+  Tensor rows = Tensor::empty(s.alloc, Shape{d->received(), 2}, DType::kF32).value();
+  ASSERT_TRUE(parallel::dispatch_rows(s.ctx, s.ep.get(), d.value(), rows,
+                                      TensorView(tok.data(), DType::kF32, Shape{s.T, 2})).ok());
+  for (int64_t r = 0; r < d->received(); ++r) {
+    EXPECT_EQ(rows.ptr<float>()[r * 2], g[r * 4]);
+    EXPECT_EQ(rows.ptr<float>()[r * 2 + 1], g[r * 4 + 1]);
+  }
+  // And back, unchanged.
+  std::vector<float> back(tag.size(), -1.f);
+  ASSERT_TRUE(parallel::combine_assignments(s.ctx, s.ep.get(), d.value(),
+                                            TensorView(back.data(), DType::kF32, Shape{s.T * kTopK, 4}), got).ok());
+  EXPECT_EQ(back, tag);
+}
+
+TEST(ExpertDispatch, WeightedDispatchAndCombineAreAdjoint) {
+  Setup s;
+  auto d = parallel::plan_expert_dispatch(s.ctx, s.ep.get(), s.indices(), s.E);
+  ASSERT_TRUE(d.ok()) << d.status().to_string();
+  const Tensor x = random_tensor(s.alloc, Shape{s.T, kWidth}, DType::kF32, 200 + uint64_t(s.rank));
+  const Tensor y = random_tensor(s.alloc, Shape{d->received(), kWidth}, DType::kF32, 300 + uint64_t(s.rank));
+  Tensor dx = Tensor::empty(s.alloc, Shape{d->received(), kWidth}, DType::kF32).value();
+  Tensor cy = Tensor::empty(s.alloc, Shape{s.T, kWidth}, DType::kF32).value();
+  ASSERT_TRUE(parallel::dispatch_rows(s.ctx, s.ep.get(), d.value(), dx, x, s.weights()).ok());
+  ASSERT_TRUE(parallel::combine_rows(s.ctx, s.ep.get(), d.value(), cy, y, s.weights()).ok());
+  double dots[2] = {0, 0};  // ⟨D x, y⟩ on the experts' side, ⟨x, C y⟩ on the tokens' side
+  for (int64_t i = 0; i < dx.numel(); ++i) dots[0] += double(dx.ptr<float>()[i]) * y.ptr<float>()[i];
+  for (int64_t i = 0; i < cy.numel(); ++i) dots[1] += double(x.ptr<float>()[i]) * cy.ptr<float>()[i];
+  ASSERT_TRUE(s.ep->all_reduce(TensorView(dots, DType::kF64, Shape{2}), comm::ReduceOp::kSum).ok());
+  EXPECT_NEAR(dots[0], dots[1], 1e-5 * (std::abs(dots[0]) + 1));
+  EXPECT_NE(dots[0], 0.0);
+}
+
+TEST(ExpertDispatch, EverythingToOneExpertAndTheReceiveBound) {
+  Setup s;
+  for (int64_t t = 0; t < s.T; ++t) {
+    s.ids[size_t(t * kTopK)] = 1;
+    s.ids[size_t(t * kTopK + 1)] = 0;
+  }
+  const Tensor x = random_tensor(s.alloc, Shape{s.T, kWidth}, DType::kF32, 400 + uint64_t(s.rank));
+  const Tensor ep_out = round_trip(s, s.ep.get(), x);
+  const Tensor one = round_trip(s, nullptr, x);
+  EXPECT_EQ(std::memcmp(ep_out.view().data, one.view().data, size_t(one.view().nbytes())), 0);
+  double total = double(s.T * kTopK);
+  ASSERT_TRUE(s.ep->all_reduce(TensorView(&total, DType::kF64, Shape{1}), comm::ReduceOp::kSum).ok());
+  auto d = parallel::plan_expert_dispatch(s.ctx, s.ep.get(), s.indices(), s.E);
+  ASSERT_TRUE(d.ok());
+  EXPECT_EQ(double(d->received()), s.rank == 0 ? total : 0.0);
+  parallel::DispatchOptions bounded;
+  bounded.max_recv_rows = int64_t(total) - 1;
+  auto refused = parallel::plan_expert_dispatch(s.ctx, s.ep.get(), s.indices(), s.E, bounded);
+  ASSERT_FALSE(refused.ok());
+  EXPECT_NE(refused.status().message().find(fmt::format("ep rank 0 would receive {} rows, more than max_recv_rows = {}",
+                                                        int64_t(total), int64_t(total) - 1)),
+            std::string::npos)
+      << refused.status().to_string();
+}
+
+TEST(ExpertDispatch, BadInputIsNamedOnEveryRank) {
+  Setup s;
+  const int bad = 0;  // a rank with tokens
+  if (s.rank == bad) s.ids[0] = s.E + 5;
+  auto d = parallel::plan_expert_dispatch(s.ctx, s.ep.get(), s.indices(), s.E);
+  ASSERT_FALSE(d.ok());
+  if (s.rank == bad) {
+    EXPECT_NE(d.status().message().find(fmt::format("indices[0, 0] = {} is outside [0, {})", s.E + 5, s.E)),
+              std::string::npos) << d.status().to_string();
+  } else {
+    EXPECT_NE(d.status().message().find(fmt::format("ep rank(s) {} could not plan the dispatch", bad)),
+              std::string::npos) << d.status().to_string();
+  }
+  auto uneven = parallel::plan_expert_dispatch(s.ctx, s.ep.get(), s.indices(), s.E + 1);
+  ASSERT_FALSE(uneven.ok());
+  EXPECT_NE(uneven.status().message().find("experts cannot be split evenly over the"), std::string::npos)
+      << uneven.status().to_string();
+}
+
+}  // namespace
+}  // namespace vlpar::test
