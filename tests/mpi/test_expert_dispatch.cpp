@@ -54,7 +54,7 @@ std::vector<float> weights_of(int64_t T) {
   return w;
 }
 
-struct Setup {
+struct Routed {
   std::unique_ptr<comm::Communicator> ep;
   Allocator alloc;
   Context ctx;
@@ -62,7 +62,7 @@ struct Setup {
   int64_t T = 0;
   std::vector<int32_t> ids;
   std::vector<float> w;
-  Setup() {
+  Routed() {
     ep = world_comm("ep");
     rank = ep->rank();
     P = ep->size();
@@ -81,12 +81,12 @@ void run_experts(const ExpertDispatch& d, Tensor& rows) {
   for (int e = 0; e < d.local_experts; ++e) {
     const float f = float(d.ep_rank * d.local_experts + e + 1);
     for (int64_t r = d.expert_offsets[size_t(e)]; r < d.expert_offsets[size_t(e) + 1]; ++r)
-      for (int64_t c = 0; c < rows.size(1); ++c) rows.ptr<float>()[r * rows.size(1) + c] *= f;
+      for (int64_t c = 0; c < kWidth; ++c) rows.ptr<float>()[r * kWidth + c] *= f;
   }
 }
 
 /// dispatch → experts → combine over `ep` (null: EP = 1 on this rank alone).
-Tensor round_trip(Setup& s, comm::Communicator* ep, const Tensor& x) {
+Tensor round_trip(Routed& s, comm::Communicator* ep, const Tensor& x) {
   auto d = parallel::plan_expert_dispatch(s.ctx, ep, s.indices(), s.E);
   EXPECT_TRUE(d.ok()) << d.status().to_string();
   Tensor rows = Tensor::empty(s.alloc, Shape{d->received(), kWidth}, DType::kF32).value();
@@ -99,7 +99,7 @@ Tensor round_trip(Setup& s, comm::Communicator* ep, const Tensor& x) {
 }
 
 TEST(ExpertDispatch, RoundTripEqualsOneRankBitwise) {
-  Setup s;
+  Routed s;
   const Tensor x = random_tensor(s.alloc, Shape{s.T, kWidth}, DType::kF32, 100 + uint64_t(s.rank));
   const Tensor ep_out = round_trip(s, s.ep.get(), x);
   const Tensor one = round_trip(s, nullptr, x);
@@ -121,7 +121,7 @@ TEST(ExpertDispatch, RoundTripEqualsOneRankBitwise) {
 }
 
 TEST(ExpertDispatch, PayloadsArriveAtTheirExpertsInSourceTokenOrder) {
-  Setup s;
+  Routed s;
   // Per assignment: (source rank, token, slot, expert), exact in f32.
   std::vector<float> tag;
   for (int64_t t = 0; t < s.T; ++t)
@@ -166,7 +166,7 @@ TEST(ExpertDispatch, PayloadsArriveAtTheirExpertsInSourceTokenOrder) {
 }
 
 TEST(ExpertDispatch, WeightedDispatchAndCombineAreAdjoint) {
-  Setup s;
+  Routed s;
   auto d = parallel::plan_expert_dispatch(s.ctx, s.ep.get(), s.indices(), s.E);
   ASSERT_TRUE(d.ok()) << d.status().to_string();
   const Tensor x = random_tensor(s.alloc, Shape{s.T, kWidth}, DType::kF32, 200 + uint64_t(s.rank));
@@ -184,7 +184,7 @@ TEST(ExpertDispatch, WeightedDispatchAndCombineAreAdjoint) {
 }
 
 TEST(ExpertDispatch, EverythingToOneExpertAndTheReceiveBound) {
-  Setup s;
+  Routed s;
   for (int64_t t = 0; t < s.T; ++t) {
     s.ids[size_t(t * kTopK)] = 1;
     s.ids[size_t(t * kTopK + 1)] = 0;
@@ -209,7 +209,7 @@ TEST(ExpertDispatch, EverythingToOneExpertAndTheReceiveBound) {
 }
 
 TEST(ExpertDispatch, BadInputIsNamedOnEveryRank) {
-  Setup s;
+  Routed s;
   const int bad = 0;  // a rank with tokens
   if (s.rank == bad) s.ids[0] = s.E + 5;
   auto d = parallel::plan_expert_dispatch(s.ctx, s.ep.get(), s.indices(), s.E);
