@@ -213,11 +213,11 @@ cases = [
     ("hf load: a part accepts unknown tensors", "examples/qwen3vl/hf_weights.cpp", "  if (part.whole) return false;\n  const std::string layers", "  if (!part.whole) return true;\n  const std::string layers", "test_hf_weights"),
     ("metrics: throughput not divided by the devices sharing the step", "src/obs/metrics_line.cpp", "const double per_device_s = w.seconds * double(w.devices);", "const double per_device_s = w.seconds;", "test_obs_metrics"),
     ("train config: a zero-bubble schedule accepted", "examples/qwen3vl/train_config.cpp", "VLPAR_CHECK(one_of(parallel.schedule, {\"gpipe\", \"1f1b\", \"interleaved\"}),", "VLPAR_CHECK(one_of(parallel.schedule, {\"gpipe\", \"1f1b\", \"interleaved\", \"zb_h1\"}),", "test_train_config"),
-    ("ep dispatch: received chunks left in [src][expert] order", "src/parallel/expert_dispatch.cpp", "for (int f = 0; f < e; ++f) at += d.counts[size_t(p * El + f)];", "for (int f = 0; f < 0; ++f) at += d.counts[size_t(p * El + f)];", "test_expert_dispatch:np2"),
-    ("ep dispatch: counts not exchanged", "src/parallel/expert_dispatch.cpp", "  if (P == 1) {\n    d.counts = mine;", "  if (true) {\n    d.counts = mine;", "test_expert_dispatch:np2"),
-    ("ep combine: back with the forward's counts", "src/parallel/expert_dispatch.cpp", "return ep->all_to_all(back, d.send_rows, unsorted, d.recv_rows);", "return ep->all_to_all(back, d.recv_rows, unsorted, d.send_rows);", "test_expert_dispatch:np2"),
-    ("ep dispatch: routing weights ignored", "src/parallel/expert_dispatch.cpp", "  if (!weights.empty()) {\n    VLPAR_RETURN_IF_ERROR(moe_permute", "  if (false) {\n    VLPAR_RETURN_IF_ERROR(moe_permute", "test_expert_dispatch:np2"),
-    ("ep plan: receive bound checked on the receiving rank only", "src/parallel/expert_dispatch.cpp", "  if (d.ep > 1) {\n    VLPAR_RETURN_IF_ERROR(ep->all_reduce(TensorView(n.data()", "  if (false) {\n    VLPAR_RETURN_IF_ERROR(ep->all_reduce(TensorView(n.data()", "test_expert_dispatch:np2"),
+    ("ep dispatch: received chunks left in [src][expert] order", "src/nn/expert_dispatch.cpp", "for (int f = 0; f < e; ++f) at += d.counts[size_t(p * El + f)];", "for (int f = 0; f < 0; ++f) at += d.counts[size_t(p * El + f)];", "test_expert_dispatch:np2"),
+    ("ep dispatch: counts not exchanged", "src/nn/expert_dispatch.cpp", "  if (P == 1) {\n    d.counts = mine;", "  if (true) {\n    d.counts = mine;", "test_expert_dispatch:np2"),
+    ("ep combine: back with the forward's counts", "src/nn/expert_dispatch.cpp", "return ep->all_to_all(back, d.send_rows, unsorted, d.recv_rows);", "return ep->all_to_all(back, d.recv_rows, unsorted, d.send_rows);", "test_expert_dispatch:np2"),
+    ("ep dispatch: routing weights ignored", "src/nn/expert_dispatch.cpp", "  if (!weights.empty()) {\n    VLPAR_RETURN_IF_ERROR(moe_permute", "  if (false) {\n    VLPAR_RETURN_IF_ERROR(moe_permute", "test_expert_dispatch:np2"),
+    ("ep plan: receive bound checked on the receiving rank only", "src/nn/expert_dispatch.cpp", "  if (d.ep > 1) {\n    VLPAR_RETURN_IF_ERROR(ep->all_reduce(TensorView(n.data()", "  if (false) {\n    VLPAR_RETURN_IF_ERROR(ep->all_reduce(TensorView(n.data()", "test_expert_dispatch:np2"),
 ]
 only = sys.argv[1:] 
 # The ctest environment of tests/CMakeLists.txt (VLPAR_MPI_TEST_ENV): root in containers, more ranks than cores.

@@ -163,8 +163,10 @@ Status Model::register_params() {
   auto text = [&](std::string name, Shape shape, InitRule init, bool summed = false) {
     return add_shard(nn::make_replicated_param(std::move(name), shape, id(), init), summed);
   };
-  auto expert = [&](std::string name, Shape shape, InitRule init) {  // reduced over the expert replicas
-    nn::ParamShard shard = nn::make_replicated_param(std::move(name), shape, id(), init);
+  // Experts: this rank's E / ep of them (dim 0), reduced over the expert replicas.
+  const nn::Range experts = nn::even_shard(t.num_experts, ep_.size(), ep_.rank());
+  auto expert = [&](std::string name, Shape shape, InitRule init) {
+    nn::ParamShard shard = nn::make_split_param(std::move(name), shape, 0, experts, id(), init);
     shard.replica = nn::ReplicaGroup::kExpert;
     return add_shard(std::move(shard), false);
   };
@@ -222,7 +224,8 @@ Status Model::register_params() {
 }
 
 Result<Model> Model::create(const Context& ctx, const Config& cfg, const Freeze& freeze,
-                            std::optional<uint64_t> seed, Allocator& alloc, nn::TensorParallel tp, PipelinePart part) {
+                            std::optional<uint64_t> seed, Allocator& alloc, nn::TensorParallel tp, PipelinePart part,
+                            nn::ExpertParallel ep) {
   VLPAR_RETURN_IF_ERROR(cfg.validate());
   for (const auto& [a, b] : part.layers)
     VLPAR_CHECK(0 <= a && a <= b && b <= cfg.text.layers, "Qwen3-VL pipeline part: layers [{}, {}) outside the "
@@ -230,9 +233,15 @@ Result<Model> Model::create(const Context& ctx, const Config& cfg, const Freeze&
   VLPAR_CHECK_CODE(!tp.sp(), StatusCode::kNotSupported,
                    "Qwen3-VL: sequence parallelism is not supported yet (the MoE blocks, the visual scatter and the "
                    "deepstack adds need the full token range on every rank)");
+  VLPAR_CHECK(!ep.active() || cfg.text.num_experts % ep.size() == 0, "Qwen3-VL: expert parallelism over {} ranks "
+              "does not divide text_config.num_experts = {}", ep.size(), cfg.text.num_experts);
+  VLPAR_CHECK_CODE(!ep.active() || !tp.active(), StatusCode::kNotSupported,
+                   "Qwen3-VL: expert parallelism with tensor parallelism needs sequence parallelism in the MoE layers "
+                   "(the tp ranks hold the same tokens), not implemented yet: use tp = 1 with ep > 1");
   Model m;
   m.cfg_ = cfg;
   m.tp_ = tp;
+  m.ep_ = ep;
   m.part_ = std::move(part);
   if (m.part_.layers.empty() && m.part_.whole) m.part_.layers = {{0, cfg.text.layers}};
   m.vocab_block_ = nn::even_shard(cfg.text.vocab, tp.size(), tp.rank());
@@ -295,7 +304,7 @@ nn::MoeBlock Model::moe(int layer) const {
   const nn::MoeConfig mc{cfg_.text.num_experts, cfg_.text.top_k, cfg_.text.moe_intermediate};
   return nn::MoeBlock(text_block_config(), mc, tp_,
                       nn::MoeWeights{reg_.value(i), reg_.value(i + 1), reg_.value(i + 2), reg_.value(i + 3)},
-                      nn::MoeWeights{reg_.grad(i), reg_.grad(i + 1), reg_.grad(i + 2), reg_.grad(i + 3)}, i);
+                      nn::MoeWeights{reg_.grad(i), reg_.grad(i + 1), reg_.grad(i + 2), reg_.grad(i + 3)}, i, ep_);
 }
 
 nn::LmHead Model::head() const {

@@ -37,6 +37,7 @@
 #include "vlpar/kernels/router.hpp"
 #include "vlpar/nn/attention_block.hpp"
 #include "vlpar/nn/decoder_layer.hpp"
+#include "vlpar/nn/expert_dispatch.hpp"
 #include "vlpar/nn/layer.hpp"
 #include "vlpar/nn/lm_head.hpp"
 #include "vlpar/nn/mlp_block.hpp"
@@ -133,13 +134,16 @@ class Model {
   /// load to fill.
   /// `part`: the layers and sections this object holds (pipeline stages); forward() and backward() need the whole
   /// model, a part runs the pieces below for its own layers.
+  /// `ep`: expert parallelism of the MoE layers (each rank holds E / ep experts, ids ep_rank · E / ep …, as
+  /// [E / ep, …] shards of the HF tensors; the ep ranks must hold different tokens: tp 1).
   static Result<Model> create(const Context& ctx, const Config& cfg, const Freeze& freeze,
                               std::optional<uint64_t> seed, Allocator& alloc, vlpar::nn::TensorParallel tp = {},
-                              PipelinePart part = {});
+                              PipelinePart part = {}, vlpar::nn::ExpertParallel ep = {});
 
   const Config& config() const { return cfg_; }
   const PipelinePart& part() const { return part_; }
   const vlpar::nn::TensorParallel& tensor_parallel() const { return tp_; }
+  const vlpar::nn::ExpertParallel& expert_parallel() const { return ep_; }
   void set_recompute(Recompute r) { recompute_ = r; }
   /// @brief Spans for the vision encoder (mergers included), decoder and loss go to `trace` (null = none).
   void set_trace(vlpar::obs::TraceRecorder* trace) { trace_ = trace; }
@@ -253,6 +257,7 @@ class Model {
   Recompute recompute_ = Recompute::kNone;
   vlpar::obs::TraceRecorder* trace_ = nullptr;
   vlpar::nn::TensorParallel tp_;
+  vlpar::nn::ExpertParallel ep_;
   vlpar::nn::Range vocab_block_;  // this rank's rows of embed_tokens / lm_head
   vlpar::nn::ParamRegistry reg_;
   size_t embed_ = 0, final_norm_ = 0, lm_head_ = 0;  // lm_head_ == embed_ when tied

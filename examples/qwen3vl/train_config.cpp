@@ -77,6 +77,7 @@ std::vector<Field> fields(TrainConfig& c) {
       {"metrics", "peak_gflops", &c.metrics.peak_gflops},
       {"parallel", "tp", &c.parallel.tp},
       {"parallel", "pp", &c.parallel.pp},
+      {"parallel", "ep", &c.parallel.ep},
       {"parallel", "vpp", &c.parallel.vpp},
       {"parallel", "schedule", &c.parallel.schedule},
       {"parallel", "pipeline_layout", &c.parallel.pipeline_layout},
@@ -187,6 +188,10 @@ Status TrainConfig::validate() const {
   VLPAR_CHECK(metrics.log_interval >= 1, "metrics.log_interval must be >= 1, got {}", metrics.log_interval);
   VLPAR_CHECK(metrics.peak_gflops >= 0, "metrics.peak_gflops must be >= 0 (0 = measure), got {}", metrics.peak_gflops);
   VLPAR_CHECK(parallel.tp >= 1, "parallel.tp must be >= 1, got {}", parallel.tp);
+  VLPAR_CHECK(parallel.ep >= 1, "parallel.ep must be >= 1, got {}", parallel.ep);
+  VLPAR_CHECK(parallel.ep == 1 || parallel.tp == 1, "parallel.ep = {} with parallel.tp = {}: expert parallelism with "
+              "tensor parallelism needs sequence parallelism in the MoE layers (not implemented yet); use tp = 1",
+              parallel.ep, parallel.tp);
   VLPAR_CHECK(parallel.pp >= 1 && parallel.vpp >= 1, "parallel.pp and parallel.vpp must be >= 1, got {} and {}",
               parallel.pp, parallel.vpp);
   // Qwen3-VL stages run a whole backward (no input/weight split in the nn blocks yet): the zero-bubble

@@ -120,13 +120,14 @@ Status Trainer::setup_groups() {
   VLPAR_ASSIGN_OR_RETURN(Config mc, model_config_of(cfg_.model));
   vlpar::parallel::ParallelConfig pc = cfg_.parallel;
   pc.world = world;
-  pc.etp = 1;        // MoE experts run replicated on every rank (no expert parallelism in the model yet)
-  pc.vision_tp = 1;  // so does the vision tower
+  pc.etp = 1;        // experts are not tensor-parallel: split over ep ranks (parallel.ep), whole on each
+  pc.vision_tp = 1;  // the vision tower runs replicated on every tp rank
   vlpar::parallel::ModelDims dims;
   dims.num_layers = mc.text.layers;
   dims.num_heads = mc.text.heads;
   dims.num_kv_heads = mc.text.kv_heads;
   dims.vocab = mc.text.vocab;
+  dims.num_experts = mc.text.num_experts;
   VLPAR_ASSIGN_OR_RETURN(vlpar::parallel::ProcessGroups g, vlpar::parallel::ProcessGroups::create(*world_, pc, dims));
   groups_ = std::make_unique<vlpar::parallel::ProcessGroups>(std::move(g));
   tp_rank_ = groups_->tp().rank();
@@ -147,7 +148,8 @@ Status Trainer::build_model() {
     VLPAR_ASSIGN_OR_RETURN(plan, plan_pipeline(cfg_, mc, pp_size_, groups_->pp().rank()));
   }
   const PipelinePart part = plan ? plan->part : PipelinePart{};
-  VLPAR_ASSIGN_OR_RETURN(Model model, Model::create(ctx_, mc, freeze, m.seed, alloc_, tp, part));
+  const vlpar::nn::ExpertParallel ep{cfg_.parallel.ep > 1 ? &groups_->get(vlpar::parallel::Axis::kEp) : nullptr};
+  VLPAR_ASSIGN_OR_RETURN(Model model, Model::create(ctx_, mc, freeze, m.seed, alloc_, tp, part, ep));
   model_ = std::make_unique<Model>(std::move(model));
   if (plan) {
     VLPAR_ASSIGN_OR_RETURN(pipe_, PipelineRunner::create(std::move(*plan), *model_, groups_->pp()));
@@ -204,6 +206,8 @@ std::vector<io::CheckpointTensor> Trainer::checkpoint_tensors(const vlpar::paral
   // A tied embedding's copy on the last pipeline stage is a replica of stage 0's (which writes it).
   const bool second_copy = pipe_ && pipe_->is_second_tied_copy(*model_);
   auto replica_of = [&](const nn::ParamShard& p) {
+    // An expert shard's copies are the ranks of its expert-dp group (the same experts, other data).
+    if (p.replica == nn::ReplicaGroup::kExpert) return groups_->get(vlpar::parallel::Axis::kEdp).rank();
     const int r = io::replica_index(p, cfg_.parallel.tp, tp_rank_, dp_rank_);
     return second_copy && p.name == "model.language_model.embed_tokens.weight" ? r + 1 : r;
   };

@@ -60,11 +60,14 @@ int64_t DecoderLayer::stash_bytes(int64_t tokens, Recompute mode) const {
   if (cfg_.qk_norm) bytes += 4 * (N * hq * D + N * hkv * D + N * hq + N * hkv);     // q_raw, k_raw, q/k rstd
   if (mode == Recompute::kSelective) return bytes;
   if (moe_) {
+    // R = N·K expert rows: exact without expert parallelism, balanced routing assumed with it (the rows a rank's
+    // experts receive depend on the router).
     const MoeConfig& m = moe_->moe_config();
-    const int64_t E = m.num_experts, K = m.top_k, I = m.intermediate, R = N * K;
+    const int64_t E = m.num_experts, K = m.top_k, I = m.intermediate, R = N * K, P = moe_->expert_parallel().size();
     bytes += 4 * (N + N * H + N * E + N * K + N * K);  // rstd, h, probs, weights, indices (i32)
-    bytes += 4 * (R * 2 * I + R * I);                  // gate|up, act (permuted rows)
-    bytes += 8 * (E + 1) + 4 * 2 * R;                  // dispatch plan: offsets, the two row maps
+    bytes += 4 * (R + R * 2 * I + R * I);              // row weights, gate|up, act (the experts' rows)
+    bytes += 4 * 2 * R + (P > 1 ? 4 * 2 * R : 0);      // row → token / assignment; under EP the received order
+    bytes += 8 * (E + 1) + 4 * 2 * R + 8 * (2 * P + E + E / P + 1);  // host plan (ExpertDispatch::host_bytes)
   } else {
     const int64_t Il = cfg_.intermediate / tp_.size();
     bytes += 4 * (Nl + N * H + N * 2 * Il + N * Il);  // rstd, h, gate|up, act

@@ -30,8 +30,8 @@ Status MoeConfig::validate() const {
 }
 
 MoeBlock::MoeBlock(const TransformerConfig& cfg, const MoeConfig& moe, TensorParallel tp, MoeWeights w,
-                   MoeWeights grads, size_t first_param)
-    : cfg_(cfg), moe_(moe), tp_(tp), w_(w), g_(grads), first_param_(first_param) {}
+                   MoeWeights grads, size_t first_param, ExpertParallel ep)
+    : cfg_(cfg), moe_(moe), tp_(tp), ep_(ep), w_(w), g_(grads), first_param_(first_param) {}
 
 Status MoeBlock::check(const char* name, int64_t N) const {
   VLPAR_RETURN_IF_ERROR(moe_.validate());
@@ -40,15 +40,17 @@ Status MoeBlock::check(const char* name, int64_t N) const {
   VLPAR_CHECK_CODE(!tp_.sp(), StatusCode::kNotSupported, "{}: sequence parallelism (tp={}) is not supported by the "
                    "MoE block yet (its aux statistics and gradients would need a sum over tp)", name, tp_.size());
   VLPAR_CHECK(N >= 0, "{}: num_tokens must be non-negative, got {}", name, N);
-  const int64_t H = cfg_.hidden, E = moe_.num_experts, I = moe_.intermediate;
+  VLPAR_CHECK(moe_.num_experts % ep_.size() == 0, "{}: {} experts cannot be split evenly over {} expert-parallel "
+              "ranks", name, moe_.num_experts, ep_.size());
+  const int64_t H = cfg_.hidden, E = moe_.num_experts, I = moe_.intermediate, El = E / ep_.size();
   VLPAR_RETURN_IF_ERROR(check_shape(name, "norm weight", w_.norm, {H}));
   VLPAR_RETURN_IF_ERROR(check_shape(name, "router weight", w_.router, {E, H}));
-  VLPAR_RETURN_IF_ERROR(check_shape(name, "gate_up weight", w_.gate_up, {E, H, 2 * I}));
-  VLPAR_RETURN_IF_ERROR(check_shape(name, "down weight", w_.down, {E, I, H}));
+  VLPAR_RETURN_IF_ERROR(check_shape(name, "gate_up weight", w_.gate_up, {El, H, 2 * I}));
+  VLPAR_RETURN_IF_ERROR(check_shape(name, "down weight", w_.down, {El, I, H}));
   if (!g_.norm.empty()) VLPAR_RETURN_IF_ERROR(check_shape(name, "norm gradient", g_.norm, {H}));
   if (!g_.router.empty()) VLPAR_RETURN_IF_ERROR(check_shape(name, "router gradient", g_.router, {E, H}));
-  if (!g_.gate_up.empty()) VLPAR_RETURN_IF_ERROR(check_shape(name, "gate_up gradient", g_.gate_up, {E, H, 2 * I}));
-  if (!g_.down.empty()) VLPAR_RETURN_IF_ERROR(check_shape(name, "down gradient", g_.down, {E, I, H}));
+  if (!g_.gate_up.empty()) VLPAR_RETURN_IF_ERROR(check_shape(name, "gate_up gradient", g_.gate_up, {El, H, 2 * I}));
+  if (!g_.down.empty()) VLPAR_RETURN_IF_ERROR(check_shape(name, "down gradient", g_.down, {El, I, H}));
   return Status::Ok();
 }
 
@@ -56,7 +58,7 @@ Status MoeBlock::forward(const Context& ctx, TensorView out, TensorView x, int64
                          RouterAuxStats* aux) const {
   const char* kName = "moe block forward";
   VLPAR_RETURN_IF_ERROR(check(kName, N));
-  const int64_t H = cfg_.hidden, E = moe_.num_experts, K = moe_.top_k, I = moe_.intermediate, R = N * K;
+  const int64_t H = cfg_.hidden, E = moe_.num_experts, K = moe_.top_k, I = moe_.intermediate;
   VLPAR_RETURN_IF_ERROR(check_shape(kName, "x", x, {N, H}));
   VLPAR_RETURN_IF_ERROR(check_shape(kName, "out", out, {N, H}));
   const RouterDesc rdesc{int(E), int(K)};
@@ -67,11 +69,7 @@ Status MoeBlock::forward(const Context& ctx, TensorView out, TensorView x, int64
   VLPAR_ASSIGN_OR_RETURN(st.probs, scratch(ctx, {N, E}));
   VLPAR_ASSIGN_OR_RETURN(st.weights, scratch(ctx, {N, K}));
   VLPAR_ASSIGN_OR_RETURN(st.indices, scratch(ctx, {N, K}, DType::kI32));
-  VLPAR_ASSIGN_OR_RETURN(st.gu, scratch(ctx, {R, 2 * I}));
-  VLPAR_ASSIGN_OR_RETURN(st.act, scratch(ctx, {R, I}));
   VLPAR_ASSIGN_OR_RETURN(Tensor logits, scratch(ctx, {N, E}));
-  VLPAR_ASSIGN_OR_RETURN(Tensor hp, scratch(ctx, {R, H}));
-  VLPAR_ASSIGN_OR_RETURN(Tensor y, scratch(ctx, {R, H}));
 
   // Router: logits [N, E] = h · routerᵀ, then fp32 softmax, top-k, renormalisation.
   VLPAR_RETURN_IF_ERROR(rmsnorm_forward(ctx, st.h, st.rstd, x, w_.norm, cfg_.eps));
@@ -80,14 +78,24 @@ Status MoeBlock::forward(const Context& ctx, TensorView out, TensorView x, int64
   VLPAR_RETURN_IF_ERROR(router_forward(ctx, st.weights, st.indices, st.probs, logits, rdesc));
   if (aux) VLPAR_RETURN_IF_ERROR(router_aux_accumulate(*aux, st.probs, st.indices, rdesc));
 
-  // Experts on the permuted rows, then the weighted combine in ascending expert order and the residual.
-  VLPAR_RETURN_IF_ERROR(moe_dispatch_plan(ctx, st.plan, st.indices, int(E)));
-  VLPAR_RETURN_IF_ERROR(moe_permute(ctx, hp, st.h, {}, st.plan));
-  VLPAR_RETURN_IF_ERROR(grouped_gemm(ctx, st.gu, hp, w_.gate_up, st.plan.offsets, GemmDesc{}));
+  // Rows to the experts (this rank's, or the ep group's), the experts, then the weighted combine at the source in
+  // ascending expert order and the residual.
+  VLPAR_ASSIGN_OR_RETURN(st.dispatch, plan_expert_dispatch(ctx, ep_.comm, st.indices, int(E)));
+  const ExpertDispatch& d = st.dispatch;
+  const int64_t R = d.received();
+  VLPAR_ASSIGN_OR_RETURN(st.row_weights, scratch(ctx, {R, 1}));
+  VLPAR_ASSIGN_OR_RETURN(st.gu, scratch(ctx, {R, 2 * I}));
+  VLPAR_ASSIGN_OR_RETURN(st.act, scratch(ctx, {R, I}));
+  VLPAR_ASSIGN_OR_RETURN(Tensor hp, scratch(ctx, {R, H}));
+  VLPAR_RETURN_IF_ERROR(dispatch_rows(ctx, ep_.comm, d, hp, st.h));
+  VLPAR_RETURN_IF_ERROR(
+      dispatch_assignments(ctx, ep_.comm, d, st.row_weights, detail::as_shape(st.weights.view(), {N * K, 1})));
+  VLPAR_RETURN_IF_ERROR(grouped_gemm(ctx, st.gu, hp, w_.gate_up, d.expert_offsets, GemmDesc{}));
   const TensorView gate = st.gu.view().slice(1, 0, I), up = st.gu.view().slice(1, I, 2 * I);
   VLPAR_RETURN_IF_ERROR(swiglu_forward(ctx, st.act, gate, up));
-  VLPAR_RETURN_IF_ERROR(grouped_gemm(ctx, y, st.act, w_.down, st.plan.offsets, GemmDesc{}));
-  VLPAR_RETURN_IF_ERROR(moe_unpermute(ctx, out, y, st.weights, st.plan));
+  Tensor y = std::move(hp);  // [R, H] again: the gate_up input is no longer needed
+  VLPAR_RETURN_IF_ERROR(grouped_gemm(ctx, y, st.act, w_.down, d.expert_offsets, GemmDesc{}));
+  VLPAR_RETURN_IF_ERROR(combine_rows(ctx, ep_.comm, d, out, y, st.weights));
   return add_(ctx, out, x);
 }
 
@@ -95,10 +103,12 @@ Status MoeBlock::backward(const Context& ctx, TensorView dx, TensorView dout, in
                           const GradReadyFn& ready, const RouterAuxStats* aux, float grad_aux) const {
   const char* kName = "moe block backward";
   VLPAR_RETURN_IF_ERROR(check(kName, N));
-  const int64_t H = cfg_.hidden, E = moe_.num_experts, K = moe_.top_k, I = moe_.intermediate, R = N * K;
+  const int64_t H = cfg_.hidden, E = moe_.num_experts, K = moe_.top_k, I = moe_.intermediate;
   VLPAR_RETURN_IF_ERROR(check_shape(kName, "dx", dx, {N, H}));
   VLPAR_RETURN_IF_ERROR(check_shape(kName, "dout", dout, {N, H}));
-  VLPAR_CHECK(st.gu.defined() && st.gu.shape() == Shape({R, 2 * I}) && st.plan.num_tokens == N &&
+  const ExpertDispatch& d = st.dispatch;
+  const int64_t R = d.received();
+  VLPAR_CHECK(st.gu.defined() && st.gu.shape() == Shape({R, 2 * I}) && d.num_tokens() == N &&
                   st.x.shape == Shape({N, H}),
               "{}: the stash does not come from a forward over {} tokens", kName, N);
   VLPAR_CHECK(grad_aux == 0.f || (aux != nullptr && aux->rows >= N),
@@ -110,24 +120,29 @@ Status MoeBlock::backward(const Context& ctx, TensorView dx, TensorView dout, in
     return ready && !grads_by_offset[k].empty() ? ready(first_param_ + k) : Status::Ok();
   };
   const RouterDesc rdesc{int(E), int(K)};
-  const auto& offsets = st.plan.offsets;
+  const auto& offsets = d.expert_offsets;
+  const MoeDispatch rows_plan = d.received_plan();  // per-row ops on the experts' rows ([R, 1] values)
 
-  // Down projection. dyp = dout gathered per row (unweighted); dact_u = dyp · D_eᵀ gives both the routing-weight
-  // gradient dw[t,k] = <dout[t], y_r> = <dact_u[r], act[r]> and, scaled by w, the activation gradient.
+  // Down projection on the experts' rows. dyp = dout sent to them (unweighted); dact_u = dyp · D_eᵀ gives both the
+  // routing-weight gradient dw[row] = <dout[t], y_row> = <dact_u[row], act[row]> and, scaled by w, the activation
+  // gradient. The per-row dw go back to their (token, slot).
   VLPAR_ASSIGN_OR_RETURN(Tensor dyp, scratch(ctx, {R, H}));
   VLPAR_ASSIGN_OR_RETURN(Tensor dact, scratch(ctx, {R, I}));
+  VLPAR_ASSIGN_OR_RETURN(Tensor drow_w, scratch(ctx, {R, 1}));
   VLPAR_ASSIGN_OR_RETURN(Tensor dweights, scratch(ctx, {N, K}));
-  VLPAR_RETURN_IF_ERROR(moe_permute(ctx, dyp, dout, {}, st.plan));
+  VLPAR_RETURN_IF_ERROR(dispatch_rows(ctx, ep_.comm, d, dyp, dout));
   VLPAR_RETURN_IF_ERROR(grouped_gemm(ctx, dact, dyp, w_.down, offsets, GemmDesc{false, true, 1.f, 0.f}));
-  VLPAR_RETURN_IF_ERROR(moe_row_dot(ctx, dweights, dact, st.act, st.plan));
-  VLPAR_RETURN_IF_ERROR(moe_scale_rows(ctx, dact, st.weights, st.plan));
+  VLPAR_RETURN_IF_ERROR(moe_row_dot(ctx, drow_w, dact, st.act, rows_plan));
+  VLPAR_RETURN_IF_ERROR(combine_assignments(ctx, ep_.comm, d, detail::as_shape(dweights.view(), {N * K, 1}), drow_w));
+  VLPAR_RETURN_IF_ERROR(moe_scale_rows(ctx, dact, st.row_weights, rows_plan));
   if (!g_.down.empty()) {  // dD_e += act_eᵀ · (w ⊙ dout)_e
-    VLPAR_RETURN_IF_ERROR(moe_scale_rows(ctx, dyp, st.weights, st.plan));
+    VLPAR_RETURN_IF_ERROR(moe_scale_rows(ctx, dyp, st.row_weights, rows_plan));
     VLPAR_RETURN_IF_ERROR(grouped_weight_grad(ctx, g_.down, st.act, dyp, offsets));
   }
   VLPAR_RETURN_IF_ERROR(mark(3));
 
-  // SwiGLU and gate/up projection; the input gradient is summed back per token in ascending expert order.
+  // SwiGLU and gate/up projection; the input gradient goes back to the tokens, summed per token in ascending
+  // expert order.
   Tensor dgu = std::move(dyp);  // reuse [R, H] storage only if it fits; otherwise allocate
   if (dgu.numel() < R * 2 * I) {
     VLPAR_ASSIGN_OR_RETURN(dgu, scratch(ctx, {R, 2 * I}));
@@ -135,21 +150,22 @@ Status MoeBlock::backward(const Context& ctx, TensorView dx, TensorView dout, in
   const TensorView dgu_v = detail::as_shape(dgu.view(), {R, 2 * I});
   const TensorView gate = st.gu.view().slice(1, 0, I), up = st.gu.view().slice(1, I, 2 * I);
   VLPAR_RETURN_IF_ERROR(swiglu_backward(ctx, dgu_v.slice(1, 0, I), dgu_v.slice(1, I, 2 * I), dact, gate, up));
-  if (!g_.gate_up.empty()) {  // dGU_e += h_eᵀ · dgu_e
+  if (!g_.gate_up.empty()) {  // dGU_e += h_eᵀ · dgu_e, h sent to the experts again (not stashed: [R, H])
     VLPAR_ASSIGN_OR_RETURN(Tensor hp, scratch(ctx, {R, H}));
-    VLPAR_RETURN_IF_ERROR(moe_permute(ctx, hp, st.h, {}, st.plan));
+    VLPAR_RETURN_IF_ERROR(dispatch_rows(ctx, ep_.comm, d, hp, st.h));
     VLPAR_RETURN_IF_ERROR(grouped_weight_grad(ctx, g_.gate_up, hp, dgu_v, offsets));
   }
   VLPAR_RETURN_IF_ERROR(mark(2));
   VLPAR_ASSIGN_OR_RETURN(Tensor dhp, scratch(ctx, {R, H}));
   VLPAR_ASSIGN_OR_RETURN(Tensor dh, scratch(ctx, {N, H}));
   VLPAR_RETURN_IF_ERROR(grouped_gemm(ctx, dhp, dgu_v, w_.gate_up, offsets, GemmDesc{false, true, 1.f, 0.f}));
-  VLPAR_RETURN_IF_ERROR(moe_unpermute(ctx, dh, dhp, {}, st.plan));
+  VLPAR_RETURN_IF_ERROR(combine_rows(ctx, ep_.comm, d, dh, dhp));
 
   // Router: through the renormalised top-k weights and softmax, plus grad_aux · ∂aux/∂logits.
   VLPAR_ASSIGN_OR_RETURN(Tensor dlogits, scratch(ctx, {N, E}));
   VLPAR_RETURN_IF_ERROR(router_backward(ctx, dlogits, dweights, st.probs, st.indices, st.weights, rdesc));
-  if (grad_aux != 0.f) VLPAR_RETURN_IF_ERROR(router_aux_backward(ctx, dlogits, st.probs, *aux, grad_aux));
+  // (A rank without tokens has no router rows; under expert parallelism it still served the others' rows above.)
+  if (grad_aux != 0.f && N > 0) VLPAR_RETURN_IF_ERROR(router_aux_backward(ctx, dlogits, st.probs, *aux, grad_aux));
   if (!g_.router.empty())  // drouter [E, H] += dlogitsᵀ · h
     VLPAR_RETURN_IF_ERROR(
         grouped_weight_grad(ctx, detail::as_shape(g_.router, {1, E, H}), dlogits, st.h, one_group(N)));

@@ -1,4 +1,4 @@
-// Expert-parallel dispatch and combine (parallel/expert_dispatch.hpp) under mpirun -np 2 and 4, E = 3 · P experts
+// Expert-parallel dispatch and combine (nn/expert_dispatch.hpp) under mpirun -np 2 and 4, E = 3 · P experts
 // (3 per rank), top-2 routing, a different number of tokens per rank and one rank with none:
 //   - round trip: dispatch, every local expert multiplies its rows by (global expert id + 1), combine with the
 //     routing weights: bitwise equal to EP = 1 (every rank alone with all experts, the same kernels on the same rows
@@ -11,6 +11,16 @@
 //   - every token to experts 0 and 1: rank 0 receives everything; a receive bound below that is a named error on
 //     every rank, naming the rank and the rows; a bad expert id on one rank is named there and reported by the
 //     others; experts not divisible by the ep size are named.
+// And the MoE block on it (nn/moe_block.hpp with nn::ExpertParallel), MoeExpertParallel.*: the ep group is every
+// rank, E = 2 · P experts (2 per rank), top-2, every rank its own tokens (9, 0, 13, 6 at ranks 0..3),
+// the full weights from one seed, each rank holding its experts' [2, …] slices. Against every rank running the
+// block alone with all E experts on its own tokens (EP = 1), with the load-balancing term:
+//   - the output, the input gradient and the router and norm gradients are bitwise equal (the experts see each
+//     token's rows in the same order and the combine sums at the source in the same order);
+//   - each local expert's weight gradient equals the sum over the ranks of the EP = 1 gradients of that expert
+//     (one grouped GEMM over every source's rows against a per-rank GEMM then a sum: fp32 reassociation, within
+//     1e-5 relative of the largest element);
+//   - the ready() order is unchanged; experts that do not divide over the ranks are a named error.
 // Run: ctest --preset emu -R test_expert_dispatch   (mpirun -np 2 and -np 4)
 #include <gtest/gtest.h>
 
@@ -22,12 +32,13 @@
 
 #include "mpi/mpi_test_util.hpp"
 #include "test_util.hpp"
-#include "vlpar/parallel/expert_dispatch.hpp"
+#include "vlpar/nn/expert_dispatch.hpp"
+#include "vlpar/nn/moe_block.hpp"
 
 namespace vlpar::test {
 namespace {
 
-using parallel::ExpertDispatch;
+using nn::ExpertDispatch;
 
 constexpr int kTopK = 2;
 constexpr int64_t kWidth = 5;
@@ -87,13 +98,13 @@ void run_experts(const ExpertDispatch& d, Tensor& rows) {
 
 /// dispatch → experts → combine over `ep` (null: EP = 1 on this rank alone).
 Tensor round_trip(Routed& s, comm::Communicator* ep, const Tensor& x) {
-  auto d = parallel::plan_expert_dispatch(s.ctx, ep, s.indices(), s.E);
+  auto d = nn::plan_expert_dispatch(s.ctx, ep, s.indices(), s.E);
   EXPECT_TRUE(d.ok()) << d.status().to_string();
   Tensor rows = Tensor::empty(s.alloc, Shape{d->received(), kWidth}, DType::kF32).value();
-  EXPECT_TRUE(parallel::dispatch_rows(s.ctx, ep, d.value(), rows, x).ok());
+  EXPECT_TRUE(nn::dispatch_rows(s.ctx, ep, d.value(), rows, x).ok());
   run_experts(d.value(), rows);
   Tensor out = Tensor::empty(s.alloc, Shape{s.T, kWidth}, DType::kF32).value();
-  const Status st = parallel::combine_rows(s.ctx, ep, d.value(), out, rows, s.weights());
+  const Status st = nn::combine_rows(s.ctx, ep, d.value(), out, rows, s.weights());
   EXPECT_TRUE(st.ok()) << st.to_string();
   return out;
 }
@@ -128,10 +139,10 @@ TEST(ExpertDispatch, PayloadsArriveAtTheirExpertsInSourceTokenOrder) {
     for (int k = 0; k < kTopK; ++k)
       for (float v : {float(s.rank), float(t), float(k), float(s.ids[size_t(t * kTopK + k)])}) tag.push_back(v);
   const TensorView in(tag.data(), DType::kF32, Shape{s.T * kTopK, 4});
-  auto d = parallel::plan_expert_dispatch(s.ctx, s.ep.get(), s.indices(), s.E);
+  auto d = nn::plan_expert_dispatch(s.ctx, s.ep.get(), s.indices(), s.E);
   ASSERT_TRUE(d.ok()) << d.status().to_string();
   Tensor got = Tensor::empty(s.alloc, Shape{d->received(), 4}, DType::kF32).value();
-  ASSERT_TRUE(parallel::dispatch_assignments(s.ctx, s.ep.get(), d.value(), got, in).ok());
+  ASSERT_TRUE(nn::dispatch_assignments(s.ctx, s.ep.get(), d.value(), got, in).ok());
   // Global per-expert counts, all-reduced.
   std::vector<double> counts(size_t(s.E), 0.0);
   for (int32_t e : s.ids) counts[size_t(e)] += 1;
@@ -152,7 +163,7 @@ TEST(ExpertDispatch, PayloadsArriveAtTheirExpertsInSourceTokenOrder) {
   std::vector<float> tok;
   for (int64_t t = 0; t < s.T; ++t) tok.insert(tok.end(), {float(s.rank), float(t)});
   Tensor rows = Tensor::empty(s.alloc, Shape{d->received(), 2}, DType::kF32).value();
-  ASSERT_TRUE(parallel::dispatch_rows(s.ctx, s.ep.get(), d.value(), rows,
+  ASSERT_TRUE(nn::dispatch_rows(s.ctx, s.ep.get(), d.value(), rows,
                                       TensorView(tok.data(), DType::kF32, Shape{s.T, 2})).ok());
   for (int64_t r = 0; r < d->received(); ++r) {
     EXPECT_EQ(rows.ptr<float>()[r * 2], g[r * 4]);
@@ -160,21 +171,21 @@ TEST(ExpertDispatch, PayloadsArriveAtTheirExpertsInSourceTokenOrder) {
   }
   // And back, unchanged.
   std::vector<float> back(tag.size(), -1.f);
-  ASSERT_TRUE(parallel::combine_assignments(s.ctx, s.ep.get(), d.value(),
+  ASSERT_TRUE(nn::combine_assignments(s.ctx, s.ep.get(), d.value(),
                                             TensorView(back.data(), DType::kF32, Shape{s.T * kTopK, 4}), got).ok());
   EXPECT_EQ(back, tag);
 }
 
 TEST(ExpertDispatch, WeightedDispatchAndCombineAreAdjoint) {
   Routed s;
-  auto d = parallel::plan_expert_dispatch(s.ctx, s.ep.get(), s.indices(), s.E);
+  auto d = nn::plan_expert_dispatch(s.ctx, s.ep.get(), s.indices(), s.E);
   ASSERT_TRUE(d.ok()) << d.status().to_string();
   const Tensor x = random_tensor(s.alloc, Shape{s.T, kWidth}, DType::kF32, 200 + uint64_t(s.rank));
   const Tensor y = random_tensor(s.alloc, Shape{d->received(), kWidth}, DType::kF32, 300 + uint64_t(s.rank));
   Tensor dx = Tensor::empty(s.alloc, Shape{d->received(), kWidth}, DType::kF32).value();
   Tensor cy = Tensor::empty(s.alloc, Shape{s.T, kWidth}, DType::kF32).value();
-  ASSERT_TRUE(parallel::dispatch_rows(s.ctx, s.ep.get(), d.value(), dx, x, s.weights()).ok());
-  ASSERT_TRUE(parallel::combine_rows(s.ctx, s.ep.get(), d.value(), cy, y, s.weights()).ok());
+  ASSERT_TRUE(nn::dispatch_rows(s.ctx, s.ep.get(), d.value(), dx, x, s.weights()).ok());
+  ASSERT_TRUE(nn::combine_rows(s.ctx, s.ep.get(), d.value(), cy, y, s.weights()).ok());
   double dots[2] = {0, 0};  // ⟨D x, y⟩ on the experts' side, ⟨x, C y⟩ on the tokens' side
   for (int64_t i = 0; i < dx.numel(); ++i) dots[0] += double(dx.ptr<float>()[i]) * y.ptr<float>()[i];
   for (int64_t i = 0; i < cy.numel(); ++i) dots[1] += double(x.ptr<float>()[i]) * cy.ptr<float>()[i];
@@ -195,12 +206,12 @@ TEST(ExpertDispatch, EverythingToOneExpertAndTheReceiveBound) {
   EXPECT_EQ(std::memcmp(ep_out.view().data, one.view().data, size_t(one.view().nbytes())), 0);
   double total = double(s.T * kTopK);
   ASSERT_TRUE(s.ep->all_reduce(TensorView(&total, DType::kF64, Shape{1}), comm::ReduceOp::kSum).ok());
-  auto d = parallel::plan_expert_dispatch(s.ctx, s.ep.get(), s.indices(), s.E);
+  auto d = nn::plan_expert_dispatch(s.ctx, s.ep.get(), s.indices(), s.E);
   ASSERT_TRUE(d.ok());
   EXPECT_EQ(double(d->received()), s.rank == 0 ? total : 0.0);
-  parallel::DispatchOptions bounded;
+  nn::DispatchOptions bounded;
   bounded.max_recv_rows = int64_t(total) - 1;
-  auto refused = parallel::plan_expert_dispatch(s.ctx, s.ep.get(), s.indices(), s.E, bounded);
+  auto refused = nn::plan_expert_dispatch(s.ctx, s.ep.get(), s.indices(), s.E, bounded);
   ASSERT_FALSE(refused.ok());
   EXPECT_NE(refused.status().message().find(fmt::format("ep rank 0 would receive {} rows, more than max_recv_rows = {}",
                                                         int64_t(total), int64_t(total) - 1)),
@@ -212,7 +223,7 @@ TEST(ExpertDispatch, BadInputIsNamedOnEveryRank) {
   Routed s;
   const int bad = 0;  // a rank with tokens
   if (s.rank == bad) s.ids[0] = s.E + 5;
-  auto d = parallel::plan_expert_dispatch(s.ctx, s.ep.get(), s.indices(), s.E);
+  auto d = nn::plan_expert_dispatch(s.ctx, s.ep.get(), s.indices(), s.E);
   ASSERT_FALSE(d.ok());
   if (s.rank == bad) {
     EXPECT_NE(d.status().message().find(fmt::format("indices[0, 0] = {} is outside [0, {})", s.E + 5, s.E)),
@@ -221,11 +232,138 @@ TEST(ExpertDispatch, BadInputIsNamedOnEveryRank) {
     EXPECT_NE(d.status().message().find(fmt::format("ep rank(s) {} could not plan the dispatch", bad)),
               std::string::npos) << d.status().to_string();
   }
-  auto uneven = parallel::plan_expert_dispatch(s.ctx, s.ep.get(), s.indices(), s.E + 1);
+  auto uneven = nn::plan_expert_dispatch(s.ctx, s.ep.get(), s.indices(), s.E + 1);
   ASSERT_FALSE(uneven.ok());
   EXPECT_NE(uneven.status().message().find("experts cannot be split evenly over the"), std::string::npos)
       << uneven.status().to_string();
 }
+
+// ---- the MoE block with expert parallelism ----------------------------------------------------------------------
+
+namespace block {
+
+
+constexpr int64_t kH = 16, kI = 8;
+constexpr int kK = 2;
+
+int64_t tokens_of(int rank) { return std::vector<int64_t>{9, 0, 13, 6}[size_t(rank % 4)]; }
+
+nn::TransformerConfig block_config() {
+  nn::TransformerConfig c;
+  c.hidden = kH;
+  c.eps = 1e-6f;
+  return c;
+}
+
+/// The full weights (same on every rank) and zeroed gradients, with E experts.
+struct Weights {
+  Tensor norm, router, gate_up, down;
+  Weights(Allocator& a, int64_t E, bool grads) {
+    if (grads) {
+      norm = Tensor::zeros(a, {kH}, DType::kF32).value();
+      router = Tensor::zeros(a, {E, kH}, DType::kF32).value();
+      gate_up = Tensor::zeros(a, {E, kH, 2 * kI}, DType::kF32).value();
+      down = Tensor::zeros(a, {E, kI, kH}, DType::kF32).value();
+      return;
+    }
+    norm = random_tensor(a, {kH}, DType::kF32, 1, 0.5f, 1.5f);
+    router = random_tensor(a, {E, kH}, DType::kF32, 2, -1.f, 1.f);
+    gate_up = random_tensor(a, {E, kH, 2 * kI}, DType::kF32, 3, -0.3f, 0.3f);
+    down = random_tensor(a, {E, kI, kH}, DType::kF32, 4, -0.3f, 0.3f);
+  }
+  /// Experts [first, first + n) of the expert weights; norm and router whole.
+  nn::MoeWeights slice(int64_t first, int64_t n) const {
+    return {norm, router, gate_up.view().slice(0, first, first + n), down.view().slice(0, first, first + n)};
+  }
+};
+
+struct BlockRun {
+  Tensor out, dx;
+};
+
+BlockRun run_block(const Context& ctx, Allocator& alloc, const nn::MoeBlock& block, const Tensor& x, const Tensor& dout,
+              int64_t N, std::vector<size_t>* order) {
+  BlockRun r{Tensor::empty(alloc, {N, kH}, DType::kF32).value(), Tensor::empty(alloc, {N, kH}, DType::kF32).value()};
+  nn::MoeStash st;
+  RouterAuxStats stats;
+  Status s = block.forward(ctx, r.out, x, N, st, &stats);
+  EXPECT_TRUE(s.ok()) << s.to_string();
+  s = block.backward(ctx, r.dx, dout, N, st, [&](size_t i) {
+    if (order) order->push_back(i);
+    return Status::Ok();
+  }, &stats, 0.25f);
+  EXPECT_TRUE(s.ok()) << s.to_string();
+  return r;
+}
+
+::testing::AssertionResult same_bits(const char* what, TensorView a, TensorView b) {
+  if (a.nbytes() == b.nbytes() && std::memcmp(a.data, b.data, size_t(a.nbytes())) == 0)
+    return ::testing::AssertionSuccess();
+  return ::testing::AssertionFailure() << what << " differs from EP = 1";
+}
+
+TEST(MoeExpertParallel, MatchesEveryExpertOnOneRank) {
+  auto ep = world_comm("ep");
+  ASSERT_TRUE(ep);
+  const int P = ep->size(), rank = ep->rank();
+  const int64_t E = 2 * P, El = 2, N = tokens_of(rank);
+  Allocator alloc;
+  Context ctx;
+  ctx.allocator = &alloc;
+  const Weights w(alloc, E, false);
+  Weights g_one(alloc, E, true), g_ep(alloc, E, true);
+  const Tensor x = random_tensor(alloc, {N, kH}, DType::kF32, 10 + uint64_t(rank));
+  const Tensor dout = random_tensor(alloc, {N, kH}, DType::kF32, 20 + uint64_t(rank));
+  const nn::MoeConfig mc{int(E), kK, kI};
+
+  const nn::MoeBlock one(block_config(), mc, {}, w.slice(0, E), g_one.slice(0, E), 0);
+  const BlockRun a = run_block(ctx, alloc, one, x, dout, N, nullptr);
+  std::vector<size_t> order;
+  const nn::MoeBlock sharded(block_config(), mc, {}, w.slice(rank * El, El), g_ep.slice(rank * El, El), 0,
+                             nn::ExpertParallel{ep.get()});
+  const BlockRun b = run_block(ctx, alloc, sharded, x, dout, N, &order);
+
+  EXPECT_TRUE(same_bits("out", a.out, b.out));
+  EXPECT_TRUE(same_bits("dx", a.dx, b.dx));
+  EXPECT_TRUE(same_bits("router gradient", g_one.router, g_ep.router));
+  EXPECT_TRUE(same_bits("norm gradient", g_one.norm, g_ep.norm));
+  EXPECT_EQ(order, (std::vector<size_t>{3, 2, 1, 0}));
+  // Expert gradients: Σ over ranks of the EP = 1 gradients, against this rank's slice.
+  for (Tensor* t : {&g_one.gate_up, &g_one.down})
+    ASSERT_TRUE(ep->all_reduce(*t, comm::ReduceOp::kSum).ok());
+  const std::pair<const char*, std::pair<const Tensor*, const Tensor*>> experts[] = {
+      {"gate_up", {&g_one.gate_up, &g_ep.gate_up}}, {"down", {&g_one.down, &g_ep.down}}};
+  for (const auto& [name, pair] : experts) {
+    const TensorView want = pair.first->view().slice(0, rank * El, (rank + 1) * El);
+    const TensorView got = pair.second->view().slice(0, rank * El, (rank + 1) * El);
+    const std::vector<double> wv = to_f64(want), gv = to_f64(got);
+    double scale = 0;
+    for (double v : wv) scale = std::max(scale, std::abs(v));
+    ASSERT_GT(scale, 0.0) << name << ": no rows reached this rank's experts";
+    for (size_t i = 0; i < wv.size(); ++i) ASSERT_NEAR(gv[i], wv[i], 1e-5 * scale) << name << " element " << i;
+  }
+}
+
+TEST(MoeExpertParallel, ExpertsNotDividingTheRanksAreNamed) {
+  auto ep = world_comm("ep");
+  ASSERT_TRUE(ep);
+  const int P = ep->size();
+  Allocator alloc;
+  Context ctx;
+  ctx.allocator = &alloc;
+  const int64_t E = 2 * P + 1;
+  const Weights w(alloc, E, false);
+  const nn::MoeBlock block(block_config(), nn::MoeConfig{int(E), kK, kI}, {}, w.slice(0, 2), {}, 0,
+                           nn::ExpertParallel{ep.get()});
+  Tensor x = Tensor::zeros(alloc, {3, kH}, DType::kF32).value(), out = Tensor::zeros(alloc, {3, kH}, DType::kF32).value();
+  nn::MoeStash st;
+  const Status s = block.forward(ctx, out, x, 3, st);
+  EXPECT_NE(s.message().find(std::to_string(E) + " experts cannot be split evenly over " + std::to_string(P) +
+                             " expert-parallel ranks"),
+            std::string::npos) << s.to_string();
+}
+
+}  // namespace block
 
 }  // namespace
 }  // namespace vlpar::test

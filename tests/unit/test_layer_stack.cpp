@@ -200,8 +200,7 @@ MoeStackRun run_moe(nn::Recompute mode, bool check_bytes = false) {
     const int64_t before = alloc.stats(Device::cpu()).current_bytes;
     nn::DecoderLayer::Stash st;
     EXPECT_TRUE(layers[0].forward(ctx, y, x, seq, st).ok());
-    const auto plan_bytes = int64_t(8 * st.moe.plan.offsets.size() + 4 * st.moe.plan.row_assignment.size() +
-                                    4 * st.moe.plan.assignment_row.size());
+    const int64_t plan_bytes = st.moe.dispatch.host_bytes();
     EXPECT_EQ(alloc.stats(Device::cpu()).current_bytes - before + plan_bytes,
               layers[0].stash_bytes(N, nn::Recompute::kNone));
     layers[0].drop(st, nn::Recompute::kSelective);

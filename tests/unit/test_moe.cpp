@@ -7,6 +7,7 @@
 
 #include <algorithm>
 #include <array>
+#include <cstring>
 #include <functional>
 #include <string>
 #include <vector>
@@ -477,6 +478,29 @@ TEST(MoeGroupedGemm, MatchesPerGroupReferenceExactly) {
   }
   EXPECT_TRUE(all_close("grouped_weight_grad", to_f64(dw), want, Shape{G, Kd, N}, 0.0));
   EXPECT_GT(max_abs_diff(want, dw0), 0.0) << "vacuous: the weight gradient added nothing";
+}
+
+// Expert parallelism moves a row to another tile of its expert's group (other rows before it, another group size):
+// its result must not change. A group of 40 rows against the same rows split into groups of 7, m and the rest,
+// for m from 1 to 13, inner sizes below and above Eigen's K blocking: every row bitwise equal.
+TEST(MoeGroupedGemm, RowResultDependsOnlyOnItsRow) {
+  Allocator alloc;
+  Context ctx = test_ctx();
+  ctx.allocator = &alloc;
+  for (const int64_t K : {8, 16, 300}) {
+    for (const int64_t N : {16, 40}) {
+      const Tensor a = random_tensor(alloc, {40, K}, DType::kF32, 1);
+      const Tensor b = random_tensor(alloc, {1, K, N}, DType::kF32, 2);
+      Tensor whole = Tensor::zeros(alloc, {40, N}, DType::kF32).value();
+      ASSERT_TRUE(grouped_gemm(ctx, whole, a, b, std::vector<int64_t>{0, 40}, GemmDesc{}).ok());
+      for (const int64_t m : {1, 2, 3, 5, 8, 13}) {
+        Tensor split = Tensor::zeros(alloc, {40, N}, DType::kF32).value();
+        ASSERT_TRUE(grouped_gemm(ctx, split, a, b, std::vector<int64_t>{0, 7, 7 + m, 40}, GemmDesc{}).ok());
+        EXPECT_EQ(std::memcmp(whole.view().data, split.view().data, size_t(whole.view().nbytes())), 0)
+            << "K " << K << ", N " << N << ", middle group of " << m << " rows";
+      }
+    }
+  }
 }
 
 TEST(MoeGroupedGemm, BadShapesAreNamedErrors) {

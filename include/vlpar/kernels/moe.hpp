@@ -26,7 +26,9 @@
 // Determinism: every output element is computed by exactly one work item with a fixed sum order. The grouped
 // GEMMs cut each group into fixed tiles (kMoeTileRows × kMoeTileCols of the output, independent of the thread
 // count), each tile one serial Eigen GEMM over the full inner dimension, tiles handed out dynamically. So results
-// are bitwise identical for any num_threads. No float atomics.
+// are bitwise identical for any num_threads. No float atomics. grouped_gemm pads a partial tile's rows to a
+// multiple of 48 so that every row takes Eigen's widest micro-kernel: a row's result depends only on that row and
+// the weights, not on the group's size or the row's place in it (expert parallelism moves rows between tiles).
 // Storage: f32 on the CPU (other dtypes and devices return kNotSupported naming the argument). CUDA views
 // (src/kernels/cuda/moe_ops.cu): grouped_gemm (grouped_gemm_kernel.cuh: bf16/f16 a and b, c in their dtype or f32,
 // N, Kd and the row strides multiples of 8 elements, offsets in host memory; tiles of 128 × 128 over a persistent
@@ -49,7 +51,7 @@ namespace vlpar {
 
 /// Output tile of the grouped GEMMs: rows × cols. Fixed (not derived from num_threads) so that the Eigen call
 /// computing each element, and hence its rounding, never depends on the thread count.
-inline constexpr int64_t kMoeTileRows = 128;
+inline constexpr int64_t kMoeTileRows = 96;  // a multiple of the 48-row quantum of src/kernels/cpu/moe.cpp
 inline constexpr int64_t kMoeTileCols = 512;
 
 /// The routing handle: which permuted row serves which (token, slot). Host memory.

@@ -8,8 +8,9 @@
 // Weights use the HF v4.57 on-disk layout, so checkpoints load without reshuffling, applied as x @ W:
 //   mlp.gate.weight [E, H], mlp.experts.gate_up_proj [E, H, 2I] (gate = [..., :I], up = [..., I:]),
 //   mlp.experts.down_proj [E, I, H].
-// Token path (kernels/moe.hpp): router → dispatch plan (stable sort of (token, slot) by expert) → permute h →
-// grouped GEMM gate_up → SwiGLU → grouped GEMM down → unpermute with the routing weights (combine) → + x.
+// Token path (kernels/moe.hpp, nn/expert_dispatch.hpp): router → dispatch plan (stable sort of (token, slot) by
+// expert; with expert parallelism also the count exchange) → dispatch h to the experts' rows → grouped GEMM
+// gate_up → SwiGLU → grouped GEMM down → combine with the routing weights at the source, ascending expert → + x.
 //
 // Load-balancing loss (Switch, spec §5): forward adds this layer's probs and top-k counts to a RouterAuxStats
 // shared by every MoE layer of the step, so aux = router_aux_loss(stats) = E · Σ_e f_e · P̄_e with f and P̄ means
@@ -23,8 +24,13 @@
 // Determinism: fixed work items (kernels/moe.hpp tiles, fixed 64-row chunks for the norm weight gradient), no
 // float atomics: outputs and gradients are bitwise identical for any ctx.num_threads.
 //
-// Parallelism: no expert parallelism yet (every rank holds all E experts; EP needs the dispatch all-to-all of
-// STYLE §23). Under tensor parallelism without SP the residual stream is replicated, so the block runs replicated
+// Expert parallelism (ExpertParallel, ep ranks): this rank holds E_l = E / ep experts (ids ep_rank · E_l …; the
+// expert weights are [E_l, …] slices of the full [E, …]) and the router whole; its tokens' rows travel to the ranks
+// owning their experts and back (all-to-all-v), each expert sees its rows in (source rank, token) order and a token's
+// outputs are summed at its source in ascending expert order, so outputs and input gradients equal one rank holding
+// every expert bitwise. The ep ranks must hold different tokens (EP folded over data parallelism; tp > 1 needs SP).
+// Backward re-dispatches h for the gate_up weight gradient instead of stashing the [N·K, H] rows.
+// Under tensor parallelism without SP the residual stream is replicated, so the block runs replicated
 // on every tp rank (same inputs, same weights, same gradients). Sequence parallelism is rejected (kNotSupported):
 // its token-split rows would need the aux statistics and every weight gradient summed over the tp group.
 // Storage f32 (CPU). Test: tests/unit/test_moe.cpp (./build/cpu/tests/test_moe).
@@ -35,6 +41,7 @@
 #include "vlpar/core/tensor.hpp"
 #include "vlpar/kernels/moe.hpp"
 #include "vlpar/kernels/router.hpp"
+#include "vlpar/nn/expert_dispatch.hpp"
 #include "vlpar/nn/block.hpp"
 #include "vlpar/nn/config.hpp"
 #include "vlpar/nn/tensor_parallel.hpp"
@@ -52,25 +59,27 @@ struct MoeConfig {
 };
 
 /// Weights (or gradients, same shapes; an empty gradient view = frozen) of one MoE block, HF v4.57 layout.
+/// E_l = E / ep local experts (all E without expert parallelism).
 struct MoeWeights {
-  TensorView norm;     // [H]          post_attention_layernorm.weight
-  TensorView router;   // [E, H]       mlp.gate.weight (logits = h · routerᵀ)
-  TensorView gate_up;  // [E, H, 2I]   mlp.experts.gate_up_proj: h @ gate_up[e] = [gate | up]
-  TensorView down;     // [E, I, H]    mlp.experts.down_proj: act @ down[e]
+  TensorView norm;     // [H]            post_attention_layernorm.weight
+  TensorView router;   // [E, H]         mlp.gate.weight (logits = h · routerᵀ)
+  TensorView gate_up;  // [E_l, H, 2I]   mlp.experts.gate_up_proj: h @ gate_up[e] = [gate | up]
+  TensorView down;     // [E_l, I, H]    mlp.experts.down_proj: act @ down[e]
 };
 
 /// What backward needs from forward. x is the caller's input view: it must stay alive until backward.
-/// R = N·K permuted rows (kernels/moe.hpp).
+/// R = the rows this rank's experts process (N·K without expert parallelism; nn/expert_dispatch.hpp).
 struct MoeStash {
-  TensorView x;      // [N, H]    block input
-  Tensor rstd;       // [N] f32   RMSNorm statistics
-  Tensor h;          // [N, H]    normed input
-  Tensor probs;      // [N, E]    router softmax
-  Tensor weights;    // [N, K]    renormalised top-k weights
-  Tensor indices;    // [N, K]    i32 top-k expert ids, descending probability
-  MoeDispatch plan;  //           permuted-row layout of the (token, slot) assignments
-  Tensor gu;         // [R, 2I]   expert gate | up pre-activations, permuted rows
-  Tensor act;        // [R, I]    silu(gate) ⊙ up
+  TensorView x;             // [N, H]    block input
+  Tensor rstd;              // [N] f32   RMSNorm statistics
+  Tensor h;                 // [N, H]    normed input
+  Tensor probs;             // [N, E]    router softmax
+  Tensor weights;           // [N, K]    renormalised top-k weights
+  Tensor indices;           // [N, K]    i32 top-k expert ids, descending probability
+  ExpertDispatch dispatch;  //           where each (token, slot) row goes and comes back
+  Tensor row_weights;       // [R, 1]    the routing weight of each expert row
+  Tensor gu;                // [R, 2I]   expert gate | up pre-activations
+  Tensor act;               // [R, I]    silu(gate) ⊙ up
 };
 
 class MoeBlock {
@@ -80,7 +89,7 @@ class MoeBlock {
   static constexpr size_t kNumParams = 4;
 
   MoeBlock(const TransformerConfig& cfg, const MoeConfig& moe, TensorParallel tp, MoeWeights w, MoeWeights grads,
-           size_t first_param);
+           size_t first_param, ExpertParallel ep = {});
 
   /// @param out [N, H] written (x + MoE(RMSNorm(x))); x [N, H], N = num_tokens
   /// @param aux if not null, this layer's router statistics are added to it (the load-balancing loss)
@@ -93,6 +102,7 @@ class MoeBlock {
                   const GradReadyFn& ready, const RouterAuxStats* aux = nullptr, float grad_aux = 0.f) const;
 
   const MoeConfig& moe_config() const { return moe_; }
+  const ExpertParallel& expert_parallel() const { return ep_; }
 
  private:
   Status check(const char* name, int64_t num_tokens) const;
@@ -100,6 +110,7 @@ class MoeBlock {
   TransformerConfig cfg_;
   MoeConfig moe_;
   TensorParallel tp_;
+  ExpertParallel ep_;
   MoeWeights w_, g_;
   size_t first_param_ = 0;
 };

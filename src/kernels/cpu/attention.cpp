@@ -34,6 +34,7 @@
 #include "vlpar/core/log.hpp"
 #include "vlpar/core/rows.hpp"
 
+#include "gemm_f32.hpp"
 #include "isa_namespace.hpp"
 
 namespace vlpar::VLPAR_CPU_ISA_NAMESPACE {
@@ -225,21 +226,6 @@ std::vector<WorkItem> make_items(const std::vector<Segment>& segs, int heads, in
   return items;
 }
 
-/// Keeps Eigen's own GEMM parallelizer off inside tiles. Eigen reads omp_get_max_threads(), an ICV of the
-/// current task: inside our parallel region the change is local to this worker; on the serial path (one
-/// worker, no region) the caller's value is restored on exit. (An application that called
-/// Eigen::setNbThreads(n > 1) overrides this on the one-worker path, where tile GEMMs may then use n threads.)
-class EigenSerialScope {
- public:
-  EigenSerialScope() : saved_(omp_get_max_threads()) { omp_set_num_threads(1); }
-  ~EigenSerialScope() { omp_set_num_threads(saved_); }
-  EigenSerialScope(const EigenSerialScope&) = delete;
-  EigenSerialScope& operator=(const EigenSerialScope&) = delete;
-
- private:
-  int saved_;
-};
-
 /// Runs fn(item, scratch) for every item on min(num_threads, items) workers, each with its own Scratch.
 /// The shared counter only hands out item indices: every output element is written by exactly one item, whose
 /// arithmetic does not depend on the worker, so results are bitwise reproducible whatever the schedule.
@@ -248,7 +234,7 @@ void run_items(const Context& ctx, const std::vector<WorkItem>& items, Attention
   const int64_t n = int64_t(items.size());
   std::atomic<int64_t> next{0};
   parallel_for(ctx, std::min<int64_t>(ctx.num_threads, n), [&](int64_t, int64_t) {
-    EigenSerialScope serial;
+    cpu::EigenSerialScope serial;
     Scratch scratch(tiles, D);
     for (int64_t i = next.fetch_add(1); i < n; i = next.fetch_add(1)) fn(items[size_t(i)], scratch);
   });

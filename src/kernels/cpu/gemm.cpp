@@ -22,6 +22,7 @@ using MMap = Eigen::Map<MatRM, Eigen::Unaligned, Eigen::OuterStride<>>;
 // Rows [m0, m0+m) and columns [n0, n0+n) of C.
 void gemm_block(const GemmF32& g, int64_t m0, int64_t m, int64_t n0, int64_t n) {
   if (m <= 0 || n <= 0) return;
+  const EigenSerialScope serial;
   MMap C(g.c + m0 * g.ldc + n0, m, n, Eigen::OuterStride<>(g.ldc));
   if (g.beta == 0.f) C.setZero();
   else if (g.beta != 1.f) C *= g.beta;

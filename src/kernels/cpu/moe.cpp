@@ -4,6 +4,7 @@
 #include "vlpar/kernels/moe.hpp"
 
 #include <algorithm>
+#include <vector>
 
 #include "gemm_f32.hpp"
 
@@ -160,6 +161,44 @@ Status moe_scale_rows(const Context& ctx, TensorView rows, TensorView weights, c
   return Status::Ok();
 }
 
+namespace {
+/// Rows of a tile are computed in whole multiples of this: Eigen's GEMM kernel runs rows in blocks of three SIMD
+/// packets with one accumulator per element, and the remainder rows (one packet with two alternating accumulators,
+/// half packets, single rows; a one-row product becomes a matrix-vector product) with other sum orders, so a row's
+/// result would depend on where it sits in its tile. 48 rows = 3 packets of 16 floats (AVX-512) = 6 of 8 (AVX2) =
+/// 12 of 4 (SSE): padding every tile to a multiple of 48 rows (zero rows) sends each row through the widest kernel,
+/// so it depends only on its own input row and the weights. Rows land in other tiles after an expert-parallel
+/// dispatch, and EP = N then equals EP = 1 bitwise (tests: MoeGroupedGemm.RowResultDependsOnlyOnItsRow, every ISA).
+constexpr int64_t kRowQuantum = 48;
+static_assert(kMoeTileRows % kRowQuantum == 0);
+
+/// A tile whose row count is not a multiple of kRowQuantum, through zero-padded copies of its a rows and c rows.
+void padded_tile(const Tile& t, const float* a, int64_t lda, float* c, int64_t ldc, const float* bg, int64_t ldb,
+                 int64_t Kd, const GemmDesc& desc) {
+  const int64_t M = (t.m + kRowQuantum - 1) / kRowQuantum * kRowQuantum;
+  std::vector<float> a2(size_t(M * Kd), 0.f), c2(size_t(M * t.n), 0.f);
+  for (int64_t r = 0; r < t.m; ++r) {
+    std::copy(a + r * lda, a + r * lda + Kd, a2.begin() + r * Kd);
+    if (desc.beta != 0.f) std::copy(c + r * ldc, c + r * ldc + t.n, c2.begin() + r * t.n);
+  }
+  cpu::GemmF32 gm;
+  gm.M = M;
+  gm.N = t.n;
+  gm.K = Kd;
+  gm.a = a2.data();
+  gm.lda = Kd;
+  gm.b = desc.trans_b ? bg + t.n0 * ldb : bg + t.n0;
+  gm.ldb = ldb;
+  gm.trans_b = desc.trans_b;
+  gm.c = c2.data();
+  gm.ldc = t.n;
+  gm.alpha = desc.alpha;
+  gm.beta = desc.beta;
+  cpu::gemm_f32_serial(gm);
+  for (int64_t r = 0; r < t.m; ++r) std::copy(c2.begin() + r * t.n, c2.begin() + (r + 1) * t.n, c + r * ldc);
+}
+}  // namespace
+
 Status grouped_gemm(const Context& ctx, TensorView c, TensorView a, TensorView b, std::span<const int64_t> offsets,
                     GemmDesc desc) {
   const F32Rows ma = rows_of(a);
@@ -172,6 +211,9 @@ Status grouped_gemm(const Context& ctx, TensorView c, TensorView a, TensorView b
     const Tile& t = tiles[size_t(i)];
     const int64_t row0 = offsets[size_t(t.g)] + t.m0;
     const float* bg = b.ptr<float>() + t.g * b_batch;
+    if (t.m % kRowQuantum != 0) {
+      return padded_tile(t, ma.row(row0), ma.ld, mc.row(row0) + t.n0, mc.ld, bg, ldb, Kd, desc);
+    }
     cpu::GemmF32 gm;
     gm.M = t.m;
     gm.N = t.n;

@@ -138,6 +138,7 @@ Status moe_scale_rows(const Context& ctx, TensorView rows, TensorView weights, c
   VLPAR_RETURN_IF_ERROR(check_plan(op, plan));
   const bool cuda = any_cuda({&rows, &weights});
   VLPAR_RETURN_IF_ERROR(check_rows(op, "rows", rows, plan.num_rows(), -1, !cuda).status());
+  if (plan.num_rows() == 0) return Status::Ok();  // nothing to scale (zero-row weights are an empty view)
   VLPAR_CHECK(!weights.empty(), "{}: weights must be [{}, {}], got an empty view", op, plan.num_tokens, plan.top_k);
   VLPAR_RETURN_IF_ERROR(check_weights(op, weights, plan, cuda));
   if (cuda) return cuda_impl::moe_scale_rows(ctx, rows, weights, plan);

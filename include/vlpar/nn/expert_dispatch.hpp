@@ -26,7 +26,7 @@
 // Memory: the receive side holds N = Σ_src recv_rows rows; DispatchOptions::max_recv_rows bounds it (a skewed router
 // sending everything to one rank is then a named error naming the rows, not an out-of-memory).
 // The all-to-alls run on `ep` (MPI on CPU); null or a size-1 ep group is EP = 1 (local permute only).
-// Test: tests/mpi/test_expert_dispatch.cpp (np 2 and 4), tests/unit/test_expert_dispatch.cpp (EP 1).
+// Test: tests/mpi/test_expert_dispatch.cpp (np 2 and 4; EP 1 = every rank alone, as the reference).
 #include <cstdint>
 #include <vector>
 
@@ -36,7 +36,15 @@
 #include "vlpar/core/tensor.hpp"
 #include "vlpar/kernels/moe.hpp"
 
-namespace vlpar::parallel {
+namespace vlpar::nn {
+
+/// The expert-parallel group of a MoE block: the E experts split over its ranks (null: every expert here).
+struct ExpertParallel {
+  comm::Communicator* comm = nullptr;
+  int size() const { return comm != nullptr ? comm->size() : 1; }
+  int rank() const { return comm != nullptr ? comm->rank() : 0; }
+  bool active() const { return size() > 1; }
+};
 
 struct DispatchOptions {
   int64_t max_recv_rows = 0;  // > 0: a plan receiving more rows than this on some rank is a named error
@@ -56,7 +64,8 @@ struct ExpertDispatch {
   Tensor row_token;       // [T·K] i32: permuted row r → its token
   Tensor row_assignment;  // [T·K] i32: permuted row r → its assignment t·K + k
   Tensor sorted_from;     // [N] i32: row i of the [expert][src] order ← row sorted_from[i] of the received order
-  Tensor received_from;   // [N] i32: the inverse (received order ← [expert][src] order)
+  Tensor received_from;   // [N] i32: the inverse (received order ← [expert][src] order); both empty at P = 1,
+                          // where the received rows are this rank's permuted rows
 
   int64_t num_tokens() const { return local.num_tokens; }
   int top_k() const { return local.top_k; }
@@ -64,6 +73,11 @@ struct ExpertDispatch {
   int64_t received() const { return expert_offsets.empty() ? 0 : expert_offsets.back(); }
   /// Rows of local expert e (the grouped GEMM's group e).
   int64_t expert_rows(int e) const { return expert_offsets[size_t(e) + 1] - expert_offsets[size_t(e)]; }
+  /// Host memory of the plan's vectors (the index tensors come from the allocator).
+  int64_t host_bytes() const;
+  /// The received rows as a plan over themselves (N "tokens", top-1, E_l experts at expert_offsets, identity maps):
+  /// lets the row ops (moe_row_dot, moe_scale_rows) work on the experts' side with per-row values [N, 1].
+  MoeDispatch received_plan() const;
 };
 
 /// @brief Plans a dispatch. Collective over `ep` (null or size 1: EP = 1).
@@ -98,4 +112,4 @@ Status combine_rows(const Context& ctx, comm::Communicator* ep, const ExpertDisp
 Status combine_assignments(const Context& ctx, comm::Communicator* ep, const ExpertDispatch& d, TensorView out,
                            TensorView rows);
 
-}  // namespace vlpar::parallel
+}  // namespace vlpar::nn

@@ -1,5 +1,5 @@
-// Expert parallelism's token dispatch and combine. See vlpar/parallel/expert_dispatch.hpp.
-#include "vlpar/parallel/expert_dispatch.hpp"
+// Expert parallelism's token dispatch and combine. See vlpar/nn/expert_dispatch.hpp.
+#include "vlpar/nn/expert_dispatch.hpp"
 
 #include <fmt/format.h>
 
@@ -7,7 +7,7 @@
 
 #include "vlpar/kernels/index_rows.hpp"
 
-namespace vlpar::parallel {
+namespace vlpar::nn {
 namespace {
 
 constexpr const char* kOp = "expert dispatch";
@@ -58,6 +58,10 @@ Status order_received(const Context& ctx, ExpertDispatch& d) {
   const int64_t N = src_begin.back();
   VLPAR_CHECK(N <= INT32_MAX, "{}: {} received rows overflow the i32 row ids", kOp, N);
   d.expert_offsets.assign(size_t(El) + 1, 0);
+  if (P == 1) {  // the received rows are the local permuted rows: no reordering
+    for (int e = 0; e < El; ++e) d.expert_offsets[size_t(e) + 1] = d.local.offsets[size_t(e) + 1];
+    return Status::Ok();
+  }
   VLPAR_ASSIGN_OR_RETURN(d.sorted_from, Tensor::empty(*ctx.allocator, Shape{N}, DType::kI32));
   VLPAR_ASSIGN_OR_RETURN(d.received_from, Tensor::empty(*ctx.allocator, Shape{N}, DType::kI32));
   int32_t* from = d.sorted_from.ptr<int32_t>();
@@ -107,7 +111,6 @@ Status check_rows(const char* what, const char* name, TensorView t, int64_t rows
 /// Permuted rows [T·K, F] (this rank's send order) → the experts' rows [N, F] in [expert][src][token] order.
 Status send_to_experts(const Context& ctx, comm::Communicator* ep, const ExpertDispatch& d, TensorView out,
                        TensorView send) {
-  if (d.ep == 1) return gather_rows(ctx, out, send, d.sorted_from);
   VLPAR_ASSIGN_OR_RETURN(Tensor recv, Tensor::empty(*ctx.allocator, out.shape, out.dtype));
   VLPAR_RETURN_IF_ERROR(ep->all_to_all(recv, d.recv_rows, send, d.send_rows));
   return gather_rows(ctx, out, recv, d.sorted_from);
@@ -116,13 +119,30 @@ Status send_to_experts(const Context& ctx, comm::Communicator* ep, const ExpertD
 /// The reverse: the experts' rows [N, F] → this rank's permuted rows [T·K, F] (back from every expert's rank).
 Status return_from_experts(const Context& ctx, comm::Communicator* ep, const ExpertDispatch& d, TensorView back,
                            TensorView rows) {
-  if (d.ep == 1) return gather_rows(ctx, back, rows, d.received_from);
   VLPAR_ASSIGN_OR_RETURN(Tensor unsorted, Tensor::empty(*ctx.allocator, rows.shape, rows.dtype));
   VLPAR_RETURN_IF_ERROR(gather_rows(ctx, unsorted, rows, d.received_from));
   return ep->all_to_all(back, d.send_rows, unsorted, d.recv_rows);
 }
 
 }  // namespace
+
+int64_t ExpertDispatch::host_bytes() const {
+  const auto bytes = [](const auto& v) { return int64_t(v.size() * sizeof(v[0])); };
+  return bytes(local.offsets) + bytes(local.row_assignment) + bytes(local.assignment_row) + bytes(send_rows) +
+         bytes(recv_rows) + bytes(counts) + bytes(expert_offsets);
+}
+
+MoeDispatch ExpertDispatch::received_plan() const {
+  MoeDispatch p;
+  p.num_experts = local_experts;
+  p.top_k = 1;
+  p.num_tokens = received();
+  p.offsets = expert_offsets;
+  p.row_assignment.resize(size_t(received()));
+  for (size_t i = 0; i < p.row_assignment.size(); ++i) p.row_assignment[i] = int32_t(i);
+  p.assignment_row = p.row_assignment;
+  return p;
+}
 
 Result<ExpertDispatch> plan_expert_dispatch(const Context& ctx, comm::Communicator* ep, TensorView indices,
                                             int num_experts, const DispatchOptions& options) {
@@ -164,14 +184,18 @@ Status dispatch_rows(const Context& ctx, comm::Communicator* ep, const ExpertDis
   VLPAR_RETURN_IF_ERROR(check_rows(op, "in", in, d.num_tokens(), -1));
   VLPAR_RETURN_IF_ERROR(check_rows(op, "out", out, d.received(), in.size(1)));
   VLPAR_CHECK(out.dtype == in.dtype, "{}: out {} and in {} differ in dtype", op, out.to_string(), in.to_string());
-  VLPAR_ASSIGN_OR_RETURN(Tensor send, Tensor::empty(*ctx.allocator, Shape{d.local.num_assignments(), in.size(1)},
-                                                    in.dtype));
-  if (!weights.empty()) {
-    VLPAR_RETURN_IF_ERROR(moe_permute(ctx, send, in, weights, d.local));
-  } else {
-    VLPAR_RETURN_IF_ERROR(gather_rows(ctx, send, in, d.row_token));
+  Tensor send;  // this rank's permuted rows; at P = 1 they are the output
+  if (d.ep > 1) {
+    VLPAR_ASSIGN_OR_RETURN(send, Tensor::empty(*ctx.allocator, Shape{d.local.num_assignments(), in.size(1)},
+                                               in.dtype));
   }
-  return send_to_experts(ctx, ep, d, out, send);
+  const TensorView permuted = d.ep > 1 ? send.view() : out;
+  if (!weights.empty()) {
+    VLPAR_RETURN_IF_ERROR(moe_permute(ctx, permuted, in, weights, d.local));
+  } else {
+    VLPAR_RETURN_IF_ERROR(gather_rows(ctx, permuted, in, d.row_token));
+  }
+  return d.ep > 1 ? send_to_experts(ctx, ep, d, out, send) : Status::Ok();
 }
 
 Status dispatch_assignments(const Context& ctx, comm::Communicator* ep, const ExpertDispatch& d, TensorView out,
@@ -181,6 +205,7 @@ Status dispatch_assignments(const Context& ctx, comm::Communicator* ep, const Ex
   VLPAR_RETURN_IF_ERROR(check_rows(op, "in", in, d.local.num_assignments(), -1));
   VLPAR_RETURN_IF_ERROR(check_rows(op, "out", out, d.received(), in.size(1)));
   VLPAR_CHECK(out.dtype == in.dtype, "{}: out {} and in {} differ in dtype", op, out.to_string(), in.to_string());
+  if (d.ep == 1) return gather_rows(ctx, out, in, d.row_assignment);
   VLPAR_ASSIGN_OR_RETURN(Tensor send, Tensor::empty(*ctx.allocator, in.shape, in.dtype));
   VLPAR_RETURN_IF_ERROR(gather_rows(ctx, send, in, d.row_assignment));
   return send_to_experts(ctx, ep, d, out, send);
@@ -194,11 +219,15 @@ Status combine_rows(const Context& ctx, comm::Communicator* ep, const ExpertDisp
   VLPAR_RETURN_IF_ERROR(check_rows(op, "out", out, d.num_tokens(), rows.size(1)));
   if (!returned.empty())
     VLPAR_RETURN_IF_ERROR(check_rows(op, "returned", returned, d.local.num_assignments(), rows.size(1)));
-  VLPAR_ASSIGN_OR_RETURN(Tensor back, Tensor::empty(*ctx.allocator, Shape{d.local.num_assignments(), rows.size(1)},
-                                                    rows.dtype));
-  VLPAR_RETURN_IF_ERROR(return_from_experts(ctx, ep, d, back, rows));
-  if (!returned.empty()) VLPAR_RETURN_IF_ERROR(copy_(returned, back));
-  return moe_unpermute(ctx, out, back, weights, d.local);
+  Tensor back;  // this rank's permuted rows back from the experts; at P = 1 they are `rows`
+  if (d.ep > 1) {
+    VLPAR_ASSIGN_OR_RETURN(back, Tensor::empty(*ctx.allocator, Shape{d.local.num_assignments(), rows.size(1)},
+                                               rows.dtype));
+    VLPAR_RETURN_IF_ERROR(return_from_experts(ctx, ep, d, back, rows));
+  }
+  const TensorView permuted = d.ep > 1 ? back.view() : rows;
+  if (!returned.empty()) VLPAR_RETURN_IF_ERROR(copy_(returned, permuted));
+  return moe_unpermute(ctx, out, permuted, weights, d.local);
 }
 
 Status combine_assignments(const Context& ctx, comm::Communicator* ep, const ExpertDispatch& d, TensorView out,
@@ -209,9 +238,10 @@ Status combine_assignments(const Context& ctx, comm::Communicator* ep, const Exp
   VLPAR_RETURN_IF_ERROR(check_rows(op, "out", out, d.local.num_assignments(), rows.size(1)));
   VLPAR_CHECK(out.dtype == rows.dtype, "{}: out {} and rows {} differ in dtype", op, out.to_string(),
               rows.to_string());
+  if (d.ep == 1) return scatter_rows(ctx, out, rows, d.row_assignment);
   VLPAR_ASSIGN_OR_RETURN(Tensor back, Tensor::empty(*ctx.allocator, out.shape, out.dtype));
   VLPAR_RETURN_IF_ERROR(return_from_experts(ctx, ep, d, back, rows));
   return scatter_rows(ctx, out, back, d.row_assignment);
 }
 
-}  // namespace vlpar::parallel
+}  // namespace vlpar::nn
