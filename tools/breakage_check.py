@@ -2,7 +2,8 @@
 """Deliberate-breakage check (STYLE §14): applies one known bug at a time to a scratch copy of HEAD, rebuilds the
 test that should catch it and prints which tests failed. A breakage reported NOT CAUGHT means a test is too weak.
 Usage: tools/breakage_check.py [substring of case names ...]    (takes ~10 minutes for all cases on 2 cores)
-The last field of a case names the test binaries to run, space-separated; `name:npN` runs it under mpirun -np N."""
+The last field of a case names the test binaries to run, space-separated; `name:npN` runs it under mpirun -np N,
+`name@isa` with VLPAR_CPU_ISA=isa (the kernels' run-time path, as the `.isa_<isa>` ctest variants)."""
 import os, re, subprocess, sys, tempfile
 ROOT = tempfile.mkdtemp(prefix="vlpar-breakage-")
 subprocess.run(f"git -C {os.path.dirname(os.path.abspath(__file__))}/.. archive HEAD | tar -x -C {ROOT}", shell=True, check=True)
@@ -219,11 +220,10 @@ cases = [
     ("ep dispatch: routing weights ignored", "src/nn/expert_dispatch.cpp", "  if (!weights.empty()) {\n    VLPAR_RETURN_IF_ERROR(moe_permute", "  if (false) {\n    VLPAR_RETURN_IF_ERROR(moe_permute", "test_expert_dispatch:np2"),
     ("ep plan: receive bound checked on the receiving rank only", "src/nn/expert_dispatch.cpp", "  if (d.ep > 1) {\n    VLPAR_RETURN_IF_ERROR(ep->all_reduce(TensorView(n.data()", "  if (false) {\n    VLPAR_RETURN_IF_ERROR(ep->all_reduce(TensorView(n.data()", "test_expert_dispatch:np2"),
     ("moe gemm: partial tiles not padded (rows depend on their tile)", "src/kernels/cpu/moe.cpp", "constexpr int64_t kRowQuantum = 48;", "constexpr int64_t kRowQuantum = 1;", "test_moe test_expert_dispatch:np4"),
-    ("gemm: Eigen's own threads inside a serial GEMM", "src/kernels/cpu/gemm.cpp", "  const EigenSerialScope serial;\n", "", "test_moe"),
+    ("gemm: Eigen's own threads inside a serial GEMM", "src/kernels/cpu/gemm.cpp", "  const EigenSerialScope serial;\n", "", "test_moe@avx2"),
     ("moe block: combine without the routing weights", "src/nn/moe_block.cpp", "VLPAR_RETURN_IF_ERROR(combine_rows(ctx, ep_.comm, d, out, y, st.weights));", "VLPAR_RETURN_IF_ERROR(combine_rows(ctx, ep_.comm, d, out, y));", "test_moe"),
     ("moe block: routing-weight gradients not returned to their tokens", "src/nn/moe_block.cpp", "VLPAR_RETURN_IF_ERROR(combine_assignments(ctx, ep_.comm, d, detail::as_shape(dweights.view(), {N * K, 1}), drow_w));", "VLPAR_RETURN_IF_ERROR(zero_(dweights));", "test_moe test_expert_dispatch:np2"),
     ("qwen3vl: experts registered whole under expert parallelism", "examples/qwen3vl/model.cpp", "const nn::Range experts = nn::even_shard(t.num_experts, ep_.size(), ep_.rank());", "const nn::Range experts = nn::even_shard(t.num_experts, 1, 0);", "mpi_expert_parallel:np2"),
-    ("trainer: expert shards written by their dp replica number", "examples/qwen3vl/trainer.cpp", "if (p.replica == nn::ReplicaGroup::kExpert) return groups_->get(vlpar::parallel::Axis::kEdp).rank();", "if (p.replica == nn::ReplicaGroup::kExpert && false) return 0;", "mpi_expert_parallel:np2"),
 ]
 only = sys.argv[1:] 
 # The ctest environment of tests/CMakeLists.txt (VLPAR_MPI_TEST_ENV): root in containers, more ranks than cores.
@@ -241,15 +241,17 @@ for name, path, old, new, test in cases:
     assert src.count(old) == 1, (name, old)
     open(p, 'w').write(src.replace(old, new))
     try:
-        targets = [t.partition(":np")[0] for t in test.split()]
+        targets = [t.partition(":np")[0].partition("@")[0] for t in test.split()]
         b = subprocess.run(f"cmake --build {ROOT}/build -j2 --target {' '.join(targets)}", shell=True, capture_output=True, text=True)
         if b.returncode != 0:
             print(f"{name}: BUILD FAILED", flush=True); continue
         caught = []
         for t in test.split():
             target, _, np = t.partition(":np")
+            target, _, isa = target.partition("@")
             exe = next((f"{ROOT}/build/{d}/{target}" for d in ("tests", "examples/qwen3vl") if os.path.exists(f"{ROOT}/build/{d}/{target}")), target)
             run = exe if not np else f"env {MPI_ENV} mpirun -np {np} {exe} --gtest_color=no"
+            if isa: run = f"env VLPAR_CPU_ISA={isa} {run}"
             # A broken watchdog hangs instead of failing: `timeout` turns that into a catch (the ctest TIMEOUT's job).
             r = subprocess.run(f"timeout 60 {run} 2>&1", shell=True, capture_output=True, text=True)
             if r.returncode == 124: caught.append(f"{target} hung, killed after 60 s" + (f" (np {np})" if np else ""))

@@ -20,8 +20,8 @@
 //   grouped_weight_grad dw[g] += a[rows of g]ᵀ · dc[rows of g]
 //
 // The plan is host metadata (std::vector): building it is the host sync point of the dispatch (the per-expert
-// counts size the grouped GEMM). Expert parallelism (an all-to-all between permute and the grouped GEMM,
-// STYLE §23's dispatch/combine phases) is not implemented yet: every rank holds all E experts.
+// counts size the grouped GEMM). Expert parallelism (the all-to-all between permute and the grouped GEMM, STYLE
+// §23's dispatch/combine phases) is built on this plan: vlpar/nn/expert_dispatch.hpp.
 //
 // Determinism: every output element is computed by exactly one work item with a fixed sum order. The grouped
 // GEMMs cut each group into fixed tiles (kMoeTileRows × kMoeTileCols of the output, independent of the thread
