@@ -51,16 +51,18 @@ struct Model {
   }
 };
 
+/// Zeroed AdamW moments, one per kShapes tensor (the plain references' m and v).
+std::vector<Tensor> zero_state(Allocator& alloc) {
+  std::vector<Tensor> out;
+  for (const Shape& s : kShapes) out.push_back(Tensor::zeros(alloc, s, DType::kF32).value());
+  return out;
+}
+
 // Plain AdamW on the dp-mean gradient, per tensor, with the clipping rule of kernels/optimizer.hpp.
 struct Plain {
   Model model;
   std::vector<Tensor> m, v;
-  Plain(Allocator& alloc, uint64_t seed) : model(alloc, seed) {
-    for (const Shape& s : kShapes) {
-      m.push_back(Tensor::zeros(alloc, s, DType::kF32).value());
-      v.push_back(Tensor::zeros(alloc, s, DType::kF32).value());
-    }
-  }
+  Plain(Allocator& alloc, uint64_t seed) : model(alloc, seed), m(zero_state(alloc)), v(zero_state(alloc)) {}
   double step(const Context& ctx, comm::Communicator& dp, const parallel::OptimizerConfig& cfg, int64_t t) {
     double sq = 0;
     for (Tensor& g : model.g) {
@@ -314,11 +316,7 @@ void two_replica_groups(bool zero1) {
   const parallel::OptimizerConfig cfg = config(zero1, 40);
   auto opt = parallel::DistributedOptimizer::create(ctx, groups, params, cfg, alloc);
   ASSERT_TRUE(opt.ok()) << opt.status().to_string();
-  std::vector<Tensor> m, v;
-  for (const Shape& s : kShapes) {
-    m.push_back(Tensor::zeros(alloc, s, DType::kF32).value());
-    v.push_back(Tensor::zeros(alloc, s, DType::kF32).value());
-  }
+  std::vector<Tensor> m = zero_state(alloc), v = zero_state(alloc);
   for (int64_t t = 1; t <= 3; ++t) {
     mine.fill_grads(rank, t);
     plain.fill_grads(rank, t);
@@ -360,11 +358,7 @@ void duplicates(bool zero1) {
   cfg.average_grads = false;
   auto opt = parallel::DistributedOptimizer::create(ctx, groups, mine.params(), cfg, alloc);
   ASSERT_TRUE(opt.ok()) << opt.status().to_string();
-  std::vector<Tensor> m, v;
-  for (const Shape& s : kShapes) {
-    m.push_back(Tensor::zeros(alloc, s, DType::kF32).value());
-    v.push_back(Tensor::zeros(alloc, s, DType::kF32).value());
-  }
+  std::vector<Tensor> m = zero_state(alloc), v = zero_state(alloc);
   const int data = world->rank() / 2, distinct = world->size() / 2;
   for (int64_t t = 1; t <= 3; ++t) {
     mine.fill_grads(data, t);
@@ -418,11 +412,7 @@ TEST(PipelineStages, NormSumsOverStagesHoldingDifferentParameters) {
   const parallel::OptimizerConfig cfg = config(false, 40, 0.05);
   auto opt = parallel::DistributedOptimizer::create(ctx, groups, held, cfg, alloc);
   ASSERT_TRUE(opt.ok()) << opt.status().to_string();
-  std::vector<Tensor> m, v;
-  for (const Shape& s : kShapes) {
-    m.push_back(Tensor::zeros(alloc, s, DType::kF32).value());
-    v.push_back(Tensor::zeros(alloc, s, DType::kF32).value());
-  }
+  std::vector<Tensor> m = zero_state(alloc), v = zero_state(alloc);
   for (int64_t t = 1; t <= 3; ++t) {
     mine.fill_grads(rank % half, t);
     plain.fill_grads(rank % half, t);
