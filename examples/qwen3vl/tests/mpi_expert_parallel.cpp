@@ -33,7 +33,8 @@ TrainConfig config(const std::string& dir, int steps, std::vector<std::string> e
 
 Result<std::unique_ptr<Trainer>> make(const TrainConfig& c, Communicator& world) {
   VLPAR_ASSIGN_OR_RETURN(const DataRank d, data_rank_of(c, world.rank(), world.size()));
-  const std::string dense = test::fixture("dense") + "/batch.safetensors", moe = test::fixture("moe") + "/batch.safetensors";
+  const std::string dense = test::fixture("dense") + "/batch.safetensors";
+  const std::string moe = test::fixture("moe") + "/batch.safetensors";
   VLPAR_ASSIGN_OR_RETURN(auto src, FileBatchSource::create({dense, moe, moe, dense}, test::fixture_mrope_desc(), d.rank,
                                                            d.size));
   return Trainer::create(c, &world, std::move(src));
