@@ -13,7 +13,6 @@ namespace qwen3vl {
 namespace {
 
 namespace pipeline = vlpar::pipeline;
-constexpr const char* kEmbed = "model.language_model.embed_tokens.weight";
 
 // Forward FLOPs per stage part of a representative micro-batch (see the header): T tokens, half of them image
 // tokens of m² patches each (at most the patch budget), images of max_pixels, attention over the whole pack.
@@ -116,11 +115,11 @@ bool PipelineRunner::is_second_tied_copy(const Model& model) const {
 Status PipelineRunner::sum_tied_gradient(const Context& ctx, Model& model) {
   if (!holds_tied_copy(model)) return Status::Ok();
   const vlpar::nn::ParamRegistry& reg = model.registry();
-  const std::optional<size_t> i = reg.find(kEmbed);
-  VLPAR_CHECK(i.has_value(), "pipeline rank {} should hold a copy of the tied {}", pp_->rank(), kEmbed);
-  if (reg.entry(*i).frozen) return Status::Ok();  // frozen on both ranks alike (one config)
+  const size_t i = model.embed_param_index();
+  VLPAR_CHECK(i < reg.size(), "pipeline rank {} should hold a copy of the tied embed_tokens", pp_->rank());
+  if (reg.entry(i).frozen) return Status::Ok();  // frozen on both ranks alike (one config)
   const int a = std::min(plan_.first_rank, plan_.last_rank), b = std::max(plan_.first_rank, plan_.last_rank);
-  return vlpar::pipeline::sum_tied_gradient(ctx, *pp_, reg.grad(*i), a, b);
+  return vlpar::pipeline::sum_tied_gradient(ctx, *pp_, reg.grad(i), a, b);
 }
 
 PipelineRunner::Times PipelineRunner::times() const {

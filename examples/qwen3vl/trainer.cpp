@@ -170,7 +170,7 @@ Status Trainer::build_model() {
   // A tied embedding on two pipeline ranks: both copies hold the summed gradient, each counts half in the norm.
   if (pipe_ && pipe_->holds_tied_copy(*model_))
     for (vlpar::parallel::OptimParam& p : params)
-      if (p.name == "model.language_model.embed_tokens.weight") p.norm_weight *= 0.5;
+      if (p.registry_index == model_->embed_param_index()) p.norm_weight *= 0.5;
   VLPAR_ASSIGN_OR_RETURN(vlpar::parallel::DistributedOptimizer o,
                          vlpar::parallel::DistributedOptimizer::create(ctx_, og, std::move(params), oc, alloc_));
   optim_ = std::make_unique<vlpar::parallel::DistributedOptimizer>(std::move(o));
@@ -205,24 +205,25 @@ Result<std::unique_ptr<Trainer>> Trainer::create(const TrainConfig& cfg, vlpar::
 std::vector<io::CheckpointTensor> Trainer::checkpoint_tensors(const vlpar::parallel::OptimizerState& optim) {
   // A tied embedding's copy on the last pipeline stage is a replica of stage 0's (which writes it).
   const bool second_copy = pipe_ && pipe_->is_second_tied_copy(*model_);
-  auto replica_of = [&](const nn::ParamShard& p) {
+  const nn::ParamRegistry& reg = model_->registry();
+  auto replica_of = [&](size_t i) {
+    const nn::ParamShard& p = reg.entry(i).shard;
     // An expert shard's copies are the ranks of its expert-dp group (the same experts, other data).
     if (p.replica == nn::ReplicaGroup::kExpert) return groups_->get(vlpar::parallel::Axis::kEdp).rank();
     const int r = io::replica_index(p, cfg_.parallel.tp, tp_rank_, dp_rank_);
-    return second_copy && p.name == "model.language_model.embed_tokens.weight" ? r + 1 : r;
+    return second_copy && i == model_->embed_param_index() ? r + 1 : r;
   };
   std::vector<io::CheckpointTensor> out;
-  const nn::ParamRegistry& reg = model_->registry();
   for (size_t i = 0; i < reg.size(); ++i) {
     const nn::ParamShard& p = reg.entry(i).shard;
-    out.push_back(io::sharded_tensor(p.name, reg.value(i), p, replica_of(p)));
+    out.push_back(io::sharded_tensor(p.name, reg.value(i), p, replica_of(i)));
   }
   // AdamW m and v per trainable parameter, in registry order (the optimizer's own order is the backward's).
   for (size_t i = 0; i < reg.size(); ++i) {
     if (optim_slot_[i] == SIZE_MAX) continue;
     const nn::ParamShard& p = reg.entry(i).shard;
-    out.push_back(io::sharded_tensor("optim.m." + p.name, optim.m[optim_slot_[i]], p, replica_of(p)));
-    out.push_back(io::sharded_tensor("optim.v." + p.name, optim.v[optim_slot_[i]], p, replica_of(p)));
+    out.push_back(io::sharded_tensor("optim.m." + p.name, optim.m[optim_slot_[i]], p, replica_of(i)));
+    out.push_back(io::sharded_tensor("optim.v." + p.name, optim.v[optim_slot_[i]], p, replica_of(i)));
   }
   return out;
 }
@@ -304,21 +305,25 @@ Result<double> Trainer::measure_peak_gflops() {
 
 // ---- one step's forward and backward --------------------------------------------------------------------------
 
+bool Trainer::MicroResult::add(const StepLoss& l, double w, double aux_coef, size_t i, size_t n) {
+  if (!std::isfinite(l.loss)) {
+    bad = fmt::format("loss is {} (micro-batch {} of {})", l.loss, i + 1, n);
+    loss_sum[2] = 1;
+    return false;
+  }
+  loss_sum[0] += w * l.loss;
+  loss_sum[1] += w * l.aux_loss * aux_coef;
+  return true;
+}
+
 Result<Trainer::MicroResult> Trainer::forward_backward(const std::vector<MicroBatch>& micro,
-                                                       const std::vector<int64_t>& counts, double global_count) {
+                                                       const std::vector<double>& weights) {
   MicroResult r;
   for (size_t i = 0; i < micro.size(); ++i) {
-    const double w = global_count > 0 ? double(counts[i]) / global_count : 0.0;
     const Batch batch = micro[i].pack.view();
     Stash stash;  // holds views into the pack, which outlives it
     VLPAR_ASSIGN_OR_RETURN(StepLoss l, model_->forward(ctx_, batch, stash));
-    if (!std::isfinite(l.loss)) {
-      r.bad = fmt::format("loss is {} (micro-batch {} of {})", l.loss, i + 1, micro.size());
-      r.loss_sum[2] = 1;
-      break;
-    }
-    r.loss_sum[0] += w * l.loss;
-    r.loss_sum[1] += w * l.aux_loss * model_->config().text.router_aux_loss_coef;
+    if (!r.add(l, weights[i], model_->config().text.router_aux_loss_coef, i, micro.size())) break;
     // The last micro-batch's backward reports each finished gradient, starting the dp reduction of full buckets.
     nn::GradReadyFn ready;
     if (i + 1 == micro.size()) {
@@ -328,7 +333,7 @@ Result<Trainer::MicroResult> Trainer::forward_backward(const std::vector<MicroBa
         return optim_->grad_ready(optim_slot_[k]);
       };
     }
-    VLPAR_RETURN_IF_ERROR(model_->backward(ctx_, batch, stash, float(w), ready));
+    VLPAR_RETURN_IF_ERROR(model_->backward(ctx_, batch, stash, float(weights[i]), ready));
   }
   return r;
 }
@@ -336,29 +341,17 @@ Result<Trainer::MicroResult> Trainer::forward_backward(const std::vector<MicroBa
 // The pipeline runs every micro-batch to the end (the last stage's losses are known only there); a non-finite loss
 // is flagged for the step to be skipped. The dp reduction starts after the step (grad_ready_remaining).
 Result<Trainer::MicroResult> Trainer::forward_backward_pipelined(const std::vector<MicroBatch>& micro,
-                                                                 const std::vector<int64_t>& counts,
-                                                                 double global_count) {
+                                                                 const std::vector<double>& weights) {
   std::vector<Batch> batches;
-  std::vector<double> weights;
-  for (size_t i = 0; i < micro.size(); ++i) {
-    batches.push_back(micro[i].pack.view());
-    weights.push_back(global_count > 0 ? double(counts[i]) / global_count : 0.0);
-  }
+  for (const MicroBatch& mb : micro) batches.push_back(mb.pack.view());
   const int64_t t0 = logs_->trace.enabled() ? logs_->trace.now_ns() : 0;
   VLPAR_RETURN_IF_ERROR(pipe_->step(ctx_, batches, weights));
   if (logs_->trace.enabled()) pipe_->record_trace(logs_->trace, t0);
   VLPAR_RETURN_IF_ERROR(pipe_->sum_tied_gradient(ctx_, *model_));
   MicroResult r;
-  const std::vector<StepLoss>* losses = pipe_->losses();
-  if (losses == nullptr) return r;
-  for (size_t i = 0; i < losses->size(); ++i) {
-    const StepLoss& l = (*losses)[i];
-    if (!std::isfinite(l.loss) && r.bad.empty()) {
-      r.bad = fmt::format("loss is {} (micro-batch {} of {})", l.loss, i + 1, losses->size());
-      r.loss_sum[2] = 1;
-    }
-    r.loss_sum[0] += weights[i] * l.loss;
-    r.loss_sum[1] += weights[i] * l.aux_loss * model_->config().text.router_aux_loss_coef;
+  if (const std::vector<StepLoss>* losses = pipe_->losses()) {
+    for (size_t i = 0; i < losses->size(); ++i)
+      if (!r.add((*losses)[i], weights[i], model_->config().text.router_aux_loss_coef, i, losses->size())) break;
   }
   return r;
 }
@@ -368,20 +361,17 @@ Result<Trainer::MicroResult> Trainer::forward_backward_pipelined(const std::vect
 // receives and sends, in % of its span. Collective over the pp group.
 Status Trainer::pipeline_metrics(std::vector<obs::NamedScalar>& extra) {
   const PipelineRunner::Times t = pipe_->times();
-  const int p = pp_size_, r = groups_->pp().rank();
-  std::vector<double> all(size_t(3 * p), 0.0);  // [compute, wait, span] per pipeline rank
-  all[size_t(3 * r)] = t.compute_s;
-  all[size_t(3 * r + 1)] = t.wait_s;
-  all[size_t(3 * r + 2)] = t.span_s;
-  if (p > 1) {
-    VLPAR_RETURN_IF_ERROR(groups_->pp().all_reduce(TensorView(all.data(), DType::kF64, Shape{3 * p}),
-                                                   vlpar::comm::ReduceOp::kSum));
-  }
+  const int p = pp_size_;
+  double mine[3] = {t.compute_s, t.wait_s, t.span_s};
+  std::vector<double> all(size_t(3 * p));  // [compute, wait, span] per pipeline rank
+  VLPAR_RETURN_IF_ERROR(groups_->pp().all_gather(TensorView(all.data(), DType::kF64, Shape{3 * p}),
+                                                 TensorView(mine, DType::kF64, Shape{3})));
   double compute = 0, span = 0, wait_pct = 0;
   for (int k = 0; k < p; ++k) {
-    compute += all[size_t(3 * k)];
-    span = std::max(span, all[size_t(3 * k + 2)]);
-    if (all[size_t(3 * k + 2)] > 0) wait_pct = std::max(wait_pct, 100.0 * all[size_t(3 * k + 1)] / all[size_t(3 * k + 2)]);
+    const double* rank = &all[size_t(3 * k)];
+    compute += rank[0];
+    span = std::max(span, rank[2]);
+    if (rank[2] > 0) wait_pct = std::max(wait_pct, 100.0 * rank[1] / rank[2]);
   }
   extra.push_back({"pp_bubble_pct", span > 0 ? 100.0 * (1.0 - compute / (double(p) * span)) : 0.0});
   extra.push_back({"pp_wait_max_pct", wait_pct});
@@ -439,7 +429,7 @@ Result<TrainSummary> Trainer::run() {
     // Forward passes first (each micro-batch's own stash) would hold every stash at once; instead each micro-batch
     // runs forward + backward before the next, which needs the global label count up front: count labels.
     std::vector<int64_t> counts;
-    double local[2] = {0, 0};  // Σ valid labels; (reused below for loss sums)
+    double global_count = 0;  // Σ valid labels, then over every dp rank
     for (const MicroBatch& mb : micro) {
       int64_t n = 0;
       const std::vector<int64_t>& lab = mb.pack.labels;
@@ -447,16 +437,17 @@ Result<TrainSummary> Trainer::run() {
       for (size_t s = 0; s + 1 < cu.size(); ++s)
         for (int64_t i = cu[s] + 1; i < cu[s + 1]; ++i) n += lab[i] != -100;  // shifted: label i predicts from i−1
       counts.push_back(n);
-      local[0] += double(n);
+      global_count += double(n);
     }
-    double global_count = local[0];
     if (vlpar::comm::Communicator* dp = dp_comm()) {
       VLPAR_RETURN_IF_ERROR(dp->all_reduce(TensorView(&global_count, DType::kF64, Shape{1}),
                                                  vlpar::comm::ReduceOp::kSum));
     }
-    // 2. Forward + backward of every micro-batch, each scaled by its share of the global supervised tokens.
-    VLPAR_ASSIGN_OR_RETURN(MicroResult fb, pipelined() ? forward_backward_pipelined(micro, counts, global_count)
-                                                       : forward_backward(micro, counts, global_count));
+    std::vector<double> weights;  // each micro-batch's share of the global supervised tokens
+    for (int64_t n : counts) weights.push_back(global_count > 0 ? double(n) / global_count : 0.0);
+    // 2. Forward + backward of every micro-batch, each scaled by its weight.
+    VLPAR_ASSIGN_OR_RETURN(MicroResult fb, pipelined() ? forward_backward_pipelined(micro, weights)
+                                                       : forward_backward(micro, weights));
     double* loss_sum = fb.loss_sum;
     std::string bad = std::move(fb.bad);
     // Every gradient not reported by the backward (all of them when this rank stopped at a non-finite loss, or

@@ -140,11 +140,13 @@ class Trainer {
   struct MicroResult {
     double loss_sum[3] = {0, 0, 0};  // Σ w·loss, Σ w·aux·coef, non-finite flag
     std::string bad;                 // why the step must be skipped ("" = fine)
+    /// Adds micro-batch i of n (weight w); false, with the flag and the reason set, when its loss is not finite.
+    bool add(const StepLoss& l, double w, double aux_coef, size_t i, size_t n);
   };
-  Result<MicroResult> forward_backward(const std::vector<MicroBatch>& micro, const std::vector<int64_t>& counts,
-                                       double global_count);
+  /// `weights[i]`: micro-batch i's share of the step's label tokens (over every dp rank).
+  Result<MicroResult> forward_backward(const std::vector<MicroBatch>& micro, const std::vector<double>& weights);
   Result<MicroResult> forward_backward_pipelined(const std::vector<MicroBatch>& micro,
-                                                 const std::vector<int64_t>& counts, double global_count);
+                                                 const std::vector<double>& weights);
   Status pipeline_metrics(std::vector<vlpar::obs::NamedScalar>& extra);
   bool pipelined() const { return pipe_ != nullptr; }
 

@@ -14,17 +14,23 @@ constexpr const char* kOp = "expert dispatch";
 
 int ep_size(const comm::Communicator* ep) { return ep != nullptr ? ep->size() : 1; }
 
+/// Every rank's `value` (one rank: this one's), for decisions all ranks must take alike.
+Result<std::vector<double>> gather_scalar(comm::Communicator* ep, double value) {
+  std::vector<double> all(size_t(ep_size(ep)), value);
+  if (ep_size(ep) > 1) {
+    VLPAR_RETURN_IF_ERROR(ep->all_gather(TensorView(all.data(), DType::kF64, Shape{ep->size()}),
+                                         TensorView(&value, DType::kF64, Shape{1})));
+  }
+  return all;
+}
+
 /// Every rank's planning outcome, so that no rank enters the count exchange while another returned an error:
 /// this rank's error, or a named error for the ranks that failed, or Ok on every rank.
 Status agree_on(comm::Communicator* ep, const Status& mine) {
-  if (ep_size(ep) == 1) return mine;
-  std::vector<double> failed(size_t(ep->size()), 0.0);
-  failed[size_t(ep->rank())] = mine.ok() ? 0.0 : 1.0;
-  VLPAR_RETURN_IF_ERROR(ep->all_reduce(TensorView(failed.data(), DType::kF64, Shape{ep->size()}),
-                                       comm::ReduceOp::kSum));
+  VLPAR_ASSIGN_OR_RETURN(const std::vector<double> failed, gather_scalar(ep, mine.ok() ? 0.0 : 1.0));
   if (!mine.ok()) return mine;
   std::vector<int> bad;
-  for (int p = 0; p < ep->size(); ++p)
+  for (int p = 0; p < int(failed.size()); ++p)
     if (failed[size_t(p)] != 0.0) bad.push_back(p);
   VLPAR_CHECK(bad.empty(), "{}: ep rank(s) {} could not plan the dispatch (see their error); nothing was sent", kOp,
               fmt::join(bad, ", "));
@@ -36,11 +42,11 @@ Status exchange_counts(comm::Communicator* ep, ExpertDispatch& d) {
   const int P = d.ep, El = d.local_experts;
   std::vector<int64_t> mine(size_t(d.num_experts));
   for (int e = 0; e < d.num_experts; ++e) mine[size_t(e)] = d.local.expert_rows(e);
-  d.counts.assign(size_t(P) * size_t(El), 0);
   if (P == 1) {
     d.counts = mine;
     return Status::Ok();
   }
+  d.counts.assign(size_t(P) * size_t(El), 0);
   const std::vector<int64_t> rows(size_t(P), El);
   return ep->all_to_all(TensorView(d.counts.data(), DType::kI64, Shape{int64_t(P) * El, 1}), rows,
                         TensorView(mine.data(), DType::kI64, Shape{d.num_experts, 1}), rows);
@@ -84,19 +90,13 @@ Status order_received(const Context& ctx, ExpertDispatch& d) {
 /// The receive bound, checked on every rank with every rank's N (so all of them stop, or none).
 Status check_receive_bound(comm::Communicator* ep, const ExpertDispatch& d, const DispatchOptions& o) {
   if (o.max_recv_rows <= 0) return Status::Ok();
-  std::vector<double> n(size_t(d.ep), 0.0);
-  n[size_t(d.ep_rank)] = double(d.received());
-  if (d.ep > 1) {
-    VLPAR_RETURN_IF_ERROR(ep->all_reduce(TensorView(n.data(), DType::kF64, Shape{d.ep}), comm::ReduceOp::kSum));
-  }
+  VLPAR_ASSIGN_OR_RETURN(const std::vector<double> n, gather_scalar(ep, double(d.received())));
+  double total = 0;
+  for (double x : n) total += x;
   for (int p = 0; p < d.ep; ++p)
     VLPAR_CHECK(n[size_t(p)] <= double(o.max_recv_rows), "{}: ep rank {} would receive {} rows, more than "
                 "max_recv_rows = {} (the router sends {:.0f}% of the rows to that rank's experts); nothing was sent",
-                kOp, p, int64_t(n[size_t(p)]), o.max_recv_rows, [&] {
-                  double total = 0;
-                  for (double x : n) total += x;
-                  return total > 0 ? 100.0 * n[size_t(p)] / total : 0.0;
-                }());
+                kOp, p, int64_t(n[size_t(p)]), o.max_recv_rows, total > 0 ? 100.0 * n[size_t(p)] / total : 0.0);
   return Status::Ok();
 }
 

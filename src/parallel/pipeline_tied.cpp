@@ -20,11 +20,9 @@ Status sum_tied_gradient(const Context& ctx, comm::Communicator& pp, TensorView 
   VLPAR_ASSIGN_OR_RETURN(comm::WorkHandle send, pp.isend(grad, peer, tag));
   VLPAR_RETURN_IF_ERROR(send->wait());
   VLPAR_RETURN_IF_ERROR(recv->wait());
-  // first + second on both ranks: the first rank adds the received copy to its own, the second rank its own to the
-  // received one; the sums are the same bits (commutativity), and the kernel adds element by element.
-  if (me == first) return add_(ctx, grad, other);
-  VLPAR_RETURN_IF_ERROR(add_(ctx, other, grad));
-  return copy_(grad, other);
+  // Each rank adds the other's copy to its own: first + second on one, second + first on the other, the same bits
+  // (IEEE addition is commutative; the kernel adds element by element).
+  return add_(ctx, grad, other);
 }
 
 }  // namespace vlpar::pipeline

@@ -2,9 +2,9 @@
 // Parameters tied across pipeline stages (Megatron's embedding group, spec pipeline-and-experts A5.3): a tied LM
 // head on the last stage reads the embedding table that stage 0 looks tokens up in, so the two ranks holding those
 // stages each hold a copy and each accumulates only its own stage's part of the gradient. After the step's
-// backwards, sum_tied_gradient leaves the sum in both copies, bitwise equal on both ranks: each computes
-// first + second (the first rank's copy plus the second's; IEEE addition is commutative, so both get the same bits),
-// and the two copies' AdamW updates then keep the values identical. The gradient norm must count the element
+// backwards, sum_tied_gradient leaves the sum in both copies, bitwise equal on both ranks: each adds the other's
+// copy to its own (IEEE addition is commutative, so both get the same bits), and the two copies' AdamW updates then
+// keep the values identical. The gradient norm must count the element
 // once: the optimizer gives each copy norm_weight ½ (the trainer does, examples/qwen3vl/trainer.cpp).
 // Test: tests/mpi/test_pipeline_ranks.cpp (PipelineTied.*).
 #include "vlpar/comm/communicator.hpp"

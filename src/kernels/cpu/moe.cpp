@@ -172,30 +172,23 @@ namespace {
 constexpr int64_t kRowQuantum = 48;
 static_assert(kMoeTileRows % kRowQuantum == 0);
 
-/// A tile whose row count is not a multiple of kRowQuantum, through zero-padded copies of its a rows and c rows.
-void padded_tile(const Tile& t, const float* a, int64_t lda, float* c, int64_t ldc, const float* bg, int64_t ldb,
-                 int64_t Kd, const GemmDesc& desc) {
-  const int64_t M = (t.m + kRowQuantum - 1) / kRowQuantum * kRowQuantum;
-  std::vector<float> a2(size_t(M * Kd), 0.f), c2(size_t(M * t.n), 0.f);
-  for (int64_t r = 0; r < t.m; ++r) {
-    std::copy(a + r * lda, a + r * lda + Kd, a2.begin() + r * Kd);
-    if (desc.beta != 0.f) std::copy(c + r * ldc, c + r * ldc + t.n, c2.begin() + r * t.n);
+/// Runs `g` (A not transposed) with its rows padded to a multiple of kRowQuantum: zero-padded copies of its A rows
+/// and (when beta reads it) its C rows; the first g.M result rows are copied back.
+void gemm_rows_padded(cpu::GemmF32 g) {
+  const int64_t M = (g.M + kRowQuantum - 1) / kRowQuantum * kRowQuantum;
+  std::vector<float> a(size_t(M * g.K), 0.f), c(size_t(M * g.N), 0.f);
+  for (int64_t r = 0; r < g.M; ++r) {
+    std::copy(g.a + r * g.lda, g.a + r * g.lda + g.K, a.begin() + r * g.K);
+    if (g.beta != 0.f) std::copy(g.c + r * g.ldc, g.c + r * g.ldc + g.N, c.begin() + r * g.N);
   }
-  cpu::GemmF32 gm;
-  gm.M = M;
-  gm.N = t.n;
-  gm.K = Kd;
-  gm.a = a2.data();
-  gm.lda = Kd;
-  gm.b = desc.trans_b ? bg + t.n0 * ldb : bg + t.n0;
-  gm.ldb = ldb;
-  gm.trans_b = desc.trans_b;
-  gm.c = c2.data();
-  gm.ldc = t.n;
-  gm.alpha = desc.alpha;
-  gm.beta = desc.beta;
-  cpu::gemm_f32_serial(gm);
-  for (int64_t r = 0; r < t.m; ++r) std::copy(c2.begin() + r * t.n, c2.begin() + (r + 1) * t.n, c + r * ldc);
+  cpu::GemmF32 padded = g;
+  padded.M = M;
+  padded.a = a.data();
+  padded.lda = g.K;
+  padded.c = c.data();
+  padded.ldc = g.N;
+  cpu::gemm_f32_serial(padded);
+  for (int64_t r = 0; r < g.M; ++r) std::copy(c.begin() + r * g.N, c.begin() + (r + 1) * g.N, g.c + r * g.ldc);
 }
 }  // namespace
 
@@ -211,9 +204,6 @@ Status grouped_gemm(const Context& ctx, TensorView c, TensorView a, TensorView b
     const Tile& t = tiles[size_t(i)];
     const int64_t row0 = offsets[size_t(t.g)] + t.m0;
     const float* bg = b.ptr<float>() + t.g * b_batch;
-    if (t.m % kRowQuantum != 0) {
-      return padded_tile(t, ma.row(row0), ma.ld, mc.row(row0) + t.n0, mc.ld, bg, ldb, Kd, desc);
-    }
     cpu::GemmF32 gm;
     gm.M = t.m;
     gm.N = t.n;
@@ -227,6 +217,7 @@ Status grouped_gemm(const Context& ctx, TensorView c, TensorView a, TensorView b
     gm.ldc = mc.ld;
     gm.alpha = desc.alpha;
     gm.beta = desc.beta;
+    if (t.m % kRowQuantum != 0) return gemm_rows_padded(gm);
     cpu::gemm_f32_serial(gm);
   });
   return Status::Ok();
