@@ -276,14 +276,14 @@ Status Trainer::resume() {
     VLPAR_ASSIGN_OR_RETURN(std::string rank_json, io::read_checkpoint_rank_json(latest->dir, dp_rank_ * saved_tp));
     VLPAR_RETURN_IF_ERROR(source_->restore(nlohmann::json::parse(rank_json).at("data").dump()));
   } else if (lead) {
-    vlpar::log_warn("{}: layout tp {} x dp {} x pp {} -> tp {} x dp {} x pp {}: model and optimizer resharded; the data "
-                    "position is per dp rank, so the data stream restarts from its beginning",
+    vlpar::log_warn("{}: layout tp {} x dp {} x pp {} -> tp {} x dp {} x pp {}: model and optimizer resharded; the "
+                    "data position is per dp rank, so the data stream restarts from its beginning",
                     latest->dir, saved_tp, saved_dp, saved_pp, cfg_.parallel.tp, dp_size_, pp_size_);
   }
   last_checkpoint_ = latest->dir;
   if (lead)
-    vlpar::log_info("resumed from {} at step {} (saved at tp {} x dp {} x pp {}, now tp {} x dp {} x pp {})", latest->dir,
-                    step_, saved_tp, saved_dp, saved_pp, cfg_.parallel.tp, dp_size_, pp_size_);
+    vlpar::log_info("resumed from {} at step {} (saved at tp {} x dp {} x pp {}, now tp {} x dp {} x pp {})",
+                    latest->dir, step_, saved_tp, saved_dp, saved_pp, cfg_.parallel.tp, dp_size_, pp_size_);
   return Status::Ok();
 }
 

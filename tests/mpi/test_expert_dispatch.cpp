@@ -355,7 +355,8 @@ TEST(MoeExpertParallel, ExpertsNotDividingTheRanksAreNamed) {
   const Weights w(alloc, E, false);
   const nn::MoeBlock block(block_config(), nn::MoeConfig{int(E), kK, kI}, {}, w.slice(0, 2), {}, 0,
                            nn::ExpertParallel{ep.get()});
-  Tensor x = Tensor::zeros(alloc, {3, kH}, DType::kF32).value(), out = Tensor::zeros(alloc, {3, kH}, DType::kF32).value();
+  Tensor x = Tensor::zeros(alloc, {3, kH}, DType::kF32).value();
+  Tensor out = Tensor::zeros(alloc, {3, kH}, DType::kF32).value();
   nn::MoeStash st;
   const Status s = block.forward(ctx, out, x, 3, st);
   EXPECT_NE(s.message().find(std::to_string(E) + " experts cannot be split evenly over " + std::to_string(P) +
