@@ -4,22 +4,26 @@
 // i + 2·grid, … of the list ordered by (group, row tile, column tile); tile_offsets (prefix sums of the groups'
 // tile counts) map a tile to its group by binary search, so empty groups cost nothing.
 //   Tile 128 × 128 × 32 (kGroupedGemmTileRows/Cols), 4 warps as 2 × 2, each warp 64 × 64: 4 m16 × 8 n8 fp32
-//   accumulators (128 registers). Two smem stages of A [128, 32] and B ([128 n, 32 k] when trans_b, [32 k, 128 n]
-//   otherwise), 32 KiB, loaded by 16-byte cp.async (rows past the group and columns past N or Kd zero-filled): the
-//   load of k-step kt+1 overlaps the MMAs of k-step kt. Operands through ldmatrix (.trans for a [Kd, N] b).
-//   Epilogue: alpha·acc (+ beta·c) rounded once to OutT, two columns per store, rows and columns predicated.
+//   accumulators (128 registers). Three smem stages of A [128, 32] and B ([128 n, 32 k] when trans_b, [32 k, 128 n]
+//   otherwise), 48 KiB (no opt-in; two CTAs per SM), loaded by 16-byte cp.async (rows past the group and columns
+//   past N or Kd zero-filled): the loads of k-steps kt+1 and kt+2 are in flight during the MMAs of k-step kt, one
+//   barrier per k-step. The first k-step of a CTA's next tile is issued before the epilogue of the current one, so
+//   its latency hides behind the stores. Operands through ldmatrix (.trans for a [Kd, N] b).
+//   Epilogue: alpha·acc (+ beta·c) rounded once to OutT, two columns per store, rows and columns predicated; with
+//   beta ≠ 0 every read of c is issued before the first store (a read after a store to c could alias it, so the
+//   compiler would otherwise serialise 64 read-modify-writes per thread: the weight gradient's fp32 dw).
 // The weight gradient dw[g] += a[rows of g]ᵀ · dc[rows of g] (grouped_wgrad_kernel) reuses the tile, warps,
 // pipeline and epilogue with the roles turned: output tiles 128 (Kd) × 128 (N) of dw[g] for the non-empty groups
 // only, the inner dimension the group's rows (ragged; rows past the group zero-filled, so they add exact zeros),
 // both operands staged k-major as [32 rows, 128] tiles: A (= aᵀ) through ldmatrix.trans (load_a_km), B through
 // ldmatrix.trans; fp32 read-modify-write of dw (the gradient accumulates across calls and micro-batches).
 // Every output element is computed by one thread with a fixed k order: bitwise identical across runs and grids.
-// SASS (tools/check_sass.py, CI stage cuda): tensor-core MMAs fed by ldmatrix and a two-stage cp.async pipeline.
+// SASS (tools/check_sass.py, CI stage cuda): tensor-core MMAs fed by ldmatrix and a three-stage cp.async pipeline.
 // SASS grouped_gemm_kernel<bf16, *>: HMMA.16816.F32.BF16 LDSM.16.M88.4 LDGSTS.E.BYPASS.128 DEPBAR.LE BAR.SYNC regs<=255 stack<=0 threads=128
 // SASS grouped_gemm_kernel<f16, *>: HMMA.16816.F32 LDSM.16.M88.4 LDGSTS.E.BYPASS.128 DEPBAR.LE BAR.SYNC regs<=255 stack<=0 threads=128
-// SASS grouped_gemm_kernel<*, *, false>: LDSM.16.MT88.4 dynsmem=32768
-// SASS grouped_wgrad_kernel<bf16>: HMMA.16816.F32.BF16 LDSM.16.MT88.4 LDGSTS.E.BYPASS.128 DEPBAR.LE BAR.SYNC regs<=255 stack<=0 threads=128 dynsmem=32768
-// SASS grouped_wgrad_kernel<f16>: HMMA.16816.F32 LDSM.16.MT88.4 LDGSTS.E.BYPASS.128 DEPBAR.LE BAR.SYNC regs<=255 stack<=0 threads=128 dynsmem=32768
+// SASS grouped_gemm_kernel<*, *, false>: LDSM.16.MT88.4 dynsmem=49152
+// SASS grouped_wgrad_kernel<bf16>: HMMA.16816.F32.BF16 LDSM.16.MT88.4 LDGSTS.E.BYPASS.128 DEPBAR.LE BAR.SYNC regs<=255 stack<=0 threads=128 dynsmem=49152
+// SASS grouped_wgrad_kernel<f16>: HMMA.16816.F32 LDSM.16.MT88.4 LDGSTS.E.BYPASS.128 DEPBAR.LE BAR.SYNC regs<=255 stack<=0 threads=128 dynsmem=49152
 // Test: tests/gpu/test_cuda_grouped_gemm.cpp (ctest -L gpu; -L emu in the emulated build)
 #include "cuda_compat.cuh"  // first: the prelude of every CUDA source
 
@@ -36,8 +40,9 @@ namespace vlpar::cuda_kernels {
 struct GroupedGemmTile {
   static constexpr int kRows = kGroupedGemmTileRows, kCols = kGroupedGemmTileCols, kK = 32;
   static constexpr int kThreads = 128;
+  static constexpr int kStages = 3;                             // k-steps in flight + the one being multiplied
   static constexpr int kStageElems = kRows * kK + kCols * kK;  // A and B of one k-step, 16-bit
-  static constexpr int kSmemBytes = 2 * kStageElems * 2;
+  static constexpr int kSmemBytes = kStages * kStageElems * 2;  // 48 KiB: no opt-in, two CTAs per SM
 };
 
 /// The output tile `tile` of the list: its group (binary search of tile_offsets), row tile and column tile.
@@ -127,12 +132,47 @@ __device__ __forceinline__ void grouped_gemm_mma(float (&acc)[4][8][4], const ui
   }
 }
 
+/// acc = alpha · acc + beta · c over the warp's part of the tile (rows < rows, columns < n as in
+/// grouped_gemm_store): reads only, so all of them are in flight at once.
+template <class OutT>
+__device__ __forceinline__ void grouped_gemm_blend(const OutT* c, int64_t ldc, int64_t row0, int64_t rows,
+                                                   int64_t col0, int64_t n, float alpha, float beta,
+                                                   float (&acc)[4][8][4], int wm, int wn, int lane) {
+#pragma unroll
+  for (int mi = 0; mi < 4; ++mi)
+#pragma unroll
+    for (int hr = 0; hr < 2; ++hr) {
+      const int64_t r = 64 * wm + 16 * mi + lane / 4 + 8 * hr;
+      if (r >= rows) continue;
+      const OutT* row = c + (row0 + r) * ldc;
+#pragma unroll
+      for (int nt = 0; nt < 8; ++nt) {
+        const int64_t col = col0 + 64 * wn + 8 * nt + 2 * (lane % 4);
+        if (col >= n) continue;
+        float c0, c1;
+        if constexpr (std::is_same_v<OutT, float>) {
+          const float2 v = *reinterpret_cast<const float2*>(row + col);
+          c0 = v.x, c1 = v.y;
+        } else {
+          c0 = to_float(row[col]), c1 = to_float(row[col + 1]);
+        }
+        acc[mi][nt][2 * hr] = alpha * acc[mi][nt][2 * hr] + beta * c0;
+        acc[mi][nt][2 * hr + 1] = alpha * acc[mi][nt][2 * hr + 1] + beta * c1;
+      }
+    }
+}
+
 /// c = alpha · acc (+ beta · c) for the warp's part of the tile whose element (0, 0) is c[row0 · ldc + col0]: its
-/// rows < rows (relative to row0) and columns < n (absolute), one rounding to OutT.
+/// rows < rows (relative to row0) and columns < n (absolute), one rounding to OutT. With beta ≠ 0 every read of c
+/// comes first (grouped_gemm_blend), then the stores.
 template <class OutT>
 __device__ __forceinline__ void grouped_gemm_store(OutT* c, int64_t ldc, int64_t row0, int64_t rows, int64_t col0,
-                                                   int64_t n, float alpha, float beta, const float (&acc)[4][8][4],
+                                                   int64_t n, float alpha, float beta, float (&acc)[4][8][4],
                                                    int wm, int wn, int lane) {
+  if (beta != 0.f) {
+    grouped_gemm_blend<OutT>(c, ldc, row0, rows, col0, n, alpha, beta, acc, wm, wn, lane);
+    alpha = 1.f;
+  }
 #pragma unroll
   for (int mi = 0; mi < 4; ++mi)
 #pragma unroll
@@ -144,56 +184,60 @@ __device__ __forceinline__ void grouped_gemm_store(OutT* c, int64_t ldc, int64_t
       for (int nt = 0; nt < 8; ++nt) {
         const int64_t col = col0 + 64 * wn + 8 * nt + 2 * (lane % 4);
         if (col >= n) continue;
-        float x0 = alpha * acc[mi][nt][2 * hr], x1 = alpha * acc[mi][nt][2 * hr + 1];
+        const float x0 = alpha * acc[mi][nt][2 * hr], x1 = alpha * acc[mi][nt][2 * hr + 1];
         if constexpr (std::is_same_v<OutT, float>) {
-          float2* dst = reinterpret_cast<float2*>(row + col);
-          if (beta != 0.f) x0 += beta * dst->x, x1 += beta * dst->y;
-          *dst = make_float2(x0, x1);
+          *reinterpret_cast<float2*>(row + col) = make_float2(x0, x1);
         } else {
-          if (beta != 0.f) x0 += beta * to_float(row[col]), x1 += beta * to_float(row[col + 1]);
           *reinterpret_cast<uint32_t*>(row + col) = pack2<OutT>(x0, x1);
         }
       }
     }
 }
 
-/// acc = Σ over k_steps of A · op(B), stage kt loaded by load(stage, kt) (which issues, not commits, its
-/// cp.async copies): two stages, the load of k-step kt + 1 overlapping the MMAs of k-step kt.
+/// acc = Σ over k_steps of A · op(B), k-step kt in stage kt % kStages, loaded by load(stage, kt) (which issues, not
+/// commits, its cp.async copies). One commit group per k-step (empty past the last), so that before iteration kt
+/// the groups of k-steps ≤ kt + kStages − 2 are committed and waiting for all but the newest kStages − 2 lands
+/// k-step kt. first_issued: k-step 0 was issued and committed by the caller (the previous tile's prefetch). Ends
+/// with a barrier: every stage is free for the caller's next load.
 template <class T, bool kAKMajor, bool kTransB, class Load>
 __device__ __forceinline__ void grouped_gemm_mainloop(float (&acc)[4][8][4], uint16_t* smem, int k_steps,
-                                                      const Load& load, int wm, int wn, int lane) {
+                                                      bool first_issued, const Load& load, int wm, int wn,
+                                                      int lane) {
   using Tile = GroupedGemmTile;
-  if (k_steps > 0) {
-    load(smem, 0);
+  for (int s = first_issued ? 1 : 0; s < Tile::kStages - 1; ++s) {
+    if (s < k_steps) load(smem + s * Tile::kStageElems, s);
     ptx::cp_async_commit();
   }
   for (int kt = 0; kt < k_steps; ++kt) {
-    if (kt + 1 < k_steps) {
-      load(smem + ((kt + 1) & 1) * Tile::kStageElems, kt + 1);
-      ptx::cp_async_commit();
-      ptx::cp_async_wait<1>();  // k-step kt landed; kt + 1 may still be in flight
-    } else {
-      ptx::cp_async_wait<0>();
-    }
-    __syncthreads();  // every thread's copies of k-step kt are visible
-    grouped_gemm_mma<T, kAKMajor, kTransB>(acc, smem + (kt & 1) * Tile::kStageElems, wm, wn, lane);
-    __syncthreads();  // every warp is done with this stage before the next k-step's load refills it
+    ptx::cp_async_wait<Tile::kStages - 2>();  // this thread's copies of k-step kt landed
+    __syncthreads();  // everyone's copies visible, and every warp is done with k-step kt − 1's stage
+    const int next = kt + Tile::kStages - 1;  // refills the stage of k-step kt − 1
+    if (next < k_steps) load(smem + (next % Tile::kStages) * Tile::kStageElems, next);
+    ptx::cp_async_commit();
+    grouped_gemm_mma<T, kAKMajor, kTransB>(acc, smem + (kt % Tile::kStages) * Tile::kStageElems, wm, wn, lane);
   }
+  __syncthreads();  // every warp is done with every stage
 }
 
 template <class T, class OutT, bool kTransB>
 __global__ void __launch_bounds__(GroupedGemmTile::kThreads) grouped_gemm_kernel(const GroupedGemmParams p) {
   using Tile = GroupedGemmTile;
-  VLPAR_DYN_SMEM(uint16_t, smem);  // two stages of [A 128×32 | B 128×32]
+  VLPAR_DYN_SMEM(uint16_t, smem);  // kStages stages of [A 128×32 | B 128×32]
   const int warp = int(threadIdx.x) / 32, lane = int(threadIdx.x) % 32, wm = warp / 2, wn = warp % 2;
   const int k_steps = int((p.kd + Tile::kK - 1) / Tile::kK);
+  bool issued = false;  // k-step 0 of this tile already in flight (prefetched during the previous epilogue)
   for (int tile = int(blockIdx.x); tile < p.total_tiles; tile += int(gridDim.x)) {
     const GroupedGemmWork w = grouped_gemm_work(p, tile);
     float acc[4][8][4] = {};
-    const auto load = [&](uint16_t* stage, int kt) {
+    grouped_gemm_mainloop<T, false, kTransB>(acc, smem, k_steps, issued, [&](uint16_t* stage, int kt) {
       grouped_gemm_load<kTransB>(stage, p, w, int64_t(kt) * Tile::kK);
-    };
-    grouped_gemm_mainloop<T, false, kTransB>(acc, smem, k_steps, load, wm, wn, lane);
+    }, wm, wn, lane);
+    const int next = tile + int(gridDim.x);
+    issued = next < p.total_tiles && k_steps > 0;
+    if (issued) {
+      grouped_gemm_load<kTransB>(smem, p, grouped_gemm_work(p, next), 0);
+      ptx::cp_async_commit();
+    }
     grouped_gemm_store<OutT>(static_cast<OutT*>(p.c), p.ldc, w.row0, w.rows, w.col0, p.n, p.alpha, p.beta, acc, wm,
                              wn, lane);
   }
@@ -235,17 +279,30 @@ __device__ __forceinline__ void grouped_wgrad_load(uint16_t* stage, const Groupe
 
 /// dw[g] = alpha · a[rows of g]ᵀ · dc[rows of g] + beta · dw[g] over the tiles in tile_offsets on a persistent
 /// grid, each output element summed over the group's rows in ascending 32-row steps by one thread (bitwise
-/// reproducible).
+/// reproducible). An empty group has tiles only when beta ≠ 1 (dw = beta · dw): no k-step, nothing prefetched.
 template <class T>
 __global__ void __launch_bounds__(GroupedGemmTile::kThreads) grouped_wgrad_kernel(const GroupedWgradParams p) {
   using Tile = GroupedGemmTile;
-  VLPAR_DYN_SMEM(uint16_t, smem);  // two stages of [aᵀ 32×128 | dc 32×128]
+  VLPAR_DYN_SMEM(uint16_t, smem);  // kStages stages of [aᵀ 32×128 | dc 32×128]
   const int warp = int(threadIdx.x) / 32, lane = int(threadIdx.x) % 32, wm = warp / 2, wn = warp % 2;
+  bool issued = false;  // k-step 0 of this tile already in flight (prefetched during the previous epilogue)
   for (int tile = int(blockIdx.x); tile < p.total_tiles; tile += int(gridDim.x)) {
     const GroupedWgradWork w = grouped_wgrad_work(p, tile);
     float acc[4][8][4] = {};
-    const auto load = [&](uint16_t* stage, int kt) { grouped_wgrad_load(stage, p, w, int64_t(kt) * Tile::kK); };
-    grouped_gemm_mainloop<T, true, false>(acc, smem, int((w.rows + Tile::kK - 1) / Tile::kK), load, wm, wn, lane);
+    const int k_steps = int((w.rows + Tile::kK - 1) / Tile::kK);
+    grouped_gemm_mainloop<T, true, false>(acc, smem, k_steps, issued, [&](uint16_t* stage, int kt) {
+      grouped_wgrad_load(stage, p, w, int64_t(kt) * Tile::kK);
+    }, wm, wn, lane);
+    const int next = tile + int(gridDim.x);
+    issued = false;
+    if (next < p.total_tiles) {
+      const GroupedWgradWork nw = grouped_wgrad_work(p, next);
+      issued = nw.rows > 0;
+      if (issued) {
+        grouped_wgrad_load(smem, p, nw, 0);
+        ptx::cp_async_commit();
+      }
+    }
     grouped_gemm_store<float>(p.dw + w.group * p.dw_group_stride, p.ldw, w.m0, p.kd - w.m0, w.n0, p.n, p.alpha,
                               p.beta, acc, wm, wn, lane);
   }
