@@ -44,6 +44,10 @@ struct TextConfig {
   int decoder_sparse_step = 1;         // layer l is sparse iff (l+1) % step == 0 (and not mlp-only)
   std::vector<int> mlp_only_layers;    // layers forced dense (width `intermediate`)
   double router_aux_loss_coef = 0.001; // loss += coef · aux (spec §5)
+  // vlpar extension, not in HF Qwen3-VL-MoE: an fp32 expert bias per MoE layer that steers the router's selection
+  // (aux-loss-free balancing; kernels/router.hpp), held as model.language_model.layers.<l>.mlp.gate.
+  // e_score_correction_bias (DeepSeek-V3's name). config.json key "router_expert_bias", written only when true.
+  bool router_expert_bias = false;
 
   /// @brief Whether decoder layer l (0-based) has a MoE block instead of the dense MLP (spec §1.3):
   /// l ∉ mlp_only_layers and num_experts > 0 and (l+1) % decoder_sparse_step == 0.

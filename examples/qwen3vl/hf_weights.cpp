@@ -5,6 +5,7 @@
 #include <fstream>
 #include <set>
 
+#include "vlpar/core/log.hpp"
 #include "vlpar/io/hf_checkpoint.hpp"
 #include "vlpar/io/safetensors.hpp"
 
@@ -69,6 +70,9 @@ Status load_hf_weights(Model& model, const std::string& dir, vlpar::obs::Progres
   std::set<std::string> used;
   for (size_t i = 0; i < reg.size(); ++i) {
     const nn::ParamShard& p = reg.entry(i).shard;
+    // vlpar's expert bias (text.router_expert_bias) is in vlpar's own exports only: from an HF checkpoint it starts
+    // at zero, i.e. routing as HF does.
+    if (p.name.ends_with(".mlp.gate.e_score_correction_bias") && src.find(p.name) == nullptr) continue;
     VLPAR_ASSIGN_OR_RETURN(Tensor full, Tensor::empty(scratch, p.full_shape, reg.entry(i).dtype));
     const int64_t width = row_width(p.full_shape);
     int64_t row = 0;
@@ -125,6 +129,10 @@ Status export_hf(const Model& model, const std::string& dir, DType dtype, uint64
   VLPAR_CHECK(dtype == DType::kF32 || dtype == DType::kBF16 || dtype == DType::kF16,
               "export_hf: storage dtype {} is not F32, BF16 or F16", vlpar::dtype_name(dtype));
   VLPAR_ASSIGN_OR_RETURN(std::vector<io::NamedTensor> out, hf_tensors(model, HfWhich::kValues));
+  if (model.config().text.router_expert_bias)
+    vlpar::log_warn("export_hf: the routers' expert biases are written as layers.<l>.mlp.gate.e_score_correction_bias "
+                    "(read back by vlpar); HF Qwen3-VL-MoE has no such tensor, so transformers ignores them and "
+                    "selects experts by the probabilities alone");
   vlpar::Allocator scratch;
   std::vector<Tensor> converted;  // keeps converted copies alive until written
   for (io::NamedTensor& t : out) {

@@ -220,6 +220,16 @@ Status Model::register_params() {
     VLPAR_ASSIGN_OR_RETURN(lm_head_, add_shard(nn::make_split_param("lm_head.weight", Shape{t.vocab, H}, 0,
                                                                     vocab_block_, id(), w), false));
   }
+  // The expert biases last, so every block keeps its contiguous parameter range; frozen (group "expert_bias":
+  // updated by the trainer's balancing step, never by the optimizer), zeros until a checkpoint fills them.
+  for (int l = 0; l < t.layers && t.router_expert_bias; ++l) {
+    if (!layers_[size_t(l)].moe) continue;
+    keep = part_.holds(l);
+    VLPAR_ASSIGN_OR_RETURN(layers_[size_t(l)].expert_bias,
+                           enroll(nn::make_replicated_param(fmt::format("{}layers.{}.mlp.gate.e_score_correction_bias",
+                                                                        lp, l), Shape{t.num_experts}, id(), zeros),
+                                  "expert_bias"));
+  }
   return Status::Ok();
 }
 
@@ -268,6 +278,7 @@ Result<Model> Model::create(const Context& ctx, const Config& cfg, const Freeze&
   if (freeze.merger && has("merger")) VLPAR_RETURN_IF_ERROR(m.reg_.freeze_group("merger"));
   if (freeze.language_model && has("language_model"))
     VLPAR_RETURN_IF_ERROR(m.reg_.freeze_group("language_model"));
+  if (has("expert_bias")) VLPAR_RETURN_IF_ERROR(m.reg_.freeze_group("expert_bias"));
   VLPAR_RETURN_IF_ERROR(check_fits_in_memory(m.reg_));
   VLPAR_RETURN_IF_ERROR(m.reg_.materialize(ctx, alloc, seed));
   return m;
@@ -302,8 +313,10 @@ nn::MlpBlock Model::mlp(int layer) const {
 nn::MoeBlock Model::moe(int layer) const {
   const size_t i = layers_[size_t(layer)].mlp;
   const nn::MoeConfig mc{cfg_.text.num_experts, cfg_.text.top_k, cfg_.text.moe_intermediate};
+  const size_t b = layers_[size_t(layer)].expert_bias;
+  const TensorView bias = b == kNoBias ? TensorView{} : reg_.value(b);
   return nn::MoeBlock(text_block_config(), mc, tp_,
-                      nn::MoeWeights{reg_.value(i), reg_.value(i + 1), reg_.value(i + 2), reg_.value(i + 3)},
+                      nn::MoeWeights{reg_.value(i), reg_.value(i + 1), reg_.value(i + 2), reg_.value(i + 3), bias},
                       nn::MoeWeights{reg_.grad(i), reg_.grad(i + 1), reg_.grad(i + 2), reg_.grad(i + 3)}, i, ep_);
 }
 
@@ -376,6 +389,7 @@ Status Model::prepare(const Context& ctx, const Batch& batch, Stash& stash) cons
   VLPAR_ASSIGN_OR_RETURN(stash.targets, nn::causal_targets(ctx, batch, kIgnore));
   stash.positions = batch.positions;
   stash.aux = vlpar::RouterAuxStats{};
+  stash.expert_load.assign(size_t(t.layers) * size_t(t.num_experts), 0.0);
   return Status::Ok();
 }
 
@@ -443,7 +457,8 @@ Result<TensorView> Model::forward_layers(const Context& ctx, TensorView x, int a
   stash.segments.assign(cuts.size(), DecoderStack::Stash{});
   vlpar::obs::Span decoder_span = span(vlpar::obs::trace_cat::kDecoder, "decoder_forward");
   for (size_t k = 0; k < cuts.size(); ++k) {
-    const DecoderStack stack = decoder_layers(cuts[k].first, cuts[k].second, nn::MoeLoss{&stash.aux, 0.f});
+    const DecoderStack stack =
+        decoder_layers(cuts[k].first, cuts[k].second, nn::MoeLoss{&stash.aux, 0.f}, stash.expert_load.data());
     VLPAR_ASSIGN_OR_RETURN(x, stack.forward(ctx, x, seq, stash.segments[k]));
     const auto level = size_t(cuts[k].first);  // segments below the deepstack level count are single layers
     if (level < stash.deepstack.size())
@@ -487,13 +502,15 @@ std::vector<std::pair<int, int>> Model::segments(int a, int b) const {
   return cuts;
 }
 
-DecoderStack Model::decoder_layers(int a, int b, nn::MoeLoss moe_loss) const {
+DecoderStack Model::decoder_layers(int a, int b, nn::MoeLoss moe_loss, double* expert_load) const {
   std::vector<nn::DecoderLayer> layers;
   for (int l = a; l < b; ++l) {
     const LayerParams& p = layers_.at(size_t(l));
     if (p.moe) {
       const nn::ParamRange range{p.attn, p.mlp - p.attn + nn::MoeBlock::kNumParams};
-      layers.emplace_back(text_block_config(), tp_, attention(l), moe(l), range, moe_loss);
+      nn::MoeLoss ml = moe_loss;
+      if (expert_load) ml.load = expert_load + int64_t(l) * cfg_.text.num_experts;
+      layers.emplace_back(text_block_config(), tp_, attention(l), moe(l), range, ml);
     } else {
       const nn::ParamRange range{p.attn, p.mlp - p.attn + nn::MlpBlock::num_params(text_block_config())};
       layers.emplace_back(text_block_config(), tp_, attention(l), mlp(l), range);

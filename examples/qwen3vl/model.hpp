@@ -124,6 +124,7 @@ struct Stash {
   std::vector<Tensor> d_deepstack;           // backward: ∂loss/∂deepstack per level, for the vision backward
   vlpar::nn::LmHeadStash head;
   vlpar::RouterAuxStats aux;
+  std::vector<double> expert_load;  // [L · E] this forward's assignments per (decoder layer, expert); MoE layers run
   StepLoss loss;
 };
 
@@ -195,8 +196,15 @@ class Model {
   Result<Tensor> logits(const Context& ctx, const Stash& stash, Allocator& alloc) const;
 
   /// The decoder layers [a, b) as an nn::LayerStack under this model's recompute policy; MoE layers read and
-  /// write `moe_loss` (nn/decoder_layer.hpp). forward/backward run the stack cut at the deepstack layers.
-  DecoderStack decoder_layers(int a, int b, vlpar::nn::MoeLoss moe_loss) const;
+  /// write `moe_loss` (nn/decoder_layer.hpp) and, with `expert_load` ([L · E]), count their assignments per expert
+  /// there in forward. forward/backward run the stack cut at the deepstack layers.
+  DecoderStack decoder_layers(int a, int b, vlpar::nn::MoeLoss moe_loss, double* expert_load = nullptr) const;
+  /// Decoder layer `layer`'s router expert bias [E] f32 (text.router_expert_bias), or an empty view (no bias, a
+  /// dense layer, or a layer this part does not hold). The trainer's balancing step writes it.
+  TensorView expert_bias(int layer) const {
+    const size_t b = layers_.at(size_t(layer)).expert_bias;
+    return b == kNoBias ? TensorView{} : reg_.value(b);
+  }
   /// Layer `layer`'s input [N, H] in a forward's stash (the embeddings for layer 0; deepstack adds included).
   Result<TensorView> layer_input(const Stash& stash, int layer) const;
 
@@ -222,10 +230,12 @@ class Model {
   vlpar::nn::MoeBlock moe_block(int layer) const { return moe(layer); }
 
  private:
+  static constexpr size_t kNoBias = ~size_t{0};
   struct LayerParams {
     size_t attn = 0;   // first index of the attention block's parameters
     size_t mlp = 0;    // first index of the MLP / MoE block's parameters
     bool moe = false;
+    size_t expert_bias = kNoBias;  // the MoE router's expert bias (registered after every other parameter)
   };
   struct VisionParams {
     size_t patch_w = 0, patch_b = 0, pos_embed = 0;

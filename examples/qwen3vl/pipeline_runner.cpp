@@ -103,6 +103,16 @@ const std::vector<StepLoss>* PipelineRunner::losses() const {
   return nullptr;
 }
 
+std::vector<double> PipelineRunner::expert_load() const {
+  std::vector<double> sum;
+  for (const PipelineStage& st : stages_) {  // the stages hold disjoint layers: zeros elsewhere
+    const std::vector<double>& l = st.expert_load();
+    sum.resize(l.size(), 0.0);
+    for (size_t i = 0; i < l.size(); ++i) sum[i] += l[i];
+  }
+  return sum;
+}
+
 bool PipelineRunner::holds_tied_copy(const Model& model) const {
   return model.config().text.tie_word_embeddings && plan_.first_rank != plan_.last_rank &&
          (pp_->rank() == plan_.first_rank || pp_->rank() == plan_.last_rank);

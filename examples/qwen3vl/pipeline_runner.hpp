@@ -53,6 +53,8 @@ class PipelineRunner {
   Status step(const Context& ctx, std::vector<Batch> micro, std::vector<double> weights);
   /// The last stage's per-micro-batch losses of the last step; null when this rank does not hold the last stage.
   const std::vector<StepLoss>* losses() const;
+  /// The last step's assignments per (decoder layer, expert) [L · E] of this rank's MoE layers (empty: dense).
+  std::vector<double> expert_load() const;
   /// True when the embedding is tied and its two copies sit on different ranks, this rank holding one of them.
   bool holds_tied_copy(const Model& model) const;
   /// True for the copy on the last stage's rank (it does not write the tensor to checkpoints).

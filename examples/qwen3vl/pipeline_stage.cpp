@@ -72,6 +72,8 @@ Status PipelineStage::set_step(std::vector<Batch> micro, std::vector<double> wei
   micro_ = std::move(micro);
   weights_ = std::move(weights);
   losses_.assign(micro_.size(), StepLoss{});
+  expert_load_.assign(moe() ? size_t(model_->config().text.layers) * size_t(model_->config().text.num_experts) : 0,
+                      0.0);
   return Status::Ok();
 }
 
@@ -119,6 +121,7 @@ Status PipelineStage::forward(const Context& ctx, std::span<const TensorView> ou
     if (moe()) st.model.aux = decode_aux(in[1], E);
   }
   VLPAR_ASSIGN_OR_RETURN(TensorView y, model_->forward_layers(ctx, x, first_, last_, st.model));
+  for (size_t i = 0; i < expert_load_.size(); ++i) expert_load_[i] += st.model.expert_load[i];
   if (is_last()) {
     VLPAR_ASSIGN_OR_RETURN(losses_[size_t(j)], model_->forward_head(ctx, y, st.model));
     return Status::Ok();

@@ -42,6 +42,8 @@ class PipelineStage {
   Status set_step(std::vector<Batch> micro, std::vector<double> weights);
   /// Micro-batch j's loss (the last stage, after its forward).
   const std::vector<StepLoss>& losses() const { return losses_; }
+  /// The step's assignments per (decoder layer, expert) [L · E] of this stage's MoE layers (zeros elsewhere).
+  const std::vector<double>& expert_load() const { return expert_load_; }
   int stage() const { return stage_; }
   std::pair<int, int> layers() const { return {first_, last_}; }
 
@@ -67,6 +69,7 @@ class PipelineStage {
   std::vector<Batch> micro_;
   std::vector<double> weights_;
   std::vector<StepLoss> losses_;
+  std::vector<double> expert_load_;
 };
 
 static_assert(vlpar::pipeline::Stage<PipelineStage>);

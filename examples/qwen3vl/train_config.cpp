@@ -4,6 +4,7 @@
 #include <fmt/format.h>
 
 #include <algorithm>
+#include <cmath>
 #include <charconv>
 #include <fstream>
 #include <sstream>
@@ -83,6 +84,7 @@ std::vector<Field> fields(TrainConfig& c) {
       {"parallel", "pipeline_layout", &c.parallel.pipeline_layout},
       {"parallel", "zero1", &c.optimizer.zero1},
       {"parallel", "bucket_mb", &c.parallel.bucket_mb},
+      {"moe", "expert_bias_rate", &c.moe.expert_bias_rate},
   };
 }
 
@@ -160,6 +162,8 @@ Status TrainConfig::validate() const {
               "training.dtype '{}' is not supported: the CPU blocks store parameters and activations in f32 "
               "(bf16 storage needs the bf16 block kernels, not implemented yet)",
               training.dtype);
+  VLPAR_CHECK(std::isfinite(moe.expert_bias_rate) && moe.expert_bias_rate >= 0,
+              "moe.expert_bias_rate must be finite and not negative, got {}", moe.expert_bias_rate);
   VLPAR_CHECK(training.max_nonfinite_in_a_row >= 1, "training.max_nonfinite_in_a_row must be >= 1, got {}",
               training.max_nonfinite_in_a_row);
   VLPAR_CHECK(training.threads >= 0, "training.threads must be >= 0 (0 = all), got {}", training.threads);

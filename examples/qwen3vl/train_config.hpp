@@ -121,6 +121,14 @@ struct ParallelSection : vlpar::parallel::ParallelConfig {
   std::string pipeline_layout;     // Megatron layout string ("V E t*2 | t*3 L"); "" = the cost-model split
 };
 
+/// MoE load balancing beyond the model's own aux loss (text_config.router_aux_loss_coef).
+struct MoeSection {
+  // Aux-loss-free balancing (DeepSeek-V3; kernels/router.hpp): > 0 gives every MoE router an fp32 expert bias that
+  // steers the top-k selection, moved by ± this much after each optimizer step towards the global batch's mean
+  // load (Megatron's default rate: 1e-3). 0 = no update (a bias the model already has is kept and used).
+  double expert_bias_rate = 0;
+};
+
 struct TrainConfig {
   ModelSection model;
   DataSection data;
@@ -133,6 +141,7 @@ struct TrainConfig {
   CheckpointSection checkpoint;
   MetricsSection metrics;
   ParallelSection parallel;
+  MoeSection moe;
 
   /// @brief Cross-field checks, the first conflict as one sentence naming the key.
   Status validate() const;

@@ -4,6 +4,7 @@
 #include <fmt/format.h>
 #include <nlohmann/json.hpp>
 
+#include <algorithm>
 #include <chrono>
 #include <cmath>
 #include <filesystem>
@@ -15,6 +16,7 @@
 #include "vlpar/core/log.hpp"
 #include "vlpar/io/checkpoint.hpp"
 #include "vlpar/kernels/gemm.hpp"
+#include "vlpar/kernels/router.hpp"
 #include "vlpar/obs/data_wait_meter.hpp"
 #include "vlpar/obs/jsonl_writer.hpp"
 #include "vlpar/obs/metrics_line.hpp"
@@ -140,6 +142,11 @@ Status Trainer::setup_groups() {
 Status Trainer::build_model() {
   const ModelSection& m = cfg_.model;
   VLPAR_ASSIGN_OR_RETURN(Config mc, model_config_of(m));
+  if (cfg_.moe.expert_bias_rate > 0) {
+    VLPAR_CHECK(mc.text.num_moe_layers() > 0, "moe.expert_bias_rate is {} but the model has no MoE layer",
+                cfg_.moe.expert_bias_rate);
+    mc.text.router_expert_bias = true;
+  }
   const Freeze freeze{m.freeze_vision, m.freeze_merger, m.freeze_language_model};
   const nn::TensorParallel tp{cfg_.parallel.tp > 1 ? &groups_->tp() : nullptr, false};
   // With a pipeline, this rank builds its stages' part only (the whole model's names and init keys).
@@ -323,6 +330,8 @@ Result<Trainer::MicroResult> Trainer::forward_backward(const std::vector<MicroBa
     const Batch batch = micro[i].pack.view();
     Stash stash;  // holds views into the pack, which outlives it
     VLPAR_ASSIGN_OR_RETURN(StepLoss l, model_->forward(ctx_, batch, stash));
+    r.expert_load.resize(stash.expert_load.size(), 0.0);
+    for (size_t k = 0; k < stash.expert_load.size(); ++k) r.expert_load[k] += stash.expert_load[k];
     if (!r.add(l, weights[i], model_->config().text.router_aux_loss_coef, i, micro.size())) break;
     // The last micro-batch's backward reports each finished gradient, starting the dp reduction of full buckets.
     nn::GradReadyFn ready;
@@ -349,6 +358,7 @@ Result<Trainer::MicroResult> Trainer::forward_backward_pipelined(const std::vect
   if (logs_->trace.enabled()) pipe_->record_trace(logs_->trace, t0);
   VLPAR_RETURN_IF_ERROR(pipe_->sum_tied_gradient(ctx_, *model_));
   MicroResult r;
+  r.expert_load = pipe_->expert_load();
   if (const std::vector<StepLoss>* losses = pipe_->losses()) {
     for (size_t i = 0; i < losses->size(); ++i)
       if (!r.add((*losses)[i], weights[i], model_->config().text.router_aux_loss_coef, i, losses->size())) break;
@@ -375,6 +385,46 @@ Status Trainer::pipeline_metrics(std::vector<obs::NamedScalar>& extra) {
   }
   extra.push_back({"pp_bubble_pct", span > 0 ? 100.0 * (1.0 - compute / (double(p) * span)) : 0.0});
   extra.push_back({"pp_wait_max_pct", wait_pct});
+  return Status::Ok();
+}
+
+// The step's expert loads (assignments per decoder layer and expert) summed over every rank that saw distinct
+// tokens: the dp replicas (expert-parallel ranks included) and the pipeline stages (disjoint layers); tp ranks hold
+// the same tokens, so only tp rank 0 contributes. Counts are integers: the sum is exact, the same on every rank.
+// Then (moe.expert_bias_rate > 0) each MoE router's expert bias this rank holds moves towards the mean load, and
+// (m non-null, the lead rank) per layer min/max/CV of the loads go to the metrics: the worst layer's in the console
+// line, every layer's to JSONL and TensorBoard. Collective over the world.
+Status Trainer::balance_experts(std::vector<double> load, obs::MetricsLine& m) {
+  const TextConfig& t = model_->config().text;
+  if (t.num_moe_layers() == 0) return Status::Ok();
+  const auto E = size_t(t.num_experts);
+  load.resize(size_t(t.layers) * E, 0.0);
+  if (tp_rank_ != 0) std::fill(load.begin(), load.end(), 0.0);
+  if (world_ && world_->size() > 1)
+    VLPAR_RETURN_IF_ERROR(world_->all_reduce(TensorView(load.data(), DType::kF64, Shape{int64_t(load.size())}),
+                                             vlpar::comm::ReduceOp::kSum));
+  double worst_cv = 0, worst_max = 0, worst_min = 1;
+  for (int l = 0; l < t.layers; ++l) {
+    if (!t.is_moe_layer(l)) continue;
+    const std::span<const double> layer(load.data() + size_t(l) * E, E);
+    if (const TensorView bias = model_->expert_bias(l); !bias.empty() && cfg_.moe.expert_bias_rate > 0)
+      VLPAR_RETURN_IF_ERROR(vlpar::router_bias_update(bias, layer, float(cfg_.moe.expert_bias_rate)));
+    double mean = 0, var = 0;
+    for (const double c : layer) mean += c;
+    mean /= double(E);
+    if (mean == 0) continue;  // no token reached this layer (an empty step)
+    for (const double c : layer) var += (c - mean) * (c - mean);
+    const double cv = std::sqrt(var / double(E)) / mean;
+    const double mx = *std::max_element(layer.begin(), layer.end()) / mean;
+    const double mn = *std::min_element(layer.begin(), layer.end()) / mean;
+    worst_cv = std::max(worst_cv, cv), worst_max = std::max(worst_max, mx), worst_min = std::min(worst_min, mn);
+    m.detail.push_back({fmt::format("moe_load/layer{}_cv", l), cv});
+    m.detail.push_back({fmt::format("moe_load/layer{}_max_over_mean", l), mx});
+    m.detail.push_back({fmt::format("moe_load/layer{}_min_over_mean", l), mn});
+  }
+  m.extra.push_back({"moe_load_cv", worst_cv});  // the most unbalanced layer's coefficient of variation
+  m.extra.push_back({"moe_load_max", worst_max});  // the busiest expert of any layer, in multiples of the mean
+  m.extra.push_back({"moe_load_min", worst_min});  // the idlest expert of any layer, in multiples of the mean
   return Status::Ok();
 }
 
@@ -506,11 +556,10 @@ Result<TrainSummary> Trainer::run() {
     sum.grad_norms.push_back(rep.grad_norm);
     // 4. Metrics.
     const bool log_step = step_ % cfg_.metrics.log_interval == 0 || step_ == total;
-    std::vector<obs::NamedScalar> pipeline_extra;
-    if (log_step && pipelined()) VLPAR_RETURN_IF_ERROR(pipeline_metrics(pipeline_extra));  // collective over pp
+    obs::MetricsLine m;
+    if (log_step && pipelined()) VLPAR_RETURN_IF_ERROR(pipeline_metrics(m.extra));  // collective over pp
+    VLPAR_RETURN_IF_ERROR(balance_experts(std::move(fb.expert_load), m));         // collective over the world
     if (lead && log_step) {
-      obs::MetricsLine m;
-      m.extra = std::move(pipeline_extra);
       m.step = step_;
       m.total_steps = total;
       m.loss = loss_sum[0];

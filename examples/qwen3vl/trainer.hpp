@@ -140,6 +140,7 @@ class Trainer {
   struct MicroResult {
     double loss_sum[3] = {0, 0, 0};  // Σ w·loss, Σ w·aux·coef, non-finite flag
     std::string bad;                 // why the step must be skipped ("" = fine)
+    std::vector<double> expert_load;  // [L · E] this rank's assignments per (decoder layer, expert) (MoE models)
     /// Adds micro-batch i of n (weight w); false, with the flag and the reason set, when its loss is not finite.
     bool add(const StepLoss& l, double w, double aux_coef, size_t i, size_t n);
   };
@@ -148,6 +149,7 @@ class Trainer {
   Result<MicroResult> forward_backward_pipelined(const std::vector<MicroBatch>& micro,
                                                  const std::vector<double>& weights);
   Status pipeline_metrics(std::vector<vlpar::obs::NamedScalar>& extra);
+  Status balance_experts(std::vector<double> load, vlpar::obs::MetricsLine& m);
   bool pipelined() const { return pipe_ != nullptr; }
 
   struct Logs;  // metrics writers (trainer.cpp)

@@ -68,7 +68,8 @@
   Status pos_embed_backward(const Context& ctx, TensorView dtable, TensorView dpe, std::span<const VisionGrid> grids, const PosEmbedDesc& desc); \
   Status rotary_forward(const Context& ctx, TensorView y, TensorView x, TensorView positions, const RotaryDesc& desc); \
   Status rotary_backward(const Context& ctx, TensorView dx, TensorView dy, TensorView positions, const RotaryDesc& desc); \
-  Status router_forward(const Context& ctx, TensorView weights, TensorView indices, TensorView probs, TensorView logits, const RouterDesc& desc); \
+  Status router_forward(const Context& ctx, TensorView weights, TensorView indices, TensorView probs, TensorView logits, const RouterDesc& desc, TensorView expert_bias); \
+  Status router_bias_update(TensorView bias, std::span<const double> load, float rate); \
   Status router_backward(const Context& ctx, TensorView dlogits, TensorView dweights, TensorView probs, TensorView indices, TensorView weights, const RouterDesc& desc); \
   Status router_aux_accumulate(RouterAuxStats& stats, TensorView probs, TensorView indices, const RouterDesc& desc); \
   Result<double> router_aux_loss(const RouterAuxStats& stats); \
@@ -637,15 +638,27 @@ Status cpu_impl::rotary_backward(const Context& ctx, TensorView dx, TensorView d
   }
 }
 
-Status cpu_impl::router_forward(const Context& ctx, TensorView weights, TensorView indices, TensorView probs, TensorView logits, const RouterDesc& desc) {
+Status cpu_impl::router_forward(const Context& ctx, TensorView weights, TensorView indices, TensorView probs, TensorView logits, const RouterDesc& desc, TensorView expert_bias) {
   switch (cpu_isa_active()) {
 #if defined(VLPAR_CPU_ISA_AVX512)
-    case CpuIsa::kAvx512: return isa_avx512::router_forward(ctx, weights, indices, probs, logits, desc);
+    case CpuIsa::kAvx512: return isa_avx512::router_forward(ctx, weights, indices, probs, logits, desc, expert_bias);
 #endif
 #if defined(VLPAR_CPU_ISA_AVX2)
-    case CpuIsa::kAvx2: return isa_avx2::router_forward(ctx, weights, indices, probs, logits, desc);
+    case CpuIsa::kAvx2: return isa_avx2::router_forward(ctx, weights, indices, probs, logits, desc, expert_bias);
 #endif
-    default: return isa_base::router_forward(ctx, weights, indices, probs, logits, desc);
+    default: return isa_base::router_forward(ctx, weights, indices, probs, logits, desc, expert_bias);
+  }
+}
+
+Status cpu_impl::router_bias_update(TensorView bias, std::span<const double> load, float rate) {
+  switch (cpu_isa_active()) {
+#if defined(VLPAR_CPU_ISA_AVX512)
+    case CpuIsa::kAvx512: return isa_avx512::router_bias_update(bias, load, rate);
+#endif
+#if defined(VLPAR_CPU_ISA_AVX2)
+    case CpuIsa::kAvx2: return isa_avx2::router_bias_update(bias, load, rate);
+#endif
+    default: return isa_base::router_bias_update(bias, load, rate);
   }
 }
 

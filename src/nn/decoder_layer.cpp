@@ -15,7 +15,12 @@ Status DecoderLayer::forward(const Context& ctx, TensorView out, TensorView in, 
                              Stash& st) const {
   VLPAR_ASSIGN_OR_RETURN(st.mid, detail::scratch(ctx, {in.size(0), in.size(1)}));
   VLPAR_RETURN_IF_ERROR(attn_.forward(ctx, st.mid, in, seq, st.attn));
-  return feed_forward(ctx, out, seq, st, moe_loss_.stats);
+  VLPAR_RETURN_IF_ERROR(feed_forward(ctx, out, seq, st, moe_loss_.stats));
+  if (moe_ && moe_loss_.load) {  // indices [N, K] i32, ids checked by the router
+    const TensorView idx = st.moe.indices;
+    for (int64_t i = 0; i < idx.numel(); ++i) moe_loss_.load[idx.ptr<int32_t>()[i]] += 1.0;
+  }
+  return Status::Ok();
 }
 
 Status DecoderLayer::backward(const Context& ctx, TensorView dx, TensorView dout, const PackedSeq& seq, Stash& st,

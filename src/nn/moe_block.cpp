@@ -47,6 +47,7 @@ Status MoeBlock::check(const char* name, int64_t N) const {
   VLPAR_RETURN_IF_ERROR(check_shape(name, "router weight", w_.router, {E, H}));
   VLPAR_RETURN_IF_ERROR(check_shape(name, "gate_up weight", w_.gate_up, {El, H, 2 * I}));
   VLPAR_RETURN_IF_ERROR(check_shape(name, "down weight", w_.down, {El, I, H}));
+  if (!w_.expert_bias.empty()) VLPAR_RETURN_IF_ERROR(check_shape(name, "expert bias", w_.expert_bias, {E}));
   if (!g_.norm.empty()) VLPAR_RETURN_IF_ERROR(check_shape(name, "norm gradient", g_.norm, {H}));
   if (!g_.router.empty()) VLPAR_RETURN_IF_ERROR(check_shape(name, "router gradient", g_.router, {E, H}));
   if (!g_.gate_up.empty()) VLPAR_RETURN_IF_ERROR(check_shape(name, "gate_up gradient", g_.gate_up, {El, H, 2 * I}));
@@ -75,7 +76,7 @@ Status MoeBlock::forward(const Context& ctx, TensorView out, TensorView x, int64
   VLPAR_RETURN_IF_ERROR(rmsnorm_forward(ctx, st.h, st.rstd, x, w_.norm, cfg_.eps));
   const TensorView router3 = detail::as_shape(w_.router, {1, E, H});
   VLPAR_RETURN_IF_ERROR(grouped_gemm(ctx, logits, st.h, router3, one_group(N), GemmDesc{false, true, 1.f, 0.f}));
-  VLPAR_RETURN_IF_ERROR(router_forward(ctx, st.weights, st.indices, st.probs, logits, rdesc));
+  VLPAR_RETURN_IF_ERROR(router_forward(ctx, st.weights, st.indices, st.probs, logits, rdesc, w_.expert_bias));
   if (aux) VLPAR_RETURN_IF_ERROR(router_aux_accumulate(*aux, st.probs, st.indices, rdesc));
 
   // Rows to the experts (this rank's, or the ep group's), the experts, then the weighted combine at the source in

@@ -65,6 +65,7 @@ std::vector<NamedScalar> metrics_scalars(const MetricsLine& m) {
   for (size_t i = 0; i < std::size(fields); ++i)
     if (fields[i]->has_value()) out.push_back({std::string(kMetricKeys[i + 1]), **fields[i]});
   for (const NamedScalar& e : m.extra) out.push_back(e);
+  for (const NamedScalar& e : m.detail) out.push_back(e);
   return out;
 }
 

@@ -345,5 +345,67 @@ TEST(RouterKernel, TopKTiesPreferLowerExpertAndErrorsAreNamed) {
   EXPECT_NE(s.message().find("top_k 5 must be in [1, num_experts = 4]"), std::string::npos) << s.message();
 }
 
+// The aux-loss-free expert bias: the selection ranks p + b (against the fp64 reference with the same bias), the
+// weights stay the unbiased p renormalised over the chosen experts, and a strong bias on one expert puts it in
+// every token's top-k without changing its weight's formula. Then the bias step and the named errors.
+TEST(RouterKernel, ExpertBiasSteersSelectionOnly) {
+  Allocator a;
+  Context ctx = test_ctx(2);
+  const int64_t T = 37, E = 8, K = 2;
+  const RouterDesc desc{int(E), int(K)};
+  Tensor z = random_tensor(a, {T, E}, DType::kF32, 21, -2.f, 2.f), bias = random_tensor(a, {E}, DType::kF32, 22, -0.3f, 0.3f);
+  Tensor w = Tensor::empty(a, {T, K}, DType::kF32).value(), idx = Tensor::empty(a, {T, K}, DType::kI32).value();
+  Tensor p = Tensor::empty(a, {T, E}, DType::kF32).value();
+  ASSERT_TRUE(router_forward(ctx, w, idx, p, z, desc, bias).ok());
+  const auto zv = to_f64(z), bv = to_f64(bias);
+  std::vector<double> p64(size_t(T * E)), w64(size_t(T * K));
+  std::vector<int32_t> i64(size_t(T * K)), plain(size_t(T * K));
+  int changed = 0;  // tokens whose selection the bias changed (the test must exercise it)
+  for (int64_t t = 0; t < T; ++t) {
+    reference::router_row(&p64[size_t(t * E)], &i64[size_t(t * K)], &w64[size_t(t * K)], &zv[size_t(t * E)], E, K,
+                          bv.data());
+    std::vector<double> pp(static_cast<size_t>(E)), ww(static_cast<size_t>(K));
+    reference::router_row(pp.data(), &plain[size_t(t * K)], ww.data(), &zv[size_t(t * E)], E, K);
+    changed += !std::equal(&plain[size_t(t * K)], &plain[size_t(t * K + K)], &i64[size_t(t * K)]);
+    double top = 0;  // the weights are the unbiased probabilities of the chosen experts, renormalised
+    for (int64_t k = 0; k < K; ++k) top += p64[size_t(t * E + i64[size_t(t * K + k)])];
+    for (int64_t k = 0; k < K; ++k)
+      ASSERT_NEAR(w64[size_t(t * K + k)], p64[size_t(t * E + i64[size_t(t * K + k)])] / top, 1e-12);
+  }
+  EXPECT_GT(changed, 0);
+  for (size_t i = 0; i < i64.size(); ++i) ASSERT_EQ(idx.ptr<int32_t>()[i], i64[i]) << "top-k index " << i;
+  std::vector<float> zf(zv.begin(), zv.end()), bf(bv.begin(), bv.end()), pf(p64.size()), wf(w64.size());
+  std::vector<int32_t> i32(i64.size());
+  for (int64_t t = 0; t < T; ++t)  // the naive fp32 twin, for the tolerance
+    reference::router_row(&pf[size_t(t * E)], &i32[size_t(t * K)], &wf[size_t(t * K)], &zf[size_t(t * E)], E, K,
+                          bf.data());
+  EXPECT_TRUE(close_to_reference("router weights (biased selection)", to_f64(w), w64, to_double(wf), w.shape(),
+                                 TolOp::kRouter, DType::kF32));
+  // Expert 5 pushed into every top-k; its weight is still its probability's share.
+  Tensor strong = Tensor::zeros(a, {E}, DType::kF32).value();
+  strong.ptr<float>()[5] = 2.f;
+  ASSERT_TRUE(router_forward(ctx, w, idx, p, z, desc, strong).ok());
+  for (int64_t t = 0; t < T; ++t) {
+    ASSERT_EQ(idx.ptr<int32_t>()[t * K], 5) << "token " << t;
+    const int32_t other = idx.ptr<int32_t>()[t * K + 1];
+    const float* pt = p.ptr<float>() + t * E;
+    EXPECT_FLOAT_EQ(w.ptr<float>()[t * K], pt[5] / (pt[5] + pt[other])) << "token " << t;
+  }
+  // The bias step: loads {4, 0, 2, 2, 1, 3, 2, 2} (mean 2) move the bias by −u, +u, 0, 0, +u, −u, 0, 0.
+  Tensor b = Tensor::zeros(a, {E}, DType::kF32).value();
+  const std::vector<double> load = {4, 0, 2, 2, 1, 3, 2, 2};
+  ASSERT_TRUE(router_bias_update(b, load, 1e-3f).ok());
+  const std::vector<float> want = {-1e-3f, 1e-3f, 0.f, 0.f, 1e-3f, -1e-3f, 0.f, 0.f};
+  for (int64_t e = 0; e < E; ++e) EXPECT_EQ(b.ptr<float>()[e], want[size_t(e)]) << "expert " << e;
+  // Named errors: a NaN bias, a bias of the wrong length, a negative rate.
+  strong.ptr<float>()[3] = std::nanf("");
+  Status s = router_forward(ctx, w, idx, p, z, desc, strong);
+  EXPECT_NE(s.message().find("expert_bias[3] = nan is not finite"), std::string::npos) << s.message();
+  s = router_forward(ctx, w, idx, p, z, desc, b.view().slice(0, 0, 4));
+  EXPECT_NE(s.message().find("expert_bias must be contiguous f32 [8]"), std::string::npos) << s.message();
+  s = router_bias_update(b, load, -1.f);
+  EXPECT_NE(s.message().find("rate must be finite and not negative"), std::string::npos) << s.message();
+}
+
 }  // namespace
 }  // namespace vlpar

@@ -6,14 +6,17 @@
 //     weight a rank holds after 3 steps is within 1e-4 of the data-parallel run's;
 //   - a checkpoint written at EP = np loads at EP = 1 (same dp): each rank's expert slices equal the EP run's bit
 //     for bit (each expert shard written once, by its expert-dp rank 0);
+//   - the aux-loss-free expert bias (moe.expert_bias_rate) is the same on every rank and under DP, and resumes;
 //   - ep with tp > 1 is a named config error.
 #include <gtest/gtest.h>
 
 #include <unistd.h>
 
+#include <algorithm>
 #include <cmath>
 #include <cstring>
 #include <filesystem>
+#include <fstream>
 
 #include "model_test_util.hpp"
 #include "mpi/mpi_test_util.hpp"
@@ -111,6 +114,71 @@ TEST(TrainerExpertParallel, MatchesDataParallelAndReshardsToEp1) {
   EXPECT_EQ(none.first_step, 3);
   EXPECT_EQ(none.steps_done, 0);
   compare_experts(ep_run->model(), back->model(), 0.0);
+  ASSERT_TRUE(world->barrier().ok());
+  if (world->rank() == 0) fs::remove_all(dir);
+}
+
+/// Every MoE layer's expert bias of `m` (all layers' [E] in order), and that it is the same on every rank.
+std::vector<float> biases_agreed_by_all(const Model& m, Communicator& world) {
+  std::vector<float> mine;
+  for (int l = 0; l < m.config().text.layers; ++l) {
+    const TensorView b = m.expert_bias(l);
+    if (b.empty()) continue;  // a dense layer
+    mine.insert(mine.end(), b.ptr<float>(), b.ptr<float>() + b.numel());
+  }
+  const auto n = int64_t(mine.size());
+  std::vector<float> all(size_t(n * world.size()));
+  EXPECT_TRUE(world.all_gather(TensorView(all.data(), vlpar::DType::kF32, vlpar::Shape{n * world.size()}),
+                               TensorView(mine.data(), vlpar::DType::kF32, vlpar::Shape{n})).ok());
+  for (int r = 0; r < world.size(); ++r)
+    EXPECT_EQ(std::memcmp(all.data() + r * n, mine.data(), size_t(n) * sizeof(float)), 0) << "rank " << r;
+  return mine;
+}
+
+// Aux-loss-free balancing (moe.expert_bias_rate): the expert loads are summed over every rank before the bias
+// step, so the bias is bitwise the same on every rank and under EP the same as under data parallelism alone (the
+// same global counts); it moves (some element ≠ 0, none beyond steps · rate); it is checkpointed: 4 straight steps
+// equal 3 steps, a checkpoint and a resumed 4th bitwise (the 4th loss and the bias). The metrics carry the per-layer load statistics.
+TEST(TrainerExpertParallel, ExpertBiasAgreesOnEveryRankAndResumes) {
+  auto world = vlpar::test::world_comm("world");
+  ASSERT_TRUE(world);
+  const int P = world->size();
+  const std::string dir = shared_dir(*world);
+  const std::string rate = "--moe.expert_bias_rate=0.01", ep = "--parallel.ep=" + std::to_string(P);
+  TrainSummary dp, ep3, ep4, resumed;
+  const auto dp_run = train(config(dir + "/dp", 3, {rate}), *world, dp);
+  const auto ep_run = train(config(dir + "/ep", 3, {rate, ep}), *world, ep3);
+  ASSERT_TRUE(dp_run && ep_run);
+  const std::vector<float> b_dp = biases_agreed_by_all(dp_run->model(), *world);
+  const std::vector<float> b_ep = biases_agreed_by_all(ep_run->model(), *world);
+  ASSERT_FALSE(b_ep.empty()) << "no expert bias registered";
+  ASSERT_EQ(b_ep.size(), b_dp.size());
+  EXPECT_EQ(std::memcmp(b_ep.data(), b_dp.data(), b_ep.size() * sizeof(float)), 0) << "EP and DP biases differ";
+  EXPECT_TRUE(std::any_of(b_ep.begin(), b_ep.end(), [](float b) { return b != 0.f; })) << "the bias never moved";
+  for (const float b : b_ep) EXPECT_LE(std::abs(b), 3 * 0.01f * (1 + 1e-6f));
+  // 4 straight steps (one lr schedule over 4) saving at step 3 too; that checkpoint alone, resumed, runs step 4.
+  const auto straight = train(config(dir + "/ep4", 4, {rate, ep, "--checkpoint.interval=3"}), *world, ep4);
+  if (world->rank() == 0) {
+    fs::create_directories(dir + "/ep4r/ckpt");
+    fs::copy(dir + "/ep4/ckpt/step-3", dir + "/ep4r/ckpt/step-3", fs::copy_options::recursive);
+  }
+  ASSERT_TRUE(world->barrier().ok());
+  const auto again = train(config(dir + "/ep4r", 4, {rate, ep}), *world, resumed);
+  ASSERT_TRUE(straight && again);
+  ASSERT_EQ(resumed.first_step, 3);
+  ASSERT_EQ(resumed.losses.size(), 1u);
+  EXPECT_EQ(resumed.losses[0], ep4.losses[3]) << "the resumed step differs";
+  const std::vector<float> b4 = biases_agreed_by_all(straight->model(), *world);
+  const std::vector<float> b_res = biases_agreed_by_all(again->model(), *world);
+  EXPECT_EQ(std::memcmp(b4.data(), b_res.data(), b4.size() * sizeof(float)), 0) << "the resumed bias differs";
+  if (world->rank() == 0) {  // the last metrics line: the worst layer's load statistics and every layer's
+    std::ifstream in(dir + "/ep4/metrics.jsonl");
+    std::string line, last;
+    while (std::getline(in, line)) last = line;
+    for (const char* key : {"\"moe_load_cv\"", "\"moe_load_max\"", "\"moe_load_min\"", "\"moe_load/layer0_cv\"",
+                            "\"moe_load/layer2_max_over_mean\""})
+      EXPECT_NE(last.find(key), std::string::npos) << key << " missing in " << last;
+  }
   ASSERT_TRUE(world->barrier().ok());
   if (world->rank() == 0) fs::remove_all(dir);
 }

@@ -4,7 +4,12 @@
 //   aux = E · Σ_e f_e · P̄_e,  f_e = (# (row, slot) assignments to e) / R,  P̄_e = mean_rows p[:, e]
 // over all R rows of every MoE layer (RouterAuxStats accumulates layers, then one finalisation).
 // The gradient of aux flows through P̄ only (the counts are constants).
+// Aux-loss-free balancing (DeepSeek-V3; Megatron --moe-router-enable-expert-bias, spec B8): an fp32 expert bias b
+// [E] steers the selection only, top-k of p + b, while the weights stay p renormalised over the chosen experts (so
+// the backward is unchanged); after each optimizer step b_e += u · sign(mean load − load_e) over the global batch's
+// assignment counts (router_bias_update), no gradient.
 #include <cstdint>
+#include <span>
 #include <vector>
 
 #include "vlpar/core/context.hpp"
@@ -21,8 +26,14 @@ struct RouterDesc {
 /// @param indices [T, K] i32 written, expert ids in descending probability
 /// @param probs   [T, E] f32 written, full softmax (stash for backward and aux)
 /// @param logits  [T, E] any float dtype
+/// @param expert_bias [E] f32, finite (empty: none): the selection ranks p + bias, ties to the lower expert id
 Status router_forward(const Context& ctx, TensorView weights, TensorView indices, TensorView probs,
-                      TensorView logits, const RouterDesc& desc);
+                      TensorView logits, const RouterDesc& desc, TensorView expert_bias = {});
+
+/// @brief The aux-loss-free bias step: bias[e] += rate · sign(mean(load) − load[e]) (sign 0 = no change), in f32
+/// on the host. `load` [E] = assignments per expert over the global batch (the same numbers on every rank, so the
+/// bias stays identical everywhere).
+Status router_bias_update(TensorView bias, std::span<const double> load, float rate);
 
 /// @brief Backpropagates dweights [T, K] through renormalisation, gather and softmax.
 /// @param dlogits [T, E] f32 written

@@ -28,6 +28,7 @@ namespace vlpar::nn {
 struct MoeLoss {
   RouterAuxStats* stats = nullptr;
   float grad = 0.f;
+  double* load = nullptr;  // [E] if set, forward adds this layer's assignments per expert (its tokens' top-k)
 };
 
 class DecoderLayer {

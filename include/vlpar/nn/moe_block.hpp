@@ -17,6 +17,7 @@
 // over all layers' rows. The model defines the total loss = CE + coef · aux and passes grad_aux = coef · dL/dloss
 // to every MoE block's backward, which adds grad_aux · ∂aux/∂logits (through P̄ only) to the router gradient.
 // Backward needs the finished statistics: run every layer's forward before the first MoE backward.
+// With an expert bias (MoeWeights::expert_bias) the router selects the top-k of p + bias and weighs by p alone.
 //
 // Gradients: every parameter by hand (router through the renormalised top-k weights and the aux term; an expert
 // gets weight gradients only from the rows routed to it, so an unused expert's gradient is untouched). An empty
@@ -65,6 +66,8 @@ struct MoeWeights {
   TensorView router;   // [E, H]         mlp.gate.weight (logits = h · routerᵀ)
   TensorView gate_up;  // [E_l, H, 2I]   mlp.experts.gate_up_proj: h @ gate_up[e] = [gate | up]
   TensorView down;     // [E_l, I, H]    mlp.experts.down_proj: act @ down[e]
+  TensorView expert_bias = {};  // [E] f32 or empty: the aux-loss-free selection bias (kernels/router.hpp; no gradient,
+                           // so always empty in the gradient struct)
 };
 
 /// What backward needs from forward. x is the caller's input view: it must stay alive until backward.

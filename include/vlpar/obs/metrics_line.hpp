@@ -41,6 +41,7 @@ struct MetricsLine {
   std::optional<double> step_time_s;      // wall time of the step
   std::optional<double> wall_time;        // Unix seconds at the end of the step (JSONL/TensorBoard only)
   std::vector<NamedScalar> extra;         // more scalars (eval accuracy, skipped steps, ...), printed as key: value
+  std::vector<NamedScalar> detail;        // JSONL/TensorBoard only: series too many for the console (per layer)
 };
 
 /// @brief The keys of MetricsLine's fields, in the order metrics_scalars emits them (step first).
@@ -48,7 +49,8 @@ inline constexpr std::string_view kMetricKeys[] = {
     "step",           "loss",   "aux_loss", "grad_norm",       "lr",           "tokens_per_s", "images_per_s",
     "tflops",         "mfu_pct", "mem_current_mib", "mem_peak_mib", "data_wait_pct", "step_time_s", "wall_time"};
 
-/// @brief (key, value) of every present field: "step" first, then the fields in kMetricKeys order, then `extra`.
+/// @brief (key, value) of every present field: "step" first, then the fields in kMetricKeys order, then `extra`,
+/// then `detail`.
 std::vector<NamedScalar> metrics_scalars(const MetricsLine& m);
 
 /// @brief The console line (no trailing newline). With `color`, ANSI SGR colours per group and a reset at the end.

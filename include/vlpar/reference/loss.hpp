@@ -35,8 +35,9 @@ S cross_entropy(S* dlogits, const S* logits, const int64_t* labels, int64_t N, i
 }
 
 /// Router forward for one row: probs [E], top-k ids (descending prob, ties to lower id) and renormalised weights.
+/// With `bias` [E] (the aux-loss-free expert bias) the selection ranks p + bias; the weights stay p renormalised.
 template <class S>
-void router_row(S* probs, int32_t* idx, S* w, const S* logits, int64_t E, int64_t K) {
+void router_row(S* probs, int32_t* idx, S* w, const S* logits, int64_t E, int64_t K, const S* bias = nullptr) {
   S m = logits[0];
   for (int64_t e = 1; e < E; ++e) m = std::max(m, logits[e]);
   S s = 0;
@@ -44,7 +45,8 @@ void router_row(S* probs, int32_t* idx, S* w, const S* logits, int64_t E, int64_
   for (int64_t e = 0; e < E; ++e) probs[e] = std::exp(logits[e] - m) / s;
   std::vector<int32_t> order(static_cast<size_t>(E));
   std::iota(order.begin(), order.end(), 0);
-  std::stable_sort(order.begin(), order.end(), [&](int32_t a, int32_t b) { return probs[a] > probs[b]; });
+  const auto score = [&](int32_t e) { return bias ? probs[e] + bias[e] : probs[e]; };
+  std::stable_sort(order.begin(), order.end(), [&](int32_t a, int32_t b) { return score(a) > score(b); });
   S top = 0;
   for (int64_t k = 0; k < K; ++k) top += probs[order[size_t(k)]];
   for (int64_t k = 0; k < K; ++k) {

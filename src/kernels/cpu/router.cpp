@@ -27,12 +27,14 @@ void softmax_backward_row(float* dlogits, const float* p, const float* dp, int64
 }  // namespace
 
 Status router_forward(const Context& ctx, TensorView weights, TensorView indices, TensorView probs, TensorView logits,
-                      const RouterDesc& desc) {
+                      const RouterDesc& desc, TensorView expert_bias) {
   const char* op = "router_forward";
   const int64_t T = logits.size(0), E = desc.num_experts, K = desc.top_k;
   VLPAR_FLOAT_SWITCH(logits.dtype, L, op, {
     parallel_for(ctx, T, [&](int64_t begin, int64_t end) {
       std::vector<int32_t> order(static_cast<size_t>(E));
+      std::vector<float> biased(expert_bias.empty() ? 0 : static_cast<size_t>(E));
+      const float* bias = expert_bias.empty() ? nullptr : expert_bias.ptr<float>();
       for (int64_t t = begin; t < end; ++t) {
         const L* z = logits.ptr<L>() + t * logits.stride(0);
         float* p = probs.ptr<float>() + t * E;
@@ -41,9 +43,14 @@ Status router_forward(const Context& ctx, TensorView weights, TensorView indices
         float s = 0.f;
         for (int64_t e = 0; e < E; ++e) s += (p[e] = std::exp(to_float(z[e]) - m));
         for (int64_t e = 0; e < E; ++e) p[e] /= s;
+        const float* score = p;  // the selection's ranking: p, or p + bias
+        if (bias) {
+          for (int64_t e = 0; e < E; ++e) biased[size_t(e)] = p[e] + bias[e];
+          score = biased.data();
+        }
         std::iota(order.begin(), order.end(), 0);
-        std::partial_sort(order.begin(), order.begin() + K, order.end(), [p](int32_t a, int32_t b) {
-          return p[a] > p[b] || (p[a] == p[b] && a < b);
+        std::partial_sort(order.begin(), order.begin() + K, order.end(), [score](int32_t a, int32_t b) {
+          return score[a] > score[b] || (score[a] == score[b] && a < b);
         });
         float top = 0.f;
         for (int64_t k = 0; k < K; ++k) top += p[order[size_t(k)]];
@@ -117,6 +124,19 @@ Status router_aux_backward(const Context& ctx, TensorView dlogits, TensorView pr
     for (int64_t t = begin; t < end; ++t)
       softmax_backward_row(dlogits.ptr<float>() + t * E, probs.ptr<float>() + t * E, dp.data(), E, true);
   });
+  return Status::Ok();
+}
+
+Status router_bias_update(TensorView bias, std::span<const double> load, float rate) {
+  const auto E = int64_t(load.size());
+  double mean = 0.0;  // the counts are integers: this sum is exact, so every rank gets the same mean
+  for (const double l : load) mean += l;
+  mean /= double(E);
+  float* b = bias.ptr<float>();
+  for (int64_t e = 0; e < E; ++e) {
+    const double gap = mean - load[size_t(e)];
+    b[e] += gap > 0.0 ? rate : gap < 0.0 ? -rate : 0.f;
+  }
   return Status::Ok();
 }
 

@@ -3,6 +3,8 @@
 // Test: tests/unit/test_losses.cpp (router tests).
 #include "vlpar/kernels/router.hpp"
 
+#include <cmath>
+
 #include "../cpu_impl.hpp"
 #include "vlpar/core/checks.hpp"
 
@@ -24,10 +26,21 @@ Status check_matrix(const char* op, const char* name, const TensorView& v, int64
   return Status::Ok();
 }
 
+/// The expert bias [E]: f32, contiguous, on the CPU, every value finite (a NaN bias would silently route by NaN).
+Status check_bias(const char* op, const TensorView& bias, int64_t E) {
+  VLPAR_CHECK(bias.ndim() == 1 && bias.size(0) == E && bias.is_contiguous() && bias.dtype == DType::kF32 &&
+                  bias.device.is_cpu(),
+              "{}: expert_bias must be contiguous f32 [{}] on the CPU, got {}", op, E, bias.to_string());
+  for (int64_t e = 0; e < E; ++e)
+    VLPAR_CHECK(std::isfinite(bias.ptr<float>()[e]), "{}: expert_bias[{}] = {} is not finite", op, e,
+                bias.ptr<float>()[e]);
+  return Status::Ok();
+}
+
 }  // namespace
 
 Status router_forward(const Context& ctx, TensorView weights, TensorView indices, TensorView probs, TensorView logits,
-                      const RouterDesc& desc) {
+                      const RouterDesc& desc, TensorView expert_bias) {
   const char* op = "router_forward";
   VLPAR_RETURN_IF_ERROR(check_desc(desc));
   VLPAR_CHECK(logits.ndim() == 2 && logits.size(1) == desc.num_experts && logits.stride(1) == 1,
@@ -37,7 +50,19 @@ Status router_forward(const Context& ctx, TensorView weights, TensorView indices
   VLPAR_RETURN_IF_ERROR(check_matrix(op, "weights", weights, T, K, DType::kF32));
   VLPAR_RETURN_IF_ERROR(check_matrix(op, "indices", indices, T, K, DType::kI32));
   VLPAR_RETURN_IF_ERROR(check_matrix(op, "probs", probs, T, E, DType::kF32));
-  return cpu_impl::router_forward(ctx, weights, indices, probs, logits, desc);
+  if (!expert_bias.empty()) VLPAR_RETURN_IF_ERROR(check_bias(op, expert_bias, E));
+  return cpu_impl::router_forward(ctx, weights, indices, probs, logits, desc, expert_bias);
+}
+
+Status router_bias_update(TensorView bias, std::span<const double> load, float rate) {
+  const char* op = "router_bias_update";
+  const auto E = int64_t(load.size());
+  VLPAR_CHECK(E > 0, "{}: no expert loads", op);
+  VLPAR_RETURN_IF_ERROR(check_bias(op, bias, E));
+  VLPAR_CHECK(std::isfinite(rate) && rate >= 0.f, "{}: rate must be finite and not negative, got {}", op, rate);
+  for (const double l : load)
+    VLPAR_CHECK(std::isfinite(l) && l >= 0.0, "{}: expert loads must be finite counts, got {}", op, l);
+  return cpu_impl::router_bias_update(bias, load, rate);
 }
 
 Status router_backward(const Context& ctx, TensorView dlogits, TensorView dweights, TensorView probs,
