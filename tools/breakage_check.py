@@ -22,7 +22,7 @@ cases = [
  ("embedding bwd assigns instead of accumulating", "src/kernels/cpu/embedding.cpp", "dst[i] = from_float<D>(to_float(dst[i]) + to_float(src[i]));", "dst[i] = from_float<D>(to_float(src[i]));", "test_losses"),
  ("cross-entropy mean over all rows, not valid rows", "src/kernels/cpu/cross_entropy.cpp", "return d.reduction == Reduction::kMean ? double(std::max<int64_t>(valid, 1)) : 1.0;", "return d.reduction == Reduction::kMean ? double(valid + 3) : 1.0;", "test_losses"),
  ("fused CE overwrites dW per chunk", "src/kernels/cpu/cross_entropy.cpp", "dweight.ptr<float>(), Hd, 1.f, 1.f});", "dweight.ptr<float>(), Hd, 1.f, 0.f});", "test_losses"),
- ("router ties go to the higher expert id", "src/kernels/cpu/router.cpp", "(p[a] == p[b] && a < b)", "(p[a] == p[b] && a > b)", "test_losses"),
+ ("router ties go to the higher expert id", "src/kernels/cpu/router.cpp", "(score[a] == score[b] && a < b)", "(score[a] == score[b] && a > b)", "test_losses"),
  ("router bwd skips the renormalisation term", "src/kernels/cpu/router.cpp", "dp[size_t(idx[k])] = (dw[k] - dot) / S;", "dp[size_t(idx[k])] = dw[k] / S;", "test_losses"),
  ("aux backward uses counts/R^2 without E", "src/kernels/cpu/router.cpp", "float(double(grad_aux) * double(E) * (stats.counts", "float(double(grad_aux) * (stats.counts", "test_losses"),
  ("adamw without bias correction", "src/kernels/cpu/optimizer.cpp", "const float step_size = float(double(cfg.lr) / bc1)", "const float step_size = float(double(cfg.lr) / (bc1 > 2 ? bc1 : 1.0))", "test_optimizer"),
@@ -225,6 +225,13 @@ cases = [
     ("moe block: combine without the routing weights", "src/nn/moe_block.cpp", "VLPAR_RETURN_IF_ERROR(combine_rows(ctx, ep_.comm, d, out, y, st.weights));", "VLPAR_RETURN_IF_ERROR(combine_rows(ctx, ep_.comm, d, out, y));", "test_moe"),
     ("moe block: routing-weight gradients not returned to their tokens", "src/nn/moe_block.cpp", "VLPAR_RETURN_IF_ERROR(combine_assignments(ctx, ep_.comm, d, detail::as_shape(dweights.view(), {N * K, 1}), drow_w));", "VLPAR_RETURN_IF_ERROR(zero_(dweights));", "test_moe test_expert_dispatch:np2"),
     ("qwen3vl: experts registered whole under expert parallelism", "examples/qwen3vl/model.cpp", "const nn::Range experts = nn::even_shard(t.num_experts, ep_.size(), ep_.rank());", "const nn::Range experts = nn::even_shard(t.num_experts, 1, 0);", "mpi_expert_parallel:np2"),
+ ("router: the expert bias ignored by the selection", "src/kernels/cpu/router.cpp", "          score = biased.data();", "          score = p + 0 * biased.size();", "test_losses"),
+ ("router: the bias step moves towards the busier experts", "src/kernels/cpu/router.cpp", "b[e] += gap > 0.0 ? rate : gap < 0.0 ? -rate : 0.f;", "b[e] += gap > 0.0 ? -rate : gap < 0.0 ? rate : 0.f;", "test_losses"),
+ ("trainer: expert loads not summed over the ranks before the bias step", "examples/qwen3vl/trainer.cpp", "  if (world_ && world_->size() > 1)\n    VLPAR_RETURN_IF_ERROR(world_->all_reduce(TensorView(load.data()", "  if (world_ && world_->size() > 1000)\n    VLPAR_RETURN_IF_ERROR(world_->all_reduce(TensorView(load.data()", "mpi_expert_parallel:np2"),
+ ("moe block: z-loss gradient not divided by the token count", "src/nn/moe_block.cpp", "st.lse, grad_z / float(N)));", "st.lse, grad_z));", "test_moe"),
+ ("reference: z-loss gradient without the factor 2", "include/vlpar/reference/moe.hpp", "grad_z * S(2) * c.lse", "grad_z * S(1) * c.lse", "test_moe"),
+ ("pipeline: z-loss sum not carried across stages", "examples/qwen3vl/pipeline_stage.cpp", "  p[2 * E + 2] = s.z_sum;", "  p[2 * E + 2] = 0 * s.z_sum;", "mpi_trainer_pipeline:np2"),
+ ("pipeline: a stage's expert loads not counted", "examples/qwen3vl/pipeline_stage.cpp", "expert_load_[i] += st.model.expert_load[i];", "expert_load_[i] += 0 * st.model.expert_load[i];", "mpi_trainer_pipeline:np2"),
 ]
 only = sys.argv[1:] 
 # The ctest environment of tests/CMakeLists.txt (VLPAR_MPI_TEST_ENV): root in containers, more ranks than cores.

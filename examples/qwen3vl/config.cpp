@@ -141,6 +141,7 @@ Status validate_text(const TextConfig& t, bool moe) {
     VLPAR_CHECK(t.mlp_only_layers.empty(), "text_config.mlp_only_layers {} is set in a dense model",
                 int_list(t.mlp_only_layers));
     VLPAR_CHECK(!t.router_expert_bias, "text_config.router_expert_bias is set in a dense model (no router)");
+    VLPAR_CHECK(t.router_z_loss_coef == 0, "text_config.router_z_loss_coef is set in a dense model (no router)");
   } else {
     VLPAR_CHECK(t.num_experts >= 0, "text_config.num_experts must not be negative, got {}", t.num_experts);
     VLPAR_CHECK(t.decoder_sparse_step >= 1, "text_config.decoder_sparse_step must be at least 1, got {}",
@@ -158,6 +159,8 @@ Status validate_text(const TextConfig& t, bool moe) {
     }
     VLPAR_CHECK(t.router_aux_loss_coef >= 0, "text_config.router_aux_loss_coef must not be negative, got {}",
                 t.router_aux_loss_coef);
+    VLPAR_CHECK(std::isfinite(t.router_z_loss_coef) && t.router_z_loss_coef >= 0,
+                "text_config.router_z_loss_coef must be finite and not negative, got {}", t.router_z_loss_coef);
   }
   // The dense MLP width matters only if some layer is dense (every layer of a dense model).
   if (t.num_moe_layers() < t.layers)
@@ -440,6 +443,7 @@ Status parse_text(const json& tj, std::string_view source, bool moe, TextConfig&
     VLPAR_RETURN_IF_ERROR(r.get("mlp_only_layers", t.mlp_only_layers));
     VLPAR_RETURN_IF_ERROR(r.get("router_aux_loss_coef", t.router_aux_loss_coef));
     VLPAR_RETURN_IF_ERROR(r.get("router_expert_bias", t.router_expert_bias));
+    VLPAR_RETURN_IF_ERROR(r.get("router_z_loss_coef", t.router_z_loss_coef));
   }
   return Status::Ok();
 }
@@ -575,7 +579,8 @@ std::string to_hf_config_json(const Config& c) {
     text["mlp_only_layers"] = t.mlp_only_layers;
     text["norm_topk_prob"] = true;  // read by nobody: top-k weights are always renormalised
     text["router_aux_loss_coef"] = t.router_aux_loss_coef;
-    if (t.router_expert_bias) text["router_expert_bias"] = true;  // vlpar's extension (HF ignores the key)
+    if (t.router_expert_bias) text["router_expert_bias"] = true;  // vlpar's extensions (HF ignores the keys)
+    if (t.router_z_loss_coef > 0) text["router_z_loss_coef"] = t.router_z_loss_coef;
   }
   ojson vision;
   vision["model_type"] = c.moe ? "qwen3_vl_moe" : "qwen3_vl";

@@ -48,6 +48,9 @@ struct TextConfig {
   // (aux-loss-free balancing; kernels/router.hpp), held as model.language_model.layers.<l>.mlp.gate.
   // e_score_correction_bias (DeepSeek-V3's name). config.json key "router_expert_bias", written only when true.
   bool router_expert_bias = false;
+  // vlpar extension: loss += coef · z, the router z-loss (ST-MoE; kernels/router.hpp). config.json key
+  // "router_z_loss_coef", written only when > 0. HF has no z-loss: keep 0 for HF parity of the loss.
+  double router_z_loss_coef = 0;
 
   /// @brief Whether decoder layer l (0-based) has a MoE block instead of the dense MLP (spec §1.3):
   /// l ∉ mlp_only_layers and num_experts > 0 and (l+1) % decoder_sparse_step == 0.

@@ -85,6 +85,7 @@ std::vector<Field> fields(TrainConfig& c) {
       {"parallel", "zero1", &c.optimizer.zero1},
       {"parallel", "bucket_mb", &c.parallel.bucket_mb},
       {"moe", "expert_bias_rate", &c.moe.expert_bias_rate},
+      {"moe", "z_loss_coef", &c.moe.z_loss_coef},
   };
 }
 
@@ -164,6 +165,8 @@ Status TrainConfig::validate() const {
               training.dtype);
   VLPAR_CHECK(std::isfinite(moe.expert_bias_rate) && moe.expert_bias_rate >= 0,
               "moe.expert_bias_rate must be finite and not negative, got {}", moe.expert_bias_rate);
+  VLPAR_CHECK(std::isfinite(moe.z_loss_coef) && moe.z_loss_coef >= 0,
+              "moe.z_loss_coef must be finite and not negative, got {}", moe.z_loss_coef);
   VLPAR_CHECK(training.max_nonfinite_in_a_row >= 1, "training.max_nonfinite_in_a_row must be >= 1, got {}",
               training.max_nonfinite_in_a_row);
   VLPAR_CHECK(training.threads >= 0, "training.threads must be >= 0 (0 = all), got {}", training.threads);

@@ -127,6 +127,9 @@ struct MoeSection {
   // steers the top-k selection, moved by ± this much after each optimizer step towards the global batch's mean
   // load (Megatron's default rate: 1e-3). 0 = no update (a bias the model already has is kept and used).
   double expert_bias_rate = 0;
+  // Router z-loss coefficient (ST-MoE, Megatron --moe-z-loss-coeff; 1e-3 is ST-MoE's): loss += coef · Σ over the
+  // MoE layers of mean_t logsumexp(router logits_t)². 0 = the model config's text_config.router_z_loss_coef.
+  double z_loss_coef = 0;
 };
 
 struct TrainConfig {

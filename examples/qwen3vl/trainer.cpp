@@ -147,6 +147,11 @@ Status Trainer::build_model() {
                 cfg_.moe.expert_bias_rate);
     mc.text.router_expert_bias = true;
   }
+  if (cfg_.moe.z_loss_coef > 0) {
+    VLPAR_CHECK(mc.text.num_moe_layers() > 0, "moe.z_loss_coef is {} but the model has no MoE layer",
+                cfg_.moe.z_loss_coef);
+    mc.text.router_z_loss_coef = cfg_.moe.z_loss_coef;
+  }
   const Freeze freeze{m.freeze_vision, m.freeze_merger, m.freeze_language_model};
   const nn::TensorParallel tp{cfg_.parallel.tp > 1 ? &groups_->tp() : nullptr, false};
   // With a pipeline, this rank builds its stages' part only (the whole model's names and init keys).
@@ -312,14 +317,15 @@ Result<double> Trainer::measure_peak_gflops() {
 
 // ---- one step's forward and backward --------------------------------------------------------------------------
 
-bool Trainer::MicroResult::add(const StepLoss& l, double w, double aux_coef, size_t i, size_t n) {
+bool Trainer::MicroResult::add(const StepLoss& l, double w, const TextConfig& t, size_t i, size_t n) {
   if (!std::isfinite(l.loss)) {
     bad = fmt::format("loss is {} (micro-batch {} of {})", l.loss, i + 1, n);
     loss_sum[2] = 1;
     return false;
   }
   loss_sum[0] += w * l.loss;
-  loss_sum[1] += w * l.aux_loss * aux_coef;
+  loss_sum[1] += w * l.aux_loss * t.router_aux_loss_coef;
+  loss_sum[3] += w * l.z_loss * t.router_z_loss_coef;
   return true;
 }
 
@@ -332,7 +338,7 @@ Result<Trainer::MicroResult> Trainer::forward_backward(const std::vector<MicroBa
     VLPAR_ASSIGN_OR_RETURN(StepLoss l, model_->forward(ctx_, batch, stash));
     r.expert_load.resize(stash.expert_load.size(), 0.0);
     for (size_t k = 0; k < stash.expert_load.size(); ++k) r.expert_load[k] += stash.expert_load[k];
-    if (!r.add(l, weights[i], model_->config().text.router_aux_loss_coef, i, micro.size())) break;
+    if (!r.add(l, weights[i], model_->config().text, i, micro.size())) break;
     // The last micro-batch's backward reports each finished gradient, starting the dp reduction of full buckets.
     nn::GradReadyFn ready;
     if (i + 1 == micro.size()) {
@@ -361,7 +367,7 @@ Result<Trainer::MicroResult> Trainer::forward_backward_pipelined(const std::vect
   r.expert_load = pipe_->expert_load();
   if (const std::vector<StepLoss>* losses = pipe_->losses()) {
     for (size_t i = 0; i < losses->size(); ++i)
-      if (!r.add((*losses)[i], weights[i], model_->config().text.router_aux_loss_coef, i, losses->size())) break;
+      if (!r.add((*losses)[i], weights[i], model_->config().text, i, losses->size())) break;
   }
   return r;
 }
@@ -505,11 +511,11 @@ Result<TrainSummary> Trainer::run() {
     // the loss all-reduce below on the same dp group.
     VLPAR_RETURN_IF_ERROR(optim_->grad_ready_remaining());
     if (vlpar::comm::Communicator* dp = dp_comm()) {
-      VLPAR_RETURN_IF_ERROR(dp->all_reduce(TensorView(loss_sum, DType::kF64, Shape{3}),
+      VLPAR_RETURN_IF_ERROR(dp->all_reduce(TensorView(loss_sum, DType::kF64, Shape{4}),
                                                  vlpar::comm::ReduceOp::kSum));
     }
     if (pipelined() && pp_size_ > 1) {  // the losses are on the last stage's ranks (zeros elsewhere)
-      VLPAR_RETURN_IF_ERROR(groups_->pp().all_reduce(TensorView(loss_sum, DType::kF64, Shape{3}),
+      VLPAR_RETURN_IF_ERROR(groups_->pp().all_reduce(TensorView(loss_sum, DType::kF64, Shape{4}),
                                                      vlpar::comm::ReduceOp::kSum));
     }
     int64_t tokens = 0, images = 0;
@@ -564,6 +570,7 @@ Result<TrainSummary> Trainer::run() {
       m.total_steps = total;
       m.loss = loss_sum[0];
       if (model_->config().text.num_experts > 0) m.aux_loss = loss_sum[1];
+      if (model_->config().text.router_z_loss_coef > 0) m.extra.push_back({"z_loss", loss_sum[3]});  // × coef
       m.grad_norm = rep.grad_norm;
       m.lr = lr;
       const vlpar::MemoryStats mem = alloc_.stats(vlpar::Device::cpu());

@@ -138,11 +138,11 @@ class Trainer {
   Result<double> measure_peak_gflops();
   /// What step 2 (forward and backward over the step's micro-batches) leaves for the rest of the step.
   struct MicroResult {
-    double loss_sum[3] = {0, 0, 0};  // Σ w·loss, Σ w·aux·coef, non-finite flag
+    double loss_sum[4] = {0, 0, 0, 0};  // Σ w·loss, Σ w·aux·coef, non-finite flag, Σ w·z·coef
     std::string bad;                 // why the step must be skipped ("" = fine)
     std::vector<double> expert_load;  // [L · E] this rank's assignments per (decoder layer, expert) (MoE models)
     /// Adds micro-batch i of n (weight w); false, with the flag and the reason set, when its loss is not finite.
-    bool add(const StepLoss& l, double w, double aux_coef, size_t i, size_t n);
+    bool add(const StepLoss& l, double w, const TextConfig& t, size_t i, size_t n);
   };
   /// `weights[i]`: micro-batch i's share of the step's label tokens (over every dp rank).
   Result<MicroResult> forward_backward(const std::vector<MicroBatch>& micro, const std::vector<double>& weights);

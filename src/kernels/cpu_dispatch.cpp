@@ -68,11 +68,12 @@
   Status pos_embed_backward(const Context& ctx, TensorView dtable, TensorView dpe, std::span<const VisionGrid> grids, const PosEmbedDesc& desc); \
   Status rotary_forward(const Context& ctx, TensorView y, TensorView x, TensorView positions, const RotaryDesc& desc); \
   Status rotary_backward(const Context& ctx, TensorView dx, TensorView dy, TensorView positions, const RotaryDesc& desc); \
-  Status router_forward(const Context& ctx, TensorView weights, TensorView indices, TensorView probs, TensorView logits, const RouterDesc& desc, TensorView expert_bias); \
+  Status router_forward(const Context& ctx, TensorView weights, TensorView indices, TensorView probs, TensorView logits, const RouterDesc& desc, TensorView expert_bias, TensorView lse); \
   Status router_bias_update(TensorView bias, std::span<const double> load, float rate); \
   Status router_backward(const Context& ctx, TensorView dlogits, TensorView dweights, TensorView probs, TensorView indices, TensorView weights, const RouterDesc& desc); \
   Status router_aux_accumulate(RouterAuxStats& stats, TensorView probs, TensorView indices, const RouterDesc& desc); \
   Result<double> router_aux_loss(const RouterAuxStats& stats); \
+  Status router_z_backward(const Context& ctx, TensorView dlogits, TensorView probs, TensorView lse, float scale); \
   Status router_aux_backward(const Context& ctx, TensorView dlogits, TensorView probs, const RouterAuxStats& stats, float grad_aux); \
 
 #if defined(VLPAR_CPU_ISA_AVX512)
@@ -638,15 +639,15 @@ Status cpu_impl::rotary_backward(const Context& ctx, TensorView dx, TensorView d
   }
 }
 
-Status cpu_impl::router_forward(const Context& ctx, TensorView weights, TensorView indices, TensorView probs, TensorView logits, const RouterDesc& desc, TensorView expert_bias) {
+Status cpu_impl::router_forward(const Context& ctx, TensorView weights, TensorView indices, TensorView probs, TensorView logits, const RouterDesc& desc, TensorView expert_bias, TensorView lse) {
   switch (cpu_isa_active()) {
 #if defined(VLPAR_CPU_ISA_AVX512)
-    case CpuIsa::kAvx512: return isa_avx512::router_forward(ctx, weights, indices, probs, logits, desc, expert_bias);
+    case CpuIsa::kAvx512: return isa_avx512::router_forward(ctx, weights, indices, probs, logits, desc, expert_bias, lse);
 #endif
 #if defined(VLPAR_CPU_ISA_AVX2)
-    case CpuIsa::kAvx2: return isa_avx2::router_forward(ctx, weights, indices, probs, logits, desc, expert_bias);
+    case CpuIsa::kAvx2: return isa_avx2::router_forward(ctx, weights, indices, probs, logits, desc, expert_bias, lse);
 #endif
-    default: return isa_base::router_forward(ctx, weights, indices, probs, logits, desc, expert_bias);
+    default: return isa_base::router_forward(ctx, weights, indices, probs, logits, desc, expert_bias, lse);
   }
 }
 
@@ -695,6 +696,18 @@ Result<double> cpu_impl::router_aux_loss(const RouterAuxStats& stats) {
     case CpuIsa::kAvx2: return isa_avx2::router_aux_loss(stats);
 #endif
     default: return isa_base::router_aux_loss(stats);
+  }
+}
+
+Status cpu_impl::router_z_backward(const Context& ctx, TensorView dlogits, TensorView probs, TensorView lse, float scale) {
+  switch (cpu_isa_active()) {
+#if defined(VLPAR_CPU_ISA_AVX512)
+    case CpuIsa::kAvx512: return isa_avx512::router_z_backward(ctx, dlogits, probs, lse, scale);
+#endif
+#if defined(VLPAR_CPU_ISA_AVX2)
+    case CpuIsa::kAvx2: return isa_avx2::router_z_backward(ctx, dlogits, probs, lse, scale);
+#endif
+    default: return isa_base::router_z_backward(ctx, dlogits, probs, lse, scale);
   }
 }
 

@@ -65,11 +65,12 @@ Status pos_embed_forward(const Context& ctx, TensorView pe, TensorView table, st
 Status pos_embed_backward(const Context& ctx, TensorView dtable, TensorView dpe, std::span<const VisionGrid> grids, const PosEmbedDesc& desc);
 Status rotary_forward(const Context& ctx, TensorView y, TensorView x, TensorView positions, const RotaryDesc& desc);
 Status rotary_backward(const Context& ctx, TensorView dx, TensorView dy, TensorView positions, const RotaryDesc& desc);
-Status router_forward(const Context& ctx, TensorView weights, TensorView indices, TensorView probs, TensorView logits, const RouterDesc& desc, TensorView expert_bias);
+Status router_forward(const Context& ctx, TensorView weights, TensorView indices, TensorView probs, TensorView logits, const RouterDesc& desc, TensorView expert_bias, TensorView lse);
 Status router_bias_update(TensorView bias, std::span<const double> load, float rate);
 Status router_backward(const Context& ctx, TensorView dlogits, TensorView dweights, TensorView probs, TensorView indices, TensorView weights, const RouterDesc& desc);
 Status router_aux_accumulate(RouterAuxStats& stats, TensorView probs, TensorView indices, const RouterDesc& desc);
 Result<double> router_aux_loss(const RouterAuxStats& stats);
+Status router_z_backward(const Context& ctx, TensorView dlogits, TensorView probs, TensorView lse, float scale);
 Status router_aux_backward(const Context& ctx, TensorView dlogits, TensorView probs, const RouterAuxStats& stats, float grad_aux);
 
 }  // namespace vlpar::cpu_impl

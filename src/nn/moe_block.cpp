@@ -68,6 +68,7 @@ Status MoeBlock::forward(const Context& ctx, TensorView out, TensorView x, int64
   VLPAR_ASSIGN_OR_RETURN(st.rstd, scratch(ctx, {N}));
   VLPAR_ASSIGN_OR_RETURN(st.h, scratch(ctx, {N, H}));
   VLPAR_ASSIGN_OR_RETURN(st.probs, scratch(ctx, {N, E}));
+  VLPAR_ASSIGN_OR_RETURN(st.lse, scratch(ctx, {N}));
   VLPAR_ASSIGN_OR_RETURN(st.weights, scratch(ctx, {N, K}));
   VLPAR_ASSIGN_OR_RETURN(st.indices, scratch(ctx, {N, K}, DType::kI32));
   VLPAR_ASSIGN_OR_RETURN(Tensor logits, scratch(ctx, {N, E}));
@@ -76,8 +77,13 @@ Status MoeBlock::forward(const Context& ctx, TensorView out, TensorView x, int64
   VLPAR_RETURN_IF_ERROR(rmsnorm_forward(ctx, st.h, st.rstd, x, w_.norm, cfg_.eps));
   const TensorView router3 = detail::as_shape(w_.router, {1, E, H});
   VLPAR_RETURN_IF_ERROR(grouped_gemm(ctx, logits, st.h, router3, one_group(N), GemmDesc{false, true, 1.f, 0.f}));
-  VLPAR_RETURN_IF_ERROR(router_forward(ctx, st.weights, st.indices, st.probs, logits, rdesc, w_.expert_bias));
-  if (aux) VLPAR_RETURN_IF_ERROR(router_aux_accumulate(*aux, st.probs, st.indices, rdesc));
+  VLPAR_RETURN_IF_ERROR(router_forward(ctx, st.weights, st.indices, st.probs, logits, rdesc, w_.expert_bias, st.lse));
+  if (aux) {
+    VLPAR_RETURN_IF_ERROR(router_aux_accumulate(*aux, st.probs, st.indices, rdesc));
+    double z = 0;  // this layer's mean_t lse_t², in token order
+    for (int64_t t = 0; t < N; ++t) z += double(st.lse.ptr<float>()[t]) * double(st.lse.ptr<float>()[t]);
+    if (N > 0) aux->z_sum += z / double(N);
+  }
 
   // Rows to the experts (this rank's, or the ep group's), the experts, then the weighted combine at the source in
   // ascending expert order and the residual.
@@ -101,7 +107,7 @@ Status MoeBlock::forward(const Context& ctx, TensorView out, TensorView x, int64
 }
 
 Status MoeBlock::backward(const Context& ctx, TensorView dx, TensorView dout, int64_t N, const MoeStash& st,
-                          const GradReadyFn& ready, const RouterAuxStats* aux, float grad_aux) const {
+                          const GradReadyFn& ready, const RouterAuxStats* aux, float grad_aux, float grad_z) const {
   const char* kName = "moe block backward";
   VLPAR_RETURN_IF_ERROR(check(kName, N));
   const int64_t H = cfg_.hidden, E = moe_.num_experts, K = moe_.top_k, I = moe_.intermediate;
@@ -167,6 +173,8 @@ Status MoeBlock::backward(const Context& ctx, TensorView dx, TensorView dout, in
   VLPAR_RETURN_IF_ERROR(router_backward(ctx, dlogits, dweights, st.probs, st.indices, st.weights, rdesc));
   // (A rank without tokens has no router rows; under expert parallelism it still served the others' rows above.)
   if (grad_aux != 0.f && N > 0) VLPAR_RETURN_IF_ERROR(router_aux_backward(ctx, dlogits, st.probs, *aux, grad_aux));
+  if (grad_z != 0.f && N > 0)
+    VLPAR_RETURN_IF_ERROR(router_z_backward(ctx, dlogits, st.probs, st.lse, grad_z / float(N)));
   if (!g_.router.empty())  // drouter [E, H] += dlogitsᵀ · h
     VLPAR_RETURN_IF_ERROR(
         grouped_weight_grad(ctx, detail::as_shape(g_.router, {1, E, H}), dlogits, st.h, one_group(N)));

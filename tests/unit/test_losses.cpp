@@ -381,6 +381,15 @@ TEST(RouterKernel, ExpertBiasSteersSelectionOnly) {
                           bf.data());
   EXPECT_TRUE(close_to_reference("router weights (biased selection)", to_f64(w), w64, to_double(wf), w.shape(),
                                  TolOp::kRouter, DType::kF32));
+  // lse written on request: logsumexp of each row (the z-loss), against fp64.
+  Tensor lse = Tensor::empty(a, {T}, DType::kF32).value();
+  ASSERT_TRUE(router_forward(ctx, w, idx, p, z, desc, {}, lse).ok());
+  for (int64_t t = 0; t < T; ++t) {
+    double m = zv[size_t(t * E)], s = 0;
+    for (int64_t e = 1; e < E; ++e) m = std::max(m, zv[size_t(t * E + e)]);
+    for (int64_t e = 0; e < E; ++e) s += std::exp(zv[size_t(t * E + e)] - m);
+    EXPECT_NEAR(lse.ptr<float>()[t], m + std::log(s), 1e-6 * (1 + std::abs(m))) << "token " << t;
+  }
   // Expert 5 pushed into every top-k; its weight is still its probability's share.
   Tensor strong = Tensor::zeros(a, {E}, DType::kF32).value();
   strong.ptr<float>()[5] = 2.f;

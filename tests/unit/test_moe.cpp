@@ -81,7 +81,7 @@ Tensor filled(Allocator& alloc, Shape s, float value) {
 /// Everything a run produces, as doubles. grads[l][p] is empty for a frozen parameter.
 struct MoeRun {
   Host out, dx;
-  double aux = 0;
+  double aux = 0, z = 0;  // the load-balancing loss and the router z-loss
   int64_t aux_rows = 0;
   std::vector<std::array<Host, 4>> grads;
   std::vector<std::vector<int32_t>> idx;  // [layer][N·K]
@@ -92,9 +92,11 @@ struct KernelOptions {
   int threads = 2;
   std::array<bool, 4> frozen = {false, false, false, false};
   float grad_fill = 0.f;  // initial value of every gradient buffer (backward accumulates)
+  float z_coef = 0.f;     // the router z-loss's coefficient in the loss
 };
 
-/// L MoE blocks in sequence on x [N, H]; loss = Σ out_L ⊙ G + coef · aux over all layers; one backward.
+/// L MoE blocks in sequence on x [N, H]; loss = Σ out_L ⊙ G + coef · aux + o.z_coef · z over all layers; one
+/// backward.
 MoeRun run_kernel(const Dims& d, const std::vector<Layer>& layers, const Host& x, const Host& G, float coef,
                const KernelOptions& o = {}) {
   Allocator alloc;
@@ -132,11 +134,12 @@ MoeRun run_kernel(const Dims& d, const std::vector<Layer>& layers, const Host& x
   }
   r.out = to_f64(acts[L]);
   r.aux = router_aux_loss(stats).value();
+  r.z = stats.z_sum;
   r.aux_rows = stats.rows;
   Tensor dout = from_host(alloc, {d.N, d.H}, G);
   for (size_t l = L; l-- > 0;) {
     Tensor dx = Tensor::empty(alloc, {d.N, d.H}, DType::kF32).value();
-    const Status s = blocks[l].backward(ctx, dx, dout, d.N, stash[l], {}, &stats, coef);
+    const Status s = blocks[l].backward(ctx, dx, dout, d.N, stash[l], {}, &stats, coef, o.z_coef);
     EXPECT_TRUE(s.ok()) << s.to_string();
     if (!s.ok()) return r;
     dout = dx;
@@ -152,7 +155,7 @@ MoeRun run_kernel(const Dims& d, const std::vector<Layer>& layers, const Host& x
 /// The same computation with the plain-loop reference in scalar S (double: ref64; float: the naive baseline).
 template <class S>
 MoeRun run_reference(const Dims& d, const std::vector<Layer>& layers, const Host& x, const Host& G, double coef,
-                  double* loss = nullptr, bool backward = true) {
+                  double* loss = nullptr, bool backward = true, double z_coef = 0) {
   const size_t L = layers.size();
   std::vector<std::array<std::vector<S>, 4>> w(L), g(L);
   std::vector<reference::MoeParams<S>> params(L);
@@ -177,15 +180,16 @@ MoeRun run_reference(const Dims& d, const std::vector<Layer>& layers, const Host
   }
   r.out = to_double(acts[L]);
   r.aux = double(aux.value());
+  r.z = double(aux.z_sum);
   r.aux_rows = aux.rows;
-  if (loss) *loss = dot(r.out, G) + coef * r.aux;
+  if (loss) *loss = dot(r.out, G) + coef * r.aux + z_coef * r.z;
   if (!backward) return r;
   std::vector<S> dout = cast_vec<S>(G);
   for (size_t l = L; l-- > 0;) {
     std::vector<S> dx(size_t(d.N * d.H));
     reference::moe_backward(dx.data(), reference::MoeGrads<S>{g[l][0].data(), g[l][1].data(), g[l][2].data(),
                                                               g[l][3].data()},
-                            dout.data(), cache[l], acts[l].data(), params[l], d.ref(), &aux, S(coef));
+                            dout.data(), cache[l], acts[l].data(), params[l], d.ref(), &aux, S(coef), S(z_coef));
     dout = dx;
   }
   r.dx = to_double(dout);
@@ -549,25 +553,30 @@ TEST(MoeGroupedGemm, BadShapesAreNamedErrors) {
 TEST(MoeReference, BackwardMatchesFiniteDifferencesTwoLayersWithAux) {
   const Dims d;
   const Problem pb = well_separated_problem(d, 2);
-  for (const double coef : {0.3, -1.0}) {  // -1 with G = 0 below: the aux term alone
-    const Host G = coef < 0 ? Host(pb.G.size(), 0.0) : pb.G;
-    const double c = std::fabs(coef);
-    const MoeRun ref = run_reference<double>(d, pb.layers, pb.x, G, c);
-    const std::string tag = coef < 0 ? " (aux only)" : "";
+  struct Case {
+    double aux, z;
+    bool with_out;  // the Σ out ⊙ G term (without it: the router terms alone)
+    const char* tag;
+  };
+  for (const Case& k : {Case{0.3, 0.0, true, ""}, Case{1.0, 0.0, false, " (aux only)"},
+                        Case{0.0, 0.5, false, " (z-loss only)"}, Case{0.3, 0.2, true, " (with z-loss)"}}) {
+    const Host G = k.with_out ? pb.G : Host(pb.G.size(), 0.0);
+    const MoeRun ref = run_reference<double>(d, pb.layers, pb.x, G, k.aux, nullptr, true, k.z);
+    const std::string tag = k.tag;
     auto loss_with = [&](size_t layer, int p) {
       return [&, layer, p](const Host& v) {
         std::vector<Layer> ls = pb.layers;
         ls[layer].p[size_t(p)] = v;
         double l = 0;
-        run_reference<double>(d, ls, pb.x, G, c, &l, false);
+        run_reference<double>(d, ls, pb.x, G, k.aux, &l, false, k.z);
         return l;
       };
     };
     for (size_t l = 0; l < 2; ++l)
       for (int p = 0; p < 4; ++p) {
-        if (coef < 0 && l == 1 && (p == kGateUp || p == kDown)) {
-          // The last layer's experts do not feed any router: no aux gradient at all. (Layer 0's experts do,
-          // through layer 1's router input: the cross-layer coupling.)
+        if (!k.with_out && l == 1 && (p == kGateUp || p == kDown)) {
+          // The last layer's experts do not feed any router: no router-term gradient at all. (Layer 0's experts
+          // do, through layer 1's router input: the cross-layer coupling.)
           EXPECT_EQ(max_abs(ref.grads[l][size_t(p)]), 0.0) << kParamName[p];
           continue;
         }
@@ -576,7 +585,7 @@ TEST(MoeReference, BackwardMatchesFiniteDifferencesTwoLayersWithAux) {
       }
     auto loss_x = [&](const Host& v) {
       double l = 0;
-      run_reference<double>(d, pb.layers, v, G, c, &l, false);
+      run_reference<double>(d, pb.layers, v, G, k.aux, &l, false, k.z);
       return l;
     };
     EXPECT_TRUE(finite_diff_matches("x" + tag, loss_x, pb.x, ref.dx));
@@ -612,6 +621,21 @@ TEST(MoeBlock, MatchesFp64ReferenceTwoLayersWithAux) {
   for (size_t l = 0; l < 2; ++l)
     EXPECT_GT(max_abs_diff(no_aux.grads[l][kRouter], got.grads[l][kRouter]),
               1e-3 * max_abs(got.grads[l][kRouter]));
+  // With the router z-loss (coefficient 0.4): its value and the gradients it changes (routers, norms, x).
+  KernelOptions zo;
+  zo.z_coef = 0.4f;
+  const MoeRun zgot = run_kernel(d, pb.layers, pb.x, pb.G, coef, zo);
+  const MoeRun zref = run_reference<double>(d, pb.layers, pb.x, pb.G, coef, nullptr, true, 0.4);
+  const MoeRun znaive = run_reference<float>(d, pb.layers, pb.x, pb.G, coef, nullptr, true, 0.4);
+  EXPECT_TRUE(close_to_reference("z", {zgot.z}, {zref.z}, {znaive.z}, Shape{1}, op, DType::kF32));
+  EXPECT_TRUE(close_to_reference("dx (z-loss)", zgot.dx, zref.dx, znaive.dx, Shape{d.N, d.H}, op, DType::kF32));
+  for (size_t l = 0; l < 2; ++l)
+    for (const int p : {kNorm, kRouter})
+      EXPECT_TRUE(close_to_reference("layer " + std::to_string(l) + " grad " + kParamName[p] + " (z-loss)",
+                                     zgot.grads[l][size_t(p)], zref.grads[l][size_t(p)], znaive.grads[l][size_t(p)],
+                                     shapes[size_t(p)], op, DType::kF32));
+  for (size_t l = 0; l < 2; ++l)  // and it does reach them
+    EXPECT_GT(max_abs_diff(zgot.grads[l][kRouter], got.grads[l][kRouter]), 1e-3 * max_abs(got.grads[l][kRouter]));
 }
 
 // A larger problem (several tiles per expert, several norm chunks): bitwise identical for 1, 2 and 3 threads

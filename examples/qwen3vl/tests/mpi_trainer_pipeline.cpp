@@ -4,7 +4,8 @@
 //   - without clipping, every step's loss and every parameter after training equal a one-process run's bit for bit
 //     (each stage's gradients are the one-process ones bitwise, AdamW is elementwise; only the gradient norm is
 //     summed in another order: within 1e-12 relative), for 1F1B and interleaved (vpp 2) on the dense model and
-//     1F1B on the MoE model (its router statistics cross the stages);
+//     1F1B on the MoE model (its router statistics cross the stages), also with the router z-loss and the
+//     aux-loss-free expert bias;
 //   - a tied embedding (held by the first and the last stage) trains with clipping: the two copies stay bitwise
 //     identical and the losses and gradient norms follow the one-process run within 1e-5 relative (the tied
 //     gradient and the norm are sums in another order);
@@ -107,13 +108,15 @@ void expect_same_parameters(const Model& mine, const Model& ref) {
   }
 }
 
-void check_matches_one_process(const std::string& fixture, const std::vector<std::string>& schedule) {
+void check_matches_one_process(const std::string& fixture, const std::vector<std::string>& schedule,
+                               const std::vector<std::string>& extra = {}) {
   auto world = vlpar::test::world_comm("world");
   ASSERT_TRUE(world);
   const int P = world->size();
   SharedDir dir(*world, fixture);
   const std::string json = write_config(*world, fixture, dir.path, 2 * P + 1, false);
   std::vector<std::string> common = {"--training.max_grad_norm=0"};
+  common.insert(common.end(), extra.begin(), extra.end());
   // One process (every rank runs it, in its own directory).
   const std::string own = dir.path + "/r" + std::to_string(world->rank());
   std::unique_ptr<Trainer> ref;
@@ -148,6 +151,11 @@ TEST(TrainerPipeline, DenseInterleavedEqualsOneProcessBitwise) {
   check_matches_one_process("dense", {"--parallel.vpp=2", "--parallel.schedule=interleaved"});
 }
 TEST(TrainerPipeline, Moe1F1BEqualsOneProcessBitwise) { check_matches_one_process("moe", {}); }
+// The router z-loss travels in the stage boundary's statistics, the expert loads are gathered from the stages
+// holding the layers, the expert biases (checked with every parameter) move as in one process.
+TEST(TrainerPipeline, MoeWithZLossAndExpertBiasEqualsOneProcessBitwise) {
+  check_matches_one_process("moe", {}, {"--moe.z_loss_coef=0.01", "--moe.expert_bias_rate=0.01"});
+}
 
 TEST(TrainerPipeline, TiedEmbeddingCopiesStayIdentical) {
   auto world = vlpar::test::world_comm("world");

@@ -8,6 +8,9 @@
 // [E] steers the selection only, top-k of p + b, while the weights stay p renormalised over the chosen experts (so
 // the backward is unchanged); after each optimizer step b_e += u · sign(mean load − load_e) over the global batch's
 // assignment counts (router_bias_update), no gradient.
+// Router z-loss (ST-MoE; Megatron --moe-z-loss-coeff, spec B8): z = Σ over MoE layers of mean_t lse_t², lse_t =
+// logsumexp of token t's logits (router_forward writes it), pooled in RouterAuxStats::z_sum; its gradient
+// ∂/∂logits[t, e] = 2 · lse_t · p[t, e] / N per layer (router_z_backward).
 #include <cstdint>
 #include <span>
 #include <vector>
@@ -27,8 +30,9 @@ struct RouterDesc {
 /// @param probs   [T, E] f32 written, full softmax (stash for backward and aux)
 /// @param logits  [T, E] any float dtype
 /// @param expert_bias [E] f32, finite (empty: none): the selection ranks p + bias, ties to the lower expert id
+/// @param lse     [T] f32 written unless empty: logsumexp of each row of logits (the z-loss)
 Status router_forward(const Context& ctx, TensorView weights, TensorView indices, TensorView probs,
-                      TensorView logits, const RouterDesc& desc, TensorView expert_bias = {});
+                      TensorView logits, const RouterDesc& desc, TensorView expert_bias = {}, TensorView lse = {});
 
 /// @brief The aux-loss-free bias step: bias[e] += rate · sign(mean(load) − load[e]) (sign 0 = no change), in f32
 /// on the host. `load` [E] = assignments per expert over the global batch (the same numbers on every rank, so the
@@ -46,12 +50,16 @@ struct RouterAuxStats {
   std::vector<double> prob_sum;  // [E] Σ_rows p[:, e]
   int64_t rows = 0;              // R
   int top_k = 0;
+  double z_sum = 0;              // Σ over the layers of mean_t lse_t² (the router z-loss), added by the caller
 };
 
 /// @brief Adds one layer's probs [T, E] and indices [T, K] to the statistics (stats sized on first use).
 Status router_aux_accumulate(RouterAuxStats& stats, TensorView probs, TensorView indices, const RouterDesc& desc);
 /// @brief aux = E · Σ_e (counts_e / R) · (prob_sum_e / R).
 Result<double> router_aux_loss(const RouterAuxStats& stats);
+/// @brief dlogits [T, E] += scale · 2 · lse[t] · probs[t, e]: the z-loss gradient of one layer's rows for
+/// scale = dLoss/dz / T (probs [T, E] and lse [T] from router_forward).
+Status router_z_backward(const Context& ctx, TensorView dlogits, TensorView probs, TensorView lse, float scale);
 /// @brief dlogits += grad_aux · ∂aux/∂logits for one layer's rows (softmax Jacobian applied to
 /// ∂aux/∂p[t, e] = E · f_e / R).
 Status router_aux_backward(const Context& ctx, TensorView dlogits, TensorView probs, const RouterAuxStats& stats,

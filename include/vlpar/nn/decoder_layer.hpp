@@ -27,7 +27,8 @@ namespace vlpar::nn {
 /// *stats and applies grad (= router_aux_loss_coef · dLoss/dloss; 0 = no load-balancing term).
 struct MoeLoss {
   RouterAuxStats* stats = nullptr;
-  float grad = 0.f;
+  float grad = 0.f;          // dLoss/daux
+  float grad_z = 0.f;        // dLoss/dz (router z-loss)
   double* load = nullptr;  // [E] if set, forward adds this layer's assignments per expert (its tokens' top-k)
 };
 

@@ -18,6 +18,7 @@
 // to every MoE block's backward, which adds grad_aux · ∂aux/∂logits (through P̄ only) to the router gradient.
 // Backward needs the finished statistics: run every layer's forward before the first MoE backward.
 // With an expert bias (MoeWeights::expert_bias) the router selects the top-k of p + bias and weighs by p alone.
+// Router z-loss: forward adds this layer's mean_t lse_t² to aux->z_sum; backward adds grad_z times its gradient.
 //
 // Gradients: every parameter by hand (router through the renormalised top-k weights and the aux term; an expert
 // gets weight gradients only from the rows routed to it, so an unused expert's gradient is untouched). An empty
@@ -77,6 +78,7 @@ struct MoeStash {
   Tensor rstd;              // [N] f32   RMSNorm statistics
   Tensor h;                 // [N, H]    normed input
   Tensor probs;             // [N, E]    router softmax
+  Tensor lse;               // [N]       logsumexp of the router logits (the z-loss)
   Tensor weights;           // [N, K]    renormalised top-k weights
   Tensor indices;           // [N, K]    i32 top-k expert ids, descending probability
   ExpertDispatch dispatch;  //           where each (token, slot) row goes and comes back
@@ -101,8 +103,10 @@ class MoeBlock {
   /// @brief dx [N, H] written (= dout + MoE path); gradients accumulated; ready(down, gate_up, router, norm).
   /// @param aux      the finished statistics of every MoE layer of the step (needed when grad_aux != 0)
   /// @param grad_aux dLoss/daux (= aux coefficient · dLoss/dloss); 0 = no load-balancing term
+  /// @param grad_z   dLoss/dz (= z-loss coefficient · dLoss/dloss); 0 = no z-loss term
   Status backward(const Context& ctx, TensorView dx, TensorView dout, int64_t num_tokens, const MoeStash& stash,
-                  const GradReadyFn& ready, const RouterAuxStats* aux = nullptr, float grad_aux = 0.f) const;
+                  const GradReadyFn& ready, const RouterAuxStats* aux = nullptr, float grad_aux = 0.f,
+                  float grad_z = 0.f) const;
 
   const MoeConfig& moe_config() const { return moe_; }
   const ExpertParallel& expert_parallel() const { return ep_; }

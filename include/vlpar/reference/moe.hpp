@@ -6,6 +6,8 @@
 //   out[t] = x[t] + Σ_{selected e, ascending} w[t,k] · (silu(h·G_e) ⊙ (h·U_e)) · D_e,  h = RMSNorm(x)
 // Nothing is permuted or grouped: each (token, slot) is computed on its own, which is what the kernel's
 // dispatch/grouped GEMM/combine must reproduce. Test: tests/unit/test_moe.cpp.
+#include <algorithm>
+#include <cmath>
 #include <cstdint>
 #include <vector>
 
@@ -45,6 +47,7 @@ struct MoeCache {
   std::vector<S> rstd;         // [N]
   std::vector<S> h;            // [N, H]
   std::vector<S> probs;        // [N, E]
+  std::vector<S> lse;          // [N]     logsumexp of the router logits (the z-loss)
   std::vector<S> weights;      // [N, K]
   std::vector<int32_t> idx;    // [N, K]
   std::vector<S> gu;           // [N, K, 2I]  per (token, slot)
@@ -57,6 +60,7 @@ struct MoeAux {
   std::vector<S> counts;    // [E] (row, slot) assignments per expert
   std::vector<S> prob_sum;  // [E] Σ_rows p[:, e]
   int64_t rows = 0;         // R
+  S z_sum = 0;              // Σ_layers mean_t lse_t²: the router z-loss (ST-MoE; Megatron's per-layer sum)
 
   void add(const MoeCache<S>& c, const MoeDims& d) {
     if (counts.empty()) {
@@ -68,6 +72,9 @@ struct MoeAux {
       for (int64_t e = 0; e < d.experts; ++e) prob_sum[size_t(e)] += c.probs[size_t(t * d.experts + e)];
     }
     rows += d.tokens;
+    S z = 0;
+    for (int64_t t = 0; t < d.tokens; ++t) z += c.lse[size_t(t)] * c.lse[size_t(t)];
+    if (d.tokens > 0) z_sum += z / S(d.tokens);
   }
   /// aux = E · Σ_e (counts_e / R) · (prob_sum_e / R)
   S value() const {
@@ -84,6 +91,7 @@ void moe_forward(S* out, MoeCache<S>& c, const S* x, const MoeParams<S>& p, cons
   c.rstd.assign(size_t(N), S(0));
   c.h.assign(size_t(N * H), S(0));
   c.probs.assign(size_t(N * E), S(0));
+  c.lse.assign(size_t(N), S(0));
   c.weights.assign(size_t(N * K), S(0));
   c.idx.assign(size_t(N * K), 0);
   c.gu.assign(size_t(N * K * 2 * I), S(0));
@@ -98,6 +106,10 @@ void moe_forward(S* out, MoeCache<S>& c, const S* x, const MoeParams<S>& p, cons
       logits[size_t(e)] = acc;
     }
     router_row(&c.probs[size_t(t * E)], &c.idx[size_t(t * K)], &c.weights[size_t(t * K)], logits.data(), E, K);
+    S m = logits[0], s = 0;
+    for (int64_t e = 1; e < E; ++e) m = std::max(m, logits[size_t(e)]);
+    for (int64_t e = 0; e < E; ++e) s += std::exp(logits[size_t(e)] - m);
+    c.lse[size_t(t)] = m + std::log(s);
     std::vector<S> o(static_cast<size_t>(H), S(0));
     for (int64_t e = 0; e < E; ++e)  // ascending expert id: HF's train-mode accumulation order
       for (int64_t k = 0; k < K; ++k) {
@@ -121,11 +133,12 @@ void moe_forward(S* out, MoeCache<S>& c, const S* x, const MoeParams<S>& p, cons
   }
 }
 
-/// @brief dx [N, H] written, grads accumulated, for the loss L(out) + grad_aux · aux where dout = ∂L/∂out and
-/// aux (its statistics over all layers, this one included) is the load-balancing loss.
+/// @brief dx [N, H] written, grads accumulated, for the loss L(out) + grad_aux · aux + grad_z · z where dout =
+/// ∂L/∂out, aux (its statistics over all layers, this one included) is the load-balancing loss and z the router
+/// z-loss (this layer's term: mean_t lse_t², so ∂/∂logits[t, e] = 2 · lse_t · p[t, e] / N).
 template <class S>
 void moe_backward(S* dx, const MoeGrads<S>& g, const S* dout, const MoeCache<S>& c, const S* x, const MoeParams<S>& p,
-                  const MoeDims& d, const MoeAux<S>* aux, S grad_aux) {
+                  const MoeDims& d, const MoeAux<S>* aux, S grad_aux, S grad_z = S(0)) {
   const int64_t N = d.tokens, H = d.hidden, E = d.experts, K = d.top_k, I = d.intermediate;
   std::vector<S> dh(static_cast<size_t>(N * H), S(0)), dlogits(static_cast<size_t>(N * E), S(0));
   std::vector<S> dw(static_cast<size_t>(K)), dact(static_cast<size_t>(I)), dgu(static_cast<size_t>(2 * I));
@@ -179,6 +192,9 @@ void moe_backward(S* dx, const MoeGrads<S>& g, const S* dout, const MoeCache<S>&
         dlogits[size_t(t * E + e)] += acc;
       }
     }
+    if (grad_z != S(0))
+      for (int64_t e = 0; e < E; ++e)
+        dlogits[size_t(t * E + e)] += grad_z * S(2) * c.lse[size_t(t)] * c.probs[size_t(t * E + e)] / S(N);
     // logits = h · routerᵀ
     for (int64_t e = 0; e < E; ++e) {
       const S gl = dlogits[size_t(t * E + e)];

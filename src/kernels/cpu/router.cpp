@@ -27,7 +27,7 @@ void softmax_backward_row(float* dlogits, const float* p, const float* dp, int64
 }  // namespace
 
 Status router_forward(const Context& ctx, TensorView weights, TensorView indices, TensorView probs, TensorView logits,
-                      const RouterDesc& desc, TensorView expert_bias) {
+                      const RouterDesc& desc, TensorView expert_bias, TensorView lse) {
   const char* op = "router_forward";
   const int64_t T = logits.size(0), E = desc.num_experts, K = desc.top_k;
   VLPAR_FLOAT_SWITCH(logits.dtype, L, op, {
@@ -43,6 +43,7 @@ Status router_forward(const Context& ctx, TensorView weights, TensorView indices
         float s = 0.f;
         for (int64_t e = 0; e < E; ++e) s += (p[e] = std::exp(to_float(z[e]) - m));
         for (int64_t e = 0; e < E; ++e) p[e] /= s;
+        if (!lse.empty()) lse.ptr<float>()[t] = m + std::log(s);
         const float* score = p;  // the selection's ranking: p, or p + bias
         if (bias) {
           for (int64_t e = 0; e < E; ++e) biased[size_t(e)] = p[e] + bias[e];
@@ -123,6 +124,19 @@ Status router_aux_backward(const Context& ctx, TensorView dlogits, TensorView pr
   parallel_for(ctx, T, [&](int64_t begin, int64_t end) {
     for (int64_t t = begin; t < end; ++t)
       softmax_backward_row(dlogits.ptr<float>() + t * E, probs.ptr<float>() + t * E, dp.data(), E, true);
+  });
+  return Status::Ok();
+}
+
+Status router_z_backward(const Context& ctx, TensorView dlogits, TensorView probs, TensorView lse, float scale) {
+  const int64_t T = probs.size(0), E = probs.size(1);
+  parallel_for(ctx, T, [&](int64_t begin, int64_t end) {
+    for (int64_t t = begin; t < end; ++t) {
+      const float c = scale * 2.f * lse.ptr<float>()[t];
+      const float* p = probs.ptr<float>() + t * E;
+      float* d = dlogits.ptr<float>() + t * E;
+      for (int64_t e = 0; e < E; ++e) d[e] += c * p[e];
+    }
   });
   return Status::Ok();
 }

@@ -37,10 +37,16 @@ Status check_bias(const char* op, const TensorView& bias, int64_t E) {
   return Status::Ok();
 }
 
+/// A [T] vector as the [T, 1] matrix check_matrix takes (any other shape is passed on to fail there).
+TensorView as_column(TensorView v) {
+  if (v.ndim() == 1 && v.is_contiguous()) v = TensorView(v.data, v.dtype, Shape{v.size(0), 1}, v.device);
+  return v;
+}
+
 }  // namespace
 
 Status router_forward(const Context& ctx, TensorView weights, TensorView indices, TensorView probs, TensorView logits,
-                      const RouterDesc& desc, TensorView expert_bias) {
+                      const RouterDesc& desc, TensorView expert_bias, TensorView lse) {
   const char* op = "router_forward";
   VLPAR_RETURN_IF_ERROR(check_desc(desc));
   VLPAR_CHECK(logits.ndim() == 2 && logits.size(1) == desc.num_experts && logits.stride(1) == 1,
@@ -51,7 +57,18 @@ Status router_forward(const Context& ctx, TensorView weights, TensorView indices
   VLPAR_RETURN_IF_ERROR(check_matrix(op, "indices", indices, T, K, DType::kI32));
   VLPAR_RETURN_IF_ERROR(check_matrix(op, "probs", probs, T, E, DType::kF32));
   if (!expert_bias.empty()) VLPAR_RETURN_IF_ERROR(check_bias(op, expert_bias, E));
-  return cpu_impl::router_forward(ctx, weights, indices, probs, logits, desc, expert_bias);
+  if (!lse.empty()) VLPAR_RETURN_IF_ERROR(check_matrix(op, "lse", as_column(lse), T, 1, DType::kF32));
+  return cpu_impl::router_forward(ctx, weights, indices, probs, logits, desc, expert_bias, lse);
+}
+
+Status router_z_backward(const Context& ctx, TensorView dlogits, TensorView probs, TensorView lse, float scale) {
+  const char* op = "router_z_backward";
+  const int64_t T = probs.ndim() == 2 ? probs.size(0) : -1, E = probs.ndim() == 2 ? probs.size(1) : -1;
+  VLPAR_RETURN_IF_ERROR(check_matrix(op, "probs", probs, T, E, DType::kF32));
+  VLPAR_RETURN_IF_ERROR(check_matrix(op, "dlogits", dlogits, T, E, DType::kF32));
+  VLPAR_RETURN_IF_ERROR(check_matrix(op, "lse", as_column(lse), T, 1, DType::kF32));
+  VLPAR_CHECK(std::isfinite(scale), "{}: scale must be finite, got {}", op, scale);
+  return cpu_impl::router_z_backward(ctx, dlogits, probs, lse, scale);
 }
 
 Status router_bias_update(TensorView bias, std::span<const double> load, float rate) {
