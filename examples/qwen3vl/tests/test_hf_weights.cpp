@@ -112,6 +112,48 @@ TEST(HfLoad, MisshapenTensorIsNamed) {
 
 // A pipeline rank's part (PipelinePart) reads its own tensors from a whole HF directory: every parameter it holds
 // equals the whole model's; the other stages' tensors are not "unknown"; a tensor no part holds still is.
+// vlpar's expert bias (text.router_expert_bias): an HF checkpoint without it loads with zero biases (routing as
+// HF), every other tensor as before; an export writes the biases and the config key, and loads back bit for bit
+// into a model that has them again; a model without them names the tensors as unknown.
+TEST(HfLoad, ExpertBiasStartsAtZeroAndRoundTripsThroughExport) {
+  test::Loaded plain;
+  test::load(plain, "moe");
+  Config cfg = plain.model->config();
+  cfg.text.router_expert_bias = true;
+  Allocator alloc;
+  const Context ctx = Context::cpu_default();
+  Result<Model> m = Model::create(ctx, cfg, Freeze{}, std::nullopt, alloc);
+  ASSERT_TRUE(m.ok()) << m.status().message();
+  ASSERT_TRUE(load_hf_weights(m.value(), test::fixture("moe")).ok());
+  int biased = 0;
+  for (int l = 0; l < cfg.text.layers; ++l) {
+    const TensorView b = m.value().expert_bias(l);
+    if (b.empty()) continue;
+    ++biased;
+    for (int64_t e = 0; e < b.numel(); ++e) EXPECT_EQ(b.ptr<float>()[e], 0.f) << "layer " << l;
+    for (int64_t e = 0; e < b.numel(); ++e) b.ptr<float>()[e] = 0.01f * float(e - l);  // as if trained
+  }
+  EXPECT_EQ(biased, cfg.text.num_moe_layers());
+  for (size_t i = 0; i < plain.model->registry().size(); ++i)  // the HF tensors as without the bias
+    EXPECT_TRUE(test::bitwise(m.value().registry().value(i), plain.model->registry().value(i)))
+        << plain.model->registry().name(i);
+  const std::string out = temp_dir("bias");
+  ASSERT_TRUE(export_hf(m.value(), out).ok());
+  Allocator alloc2;
+  Result<Model> back = load_hf_model(ctx, out, Freeze{}, alloc2);
+  ASSERT_TRUE(back.ok()) << back.status().message();
+  EXPECT_TRUE(back.value().config().text.router_expert_bias);
+  for (size_t i = 0; i < m.value().registry().size(); ++i)
+    EXPECT_TRUE(test::bitwise(back.value().registry().value(i), m.value().registry().value(i)))
+        << m.value().registry().name(i);
+  Allocator alloc3;
+  Result<Model> without = Model::create(ctx, plain.model->config(), Freeze{}, std::nullopt, alloc3);
+  ASSERT_TRUE(without.ok());
+  const Status s = load_hf_weights(without.value(), out);
+  EXPECT_NE(s.message().find("mlp.gate.e_score_correction_bias"), std::string::npos) << s.message();
+  fs::remove_all(out);
+}
+
 TEST(HfLoad, PipelinePartsReadTheirStagesOnly) {
   test::Loaded whole;
   test::load(whole, "dense");
