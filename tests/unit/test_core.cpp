@@ -161,6 +161,46 @@ TEST(CoreAllocator, TracksCurrentAndPeakBytes) {
   EXPECT_EQ(alloc.stats(Device::cpu()).peak_bytes, 0);
 }
 
+// The host block cache: a freed large block comes back for the next allocation of its size class (same address,
+// no new memory), small blocks are not kept, the accounting of live bytes is unchanged, the limit bounds what is
+// kept, release_cached() empties it; the size classes round up by at most 1/8.
+TEST(CoreAllocator, HostCacheReusesLargeBlocksWithinItsLimit) {
+  const size_t mib = size_t(1) << 20;
+  EXPECT_EQ(Allocator::host_capacity(100), 128u);
+  EXPECT_EQ(Allocator::host_capacity(mib), mib);
+  EXPECT_EQ(Allocator::host_capacity(mib + 1), mib + mib / 8);
+  EXPECT_EQ(Allocator::host_capacity(5 * mib + 3), 5 * mib + mib / 2);  // class step 4 MiB / 8
+  for (size_t b = mib; b < 64 * mib; b += 777777) {
+    const size_t c = Allocator::host_capacity(b);
+    EXPECT_GE(c, b);
+    EXPECT_LE(double(c), 1.125 * double(b) + 64) << b;
+    EXPECT_EQ(Allocator::host_capacity(c), c) << b;  // a class's capacity is its own class
+  }
+  Allocator alloc(8 * mib);
+  void* a = alloc.allocate(3 * mib, Device::cpu()).value();
+  alloc.deallocate(a, 3 * mib, Device::cpu());
+  EXPECT_EQ(alloc.stats(Device::cpu()).current_bytes, 0);
+  EXPECT_EQ(alloc.stats(Device::cpu()).cached_bytes, int64_t(3 * mib));
+  void* b = alloc.allocate(3 * mib - 4096, Device::cpu()).value();  // the same class
+  EXPECT_EQ(b, a);
+  EXPECT_EQ(alloc.stats(Device::cpu()).cached_bytes, 0);
+  EXPECT_EQ(alloc.stats(Device::cpu()).current_bytes, int64_t(3 * mib - 4096));
+  std::memset(b, 1, 3 * mib - 4096);  // the whole requested size is usable
+  alloc.deallocate(b, 3 * mib - 4096, Device::cpu());
+  void* small = alloc.allocate(1000, Device::cpu()).value();  // below kHostCacheMinBytes: never cached
+  alloc.deallocate(small, 1000, Device::cpu());
+  EXPECT_EQ(alloc.stats(Device::cpu()).cached_bytes, int64_t(3 * mib));
+  void* big = alloc.allocate(6 * mib, Device::cpu()).value();  // 3 + 6 > 8 MiB: freed, not kept
+  alloc.deallocate(big, 6 * mib, Device::cpu());
+  EXPECT_EQ(alloc.stats(Device::cpu()).cached_bytes, int64_t(3 * mib));
+  alloc.release_cached();
+  EXPECT_EQ(alloc.stats(Device::cpu()).cached_bytes, 0);
+  Allocator none(0);  // limit 0: nothing kept
+  void* c = none.allocate(2 * mib, Device::cpu()).value();
+  none.deallocate(c, 2 * mib, Device::cpu());
+  EXPECT_EQ(none.stats(Device::cpu()).cached_bytes, 0);
+}
+
 TEST(CoreAllocator, CudaWithoutCudaIsANamedError) {
   if (built_with_cuda()) GTEST_SKIP() << "CUDA build: covered by the gpu tests";
   Allocator alloc;
