@@ -393,6 +393,12 @@ TEST(Config, EveryValidationMessage) {
        "text_config.mlp_only_layers lists layer 1 twice"},
       {"aux coef", "tiny-moe", [](Config& c) { c.text.router_aux_loss_coef = -0.1; },
        "text_config.router_aux_loss_coef must not be negative"},
+      {"z coef", "tiny-moe", [](Config& c) { c.text.router_z_loss_coef = -0.1; },
+       "text_config.router_z_loss_coef must be finite and not negative"},
+      {"z coef dense", "tiny-dense", [](Config& c) { c.text.router_z_loss_coef = 0.01; },
+       "text_config.router_z_loss_coef is set in a dense model (no router)"},
+      {"expert bias dense", "tiny-dense", [](Config& c) { c.text.router_expert_bias = true; },
+       "text_config.router_expert_bias is set in a dense model (no router)"},
       {"moe dense layer width", "tiny-moe", [](Config& c) { c.text.intermediate = 0; },
        "text_config.intermediate_size must be positive (layers 1 use the dense MLP)"},
       {"vision depth", "tiny-dense", [](Config& c) { c.vision.depth = 0; }, "vision_config.depth must be positive"},
@@ -524,6 +530,8 @@ TEST(Config, RoundTripNonDefaultValues) {
   c.text.decoder_sparse_step = 2;
   c.text.mlp_only_layers = {0, 2};
   c.text.router_aux_loss_coef = 0.0;
+  c.text.router_z_loss_coef = 0.004;  // vlpar's extensions
+  c.text.router_expert_bias = true;
   c.text.max_position_embeddings = 77;
   c.vision.deepstack_indexes = {1};
   c.vision.initializer_range = 0.05;

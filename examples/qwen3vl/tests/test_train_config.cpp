@@ -107,6 +107,8 @@ TEST(TrainConfig, ValidationIsOneSentenceNamingTheKey) {
   expect_error("", {"--parallel.vpp=2"}, "parallel.schedule = '1f1b' with parallel.vpp = 2");
   expect_error("", {"--parallel.pp=2", "--checkpoint.export_hf=out"}, "checkpoint.export_hf needs parallel.tp = 1 and "
                "parallel.pp = 1, got tp 1 and pp 2");
+  expect_error("", {"--moe.expert_bias_rate=-0.001"}, "moe.expert_bias_rate must be finite and not negative");
+  expect_error("", {"--moe.z_loss_coef=-1"}, "moe.z_loss_coef must be finite and not negative, got -1");
 }
 
 TEST(TrainConfig, MissingFileIsAnIoError) {
