@@ -132,66 +132,57 @@ __device__ __forceinline__ void grouped_gemm_mma(float (&acc)[4][8][4], const ui
   }
 }
 
-/// acc = alpha · acc + beta · c over the warp's part of the tile (rows < rows, columns < n as in
-/// grouped_gemm_store): reads only, so all of them are in flight at once.
-template <class OutT>
-__device__ __forceinline__ void grouped_gemm_blend(const OutT* c, int64_t ldc, int64_t row0, int64_t rows,
-                                                   int64_t col0, int64_t n, float alpha, float beta,
-                                                   float (&acc)[4][8][4], int wm, int wn, int lane) {
+/// f(r, col, pair) for every pair of adjacent accumulator columns this lane holds in warp (wm, wn)'s 64 × 64 part of
+/// the tile: r its row (relative to the tile) when r < rows, col its first column (absolute: col0 + …) when
+/// col < n, pair = acc[mi][nt] + 2 · hr (C fragment: rows g and g + 8, columns 2t and 2t + 1).
+template <class F>
+__device__ __forceinline__ void for_each_c_pair(int64_t rows, int64_t col0, int64_t n, float (&acc)[4][8][4],
+                                                int wm, int wn, int lane, const F& f) {
 #pragma unroll
   for (int mi = 0; mi < 4; ++mi)
 #pragma unroll
     for (int hr = 0; hr < 2; ++hr) {
       const int64_t r = 64 * wm + 16 * mi + lane / 4 + 8 * hr;
       if (r >= rows) continue;
-      const OutT* row = c + (row0 + r) * ldc;
 #pragma unroll
       for (int nt = 0; nt < 8; ++nt) {
         const int64_t col = col0 + 64 * wn + 8 * nt + 2 * (lane % 4);
         if (col >= n) continue;
-        float c0, c1;
-        if constexpr (std::is_same_v<OutT, float>) {
-          const float2 v = *reinterpret_cast<const float2*>(row + col);
-          c0 = v.x, c1 = v.y;
-        } else {
-          c0 = to_float(row[col]), c1 = to_float(row[col + 1]);
-        }
-        acc[mi][nt][2 * hr] = alpha * acc[mi][nt][2 * hr] + beta * c0;
-        acc[mi][nt][2 * hr + 1] = alpha * acc[mi][nt][2 * hr + 1] + beta * c1;
+        f(r, col, &acc[mi][nt][2 * hr]);
       }
     }
 }
 
 /// c = alpha · acc (+ beta · c) for the warp's part of the tile whose element (0, 0) is c[row0 · ldc + col0]: its
 /// rows < rows (relative to row0) and columns < n (absolute), one rounding to OutT. With beta ≠ 0 every read of c
-/// comes first (grouped_gemm_blend), then the stores.
+/// comes first (acc = alpha · acc + beta · c: reads only, all in flight at once), then the stores.
 template <class OutT>
 __device__ __forceinline__ void grouped_gemm_store(OutT* c, int64_t ldc, int64_t row0, int64_t rows, int64_t col0,
                                                    int64_t n, float alpha, float beta, float (&acc)[4][8][4],
                                                    int wm, int wn, int lane) {
   if (beta != 0.f) {
-    grouped_gemm_blend<OutT>(c, ldc, row0, rows, col0, n, alpha, beta, acc, wm, wn, lane);
+    for_each_c_pair(rows, col0, n, acc, wm, wn, lane, [&](int64_t r, int64_t col, float* x) {
+      const OutT* src = c + (row0 + r) * ldc + col;
+      float c0, c1;
+      if constexpr (std::is_same_v<OutT, float>) {
+        const float2 v = *reinterpret_cast<const float2*>(src);
+        c0 = v.x, c1 = v.y;
+      } else {
+        c0 = to_float(src[0]), c1 = to_float(src[1]);
+      }
+      x[0] = alpha * x[0] + beta * c0;
+      x[1] = alpha * x[1] + beta * c1;
+    });
     alpha = 1.f;
   }
-#pragma unroll
-  for (int mi = 0; mi < 4; ++mi)
-#pragma unroll
-    for (int hr = 0; hr < 2; ++hr) {
-      const int64_t r = 64 * wm + 16 * mi + lane / 4 + 8 * hr;
-      if (r >= rows) continue;
-      OutT* row = c + (row0 + r) * ldc;
-#pragma unroll
-      for (int nt = 0; nt < 8; ++nt) {
-        const int64_t col = col0 + 64 * wn + 8 * nt + 2 * (lane % 4);
-        if (col >= n) continue;
-        const float x0 = alpha * acc[mi][nt][2 * hr], x1 = alpha * acc[mi][nt][2 * hr + 1];
-        if constexpr (std::is_same_v<OutT, float>) {
-          *reinterpret_cast<float2*>(row + col) = make_float2(x0, x1);
-        } else {
-          *reinterpret_cast<uint32_t*>(row + col) = pack2<OutT>(x0, x1);
-        }
-      }
+  for_each_c_pair(rows, col0, n, acc, wm, wn, lane, [&](int64_t r, int64_t col, float* x) {
+    OutT* dst = c + (row0 + r) * ldc + col;
+    if constexpr (std::is_same_v<OutT, float>) {
+      *reinterpret_cast<float2*>(dst) = make_float2(alpha * x[0], alpha * x[1]);
+    } else {
+      *reinterpret_cast<uint32_t*>(dst) = pack2<OutT>(alpha * x[0], alpha * x[1]);
     }
+  });
 }
 
 /// acc = Σ over k_steps of A · op(B), k-step kt in stage kt % kStages, loaded by load(stage, kt) (which issues, not
