@@ -153,7 +153,9 @@ void register_shape(const Shape5& s) {
     nn::MoeStash stash;
     RouterAuxStats aux;
     if (!block->forward(ctx, out, x, s.T, stash, &aux).ok()) std::abort();
-    run_op(st, 2 * gemm_fwd, 0, [&] { return block->backward(ctx, dx, dout, s.T, stash, {}, &aux, 1e-3f); });
+    run_op(st, 2 * gemm_fwd, 0, [&] {
+      return block->backward(ctx, dx, dout, s.T, stash, {}, vlpar::nn::RouterLossGrads{&aux, 1e-3f});
+    });
   });
 }
 

@@ -51,6 +51,9 @@ struct TextConfig {
   // vlpar extension: loss += coef · z, the router z-loss (ST-MoE; kernels/router.hpp). config.json key
   // "router_z_loss_coef", written only when > 0. HF has no z-loss: keep 0 for HF parity of the loss.
   double router_z_loss_coef = 0;
+  // vlpar extension: loss += coef · the sequence-level aux (DeepSeek-V3, Megatron seq_aux_loss; kernels/router.hpp),
+  // config.json key "router_seq_aux_loss_coef", written only when > 0.
+  double router_seq_aux_loss_coef = 0;
 
   /// @brief Whether decoder layer l (0-based) has a MoE block instead of the dense MLP (spec §1.3):
   /// l ∉ mlp_only_layers and num_experts > 0 and (l+1) % decoder_sparse_step == 0.

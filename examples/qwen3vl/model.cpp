@@ -479,8 +479,10 @@ Result<StepLoss> Model::forward_head(const Context& ctx, TensorView x, Stash& st
   if (t.num_moe_layers() > 0) {
     VLPAR_ASSIGN_OR_RETURN(out.aux_loss, vlpar::router_aux_loss(stash.aux));
     out.z_loss = stash.aux.z_sum;
+    out.seq_aux_loss = stash.aux.seq_aux_sum;
   }
-  out.loss = out.ce_loss + t.router_aux_loss_coef * out.aux_loss + t.router_z_loss_coef * out.z_loss;
+  out.loss = out.ce_loss + t.router_aux_loss_coef * out.aux_loss + t.router_z_loss_coef * out.z_loss +
+             t.router_seq_aux_loss_coef * out.seq_aux_loss;
   stash.loss = out;
   return out;
 }
@@ -589,6 +591,7 @@ Status Model::backward_layers(const Context& ctx, TensorView din, TensorView dou
   const nn::PackedSeq seq{stash.targets.cu_seqlens, stash.positions};
   const float grad_aux = float(cfg_.text.router_aux_loss_coef) * grad_loss;
   const float grad_z = float(cfg_.text.router_z_loss_coef) * grad_loss;
+  const float grad_seq = float(cfg_.text.router_seq_aux_loss_coef) * grad_loss;
   if (cuts.empty()) return copy_(din, dout);
   vlpar::obs::Span decoder_span = span(vlpar::obs::trace_cat::kDecoder, "decoder_backward");
   // The gradient alternates between din and a scratch so that the last segment (layer a's) writes din.
@@ -608,7 +611,7 @@ Status Model::backward_layers(const Context& ctx, TensorView din, TensorView dou
       VLPAR_RETURN_IF_ERROR(vlpar::gather_rows(ctx, stash.d_deepstack[level], cur, index_view(stash.visual_rows)));
     }
     const TensorView next = k % 2 == 0 ? din : scratch.view();
-    const DecoderStack stack = decoder_layers(cuts[k].first, cuts[k].second, nn::MoeLoss{&stash.aux, grad_aux, grad_z});
+    const DecoderStack stack = decoder_layers(cuts[k].first, cuts[k].second, nn::MoeLoss{&stash.aux, grad_aux, grad_z, grad_seq});
     VLPAR_RETURN_IF_ERROR(stack.backward(ctx, next, cur, seq, stash.segments[k], ready));
     stash.segments[k] = DecoderStack::Stash{};
     cur = next;

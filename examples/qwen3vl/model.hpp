@@ -92,10 +92,11 @@ struct PipelinePart {
 };
 
 struct StepLoss {
-  double loss = 0.0;          // ce_loss + router_aux_loss_coef · aux_loss + router_z_loss_coef · z_loss
+  double loss = 0.0;          // ce_loss + the router terms, each times its coefficient (aux, z, seq_aux)
   double ce_loss = 0.0;       // mean over valid shifted labels
   double aux_loss = 0.0;      // Switch load-balancing loss over every MoE layer's tokens (0 for dense)
   double z_loss = 0.0;        // router z-loss: Σ over MoE layers of mean_t logsumexp(logits_t)² (0 for dense)
+  double seq_aux_loss = 0.0;  // sequence-level aux: Σ over MoE layers of the per-sample Switch loss (0 for dense)
   int64_t num_label_tokens = 0;
 };
 

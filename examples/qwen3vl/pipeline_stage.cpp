@@ -12,15 +12,16 @@ using vlpar::DType;
 using vlpar::Shape;
 namespace pipeline = vlpar::pipeline;
 
-// RouterAuxStats as [2E + 3] f64: counts, prob sums, rows, top_k, z_sum (exact: counts are small integers, rows
-// < 2^53, the sums travel as the doubles they are).
+// RouterAuxStats as [2E + 4] f64: counts, prob sums, rows, top_k, z_sum, seq_aux_sum (exact: counts are small
+// integers, rows < 2^53, the sums travel as the doubles they are).
 void encode_aux(TensorView out, const vlpar::RouterAuxStats& s, int64_t E) {
   double* p = out.ptr<double>();
-  std::fill(p, p + 2 * E + 3, 0.0);
+  std::fill(p, p + 2 * E + 4, 0.0);
   for (size_t e = 0; e < s.counts.size() && int64_t(e) < E; ++e) p[e] = s.counts[e], p[E + int64_t(e)] = s.prob_sum[e];
   p[2 * E] = double(s.rows);
   p[2 * E + 1] = double(s.top_k);
   p[2 * E + 2] = s.z_sum;
+  p[2 * E + 3] = s.seq_aux_sum;
 }
 
 // The inverse; before any MoE layer ran (top_k 0) the statistics stay empty, as in one process.
@@ -30,6 +31,7 @@ vlpar::RouterAuxStats decode_aux(TensorView in, int64_t E) {
   s.rows = int64_t(p[2 * E]);
   s.top_k = int(p[2 * E + 1]);
   s.z_sum = p[2 * E + 2];
+  s.seq_aux_sum = p[2 * E + 3];
   if (s.top_k == 0) return s;
   s.counts.assign(p, p + E);
   s.prob_sum.assign(p + E, p + 2 * E);
@@ -92,7 +94,7 @@ pipeline::Port PipelineStage::boundary(int j) const {
   p.act.push_back({Shape{N, model_->config().text.hidden}, DType::kF32});
   p.grad.push_back(p.act.back());
   if (moe()) {
-    const pipeline::TensorSpec aux{Shape{2 * model_->config().text.num_experts + 3}, DType::kF64};
+    const pipeline::TensorSpec aux{Shape{2 * model_->config().text.num_experts + 4}, DType::kF64};
     p.act.push_back(aux);
     p.grad.push_back(aux);
   }

@@ -4,7 +4,7 @@
 // mergers and the token embedding; the last stage the final norm, LM head and loss (spec A5).
 //
 //   boundary (spec A5.2), per micro-batch j of N_j tokens:
-//     act   hidden [N_j, H] f32, and for MoE models the running router statistics [2E + 3] f64 (counts, prob
+//     act   hidden [N_j, H] f32, and for MoE models the running router statistics [2E + 4] f64 (counts, prob
 //           sums, rows, top_k: RouterAuxStats) so the last stage's aux loss pools every layer (A5.4);
 //     grad  dhidden [N_j, H] f32, and for MoE the final statistics, which every MoE layer's backward reads.
 //   Not sent: every rank holds the step's micro-batches (sample boundaries, MRoPE positions, labels derive from

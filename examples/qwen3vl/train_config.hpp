@@ -130,6 +130,9 @@ struct MoeSection {
   // Router z-loss coefficient (ST-MoE, Megatron --moe-z-loss-coeff; 1e-3 is ST-MoE's): loss += coef · Σ over the
   // MoE layers of mean_t logsumexp(router logits_t)². 0 = the model config's text_config.router_z_loss_coef.
   double z_loss_coef = 0;
+  // Sequence-level aux coefficient (DeepSeek-V3 α = 1e-4, Megatron seq_aux_loss): loss += coef · Σ over the MoE
+  // layers of the Switch loss per packed sample, averaged over the samples. 0 = the model config's value.
+  double seq_aux_coef = 0;
 };
 
 struct TrainConfig {

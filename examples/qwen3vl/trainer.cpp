@@ -152,6 +152,11 @@ Status Trainer::build_model() {
                 cfg_.moe.z_loss_coef);
     mc.text.router_z_loss_coef = cfg_.moe.z_loss_coef;
   }
+  if (cfg_.moe.seq_aux_coef > 0) {
+    VLPAR_CHECK(mc.text.num_moe_layers() > 0, "moe.seq_aux_coef is {} but the model has no MoE layer",
+                cfg_.moe.seq_aux_coef);
+    mc.text.router_seq_aux_loss_coef = cfg_.moe.seq_aux_coef;
+  }
   const Freeze freeze{m.freeze_vision, m.freeze_merger, m.freeze_language_model};
   const nn::TensorParallel tp{cfg_.parallel.tp > 1 ? &groups_->tp() : nullptr, false};
   // With a pipeline, this rank builds its stages' part only (the whole model's names and init keys).
@@ -326,6 +331,7 @@ bool Trainer::MicroResult::add(const StepLoss& l, double w, const TextConfig& t,
   loss_sum[0] += w * l.loss;
   loss_sum[1] += w * l.aux_loss * t.router_aux_loss_coef;
   loss_sum[3] += w * l.z_loss * t.router_z_loss_coef;
+  loss_sum[4] += w * l.seq_aux_loss * t.router_seq_aux_loss_coef;
   return true;
 }
 
@@ -511,11 +517,11 @@ Result<TrainSummary> Trainer::run() {
     // the loss all-reduce below on the same dp group.
     VLPAR_RETURN_IF_ERROR(optim_->grad_ready_remaining());
     if (vlpar::comm::Communicator* dp = dp_comm()) {
-      VLPAR_RETURN_IF_ERROR(dp->all_reduce(TensorView(loss_sum, DType::kF64, Shape{4}),
+      VLPAR_RETURN_IF_ERROR(dp->all_reduce(TensorView(loss_sum, DType::kF64, Shape{5}),
                                                  vlpar::comm::ReduceOp::kSum));
     }
     if (pipelined() && pp_size_ > 1) {  // the losses are on the last stage's ranks (zeros elsewhere)
-      VLPAR_RETURN_IF_ERROR(groups_->pp().all_reduce(TensorView(loss_sum, DType::kF64, Shape{4}),
+      VLPAR_RETURN_IF_ERROR(groups_->pp().all_reduce(TensorView(loss_sum, DType::kF64, Shape{5}),
                                                      vlpar::comm::ReduceOp::kSum));
     }
     int64_t tokens = 0, images = 0;
@@ -571,6 +577,7 @@ Result<TrainSummary> Trainer::run() {
       m.loss = loss_sum[0];
       if (model_->config().text.num_experts > 0) m.aux_loss = loss_sum[1];
       if (model_->config().text.router_z_loss_coef > 0) m.extra.push_back({"z_loss", loss_sum[3]});  // × coef
+      if (model_->config().text.router_seq_aux_loss_coef > 0) m.extra.push_back({"seq_aux_loss", loss_sum[4]});
       m.grad_norm = rep.grad_norm;
       m.lr = lr;
       const vlpar::MemoryStats mem = alloc_.stats(vlpar::Device::cpu());

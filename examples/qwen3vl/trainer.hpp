@@ -138,7 +138,7 @@ class Trainer {
   Result<double> measure_peak_gflops();
   /// What step 2 (forward and backward over the step's micro-batches) leaves for the rest of the step.
   struct MicroResult {
-    double loss_sum[4] = {0, 0, 0, 0};  // Σ w·loss, Σ w·aux·coef, non-finite flag, Σ w·z·coef
+    double loss_sum[5] = {0, 0, 0, 0, 0};  // Σ w·loss, Σ w·aux·coef, non-finite flag, Σ w·z·coef, Σ w·seq·coef
     std::string bad;                 // why the step must be skipped ("" = fine)
     std::vector<double> expert_load;  // [L · E] this rank's assignments per (decoder layer, expert) (MoE models)
     /// Adds micro-batch i of n (weight w); false, with the flag and the reason set, when its loss is not finite.

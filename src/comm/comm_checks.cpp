@@ -3,6 +3,7 @@
 
 #include <climits>
 #include <cstdint>
+#include <vector>
 
 namespace vlpar::comm {
 
@@ -138,6 +139,48 @@ Status check_all_to_all(const Communicator& c, const TensorView& out, std::span<
               in.size(0));
   VLPAR_CHECK(recv_total == out.size(0), "{}: recv_rows sum to {} but out has {} rows", op_site(op, c), recv_total,
               out.size(0));
+  VLPAR_CHECK(!overlaps(out.data, out.nbytes(), in.data, in.nbytes()), "{}: out and in overlap (not supported)",
+              op_site(op, c));
+  return Status::Ok();
+}
+
+Status check_all_to_all_rows(const Communicator& c, const TensorView& out, std::span<const int64_t> recv_rows,
+                             std::span<const int32_t> recv_index, const TensorView& in,
+                             std::span<const int64_t> send_rows, std::span<const int32_t> send_index, Device device) {
+  constexpr std::string_view op = "all_to_all_rows";
+  VLPAR_RETURN_IF_ERROR(check_view(op, c, out, "out", device));
+  VLPAR_RETURN_IF_ERROR(check_view(op, c, in, "in", device));
+  VLPAR_RETURN_IF_ERROR(check_same_dtype(op, c, out, in));
+  VLPAR_CHECK(out.ndim() >= 1 && in.ndim() >= 1 && row_elems(out) == row_elems(in),
+              "{}: out ({}) and in ({}) need rows (dim 0) of equal size", op_site(op, c), out.to_string(),
+              in.to_string());
+  const auto n = size_t(c.size());
+  VLPAR_CHECK(send_rows.size() == n && recv_rows.size() == n,
+              "{}: send_rows has {} entries and recv_rows {}, expected one per rank ({})", op_site(op, c),
+              send_rows.size(), recv_rows.size(), n);
+  int64_t send_total = 0, recv_total = 0;
+  for (size_t p = 0; p < n; ++p) {
+    VLPAR_CHECK(send_rows[p] >= 0 && recv_rows[p] >= 0, "{}: negative row count for peer {} (send {}, recv {})",
+                op_site(op, c), p, send_rows[p], recv_rows[p]);
+    send_total += send_rows[p];
+    recv_total += recv_rows[p];
+    VLPAR_CHECK(send_total <= INT_MAX && recv_total <= INT_MAX, "{}: more than INT_MAX rows (peer {})",
+                op_site(op, c), p);
+  }
+  const int64_t send_len = send_index.empty() ? in.size(0) : int64_t(send_index.size());
+  const int64_t recv_len = recv_index.empty() ? out.size(0) : int64_t(recv_index.size());
+  VLPAR_CHECK(send_total == send_len && recv_total == recv_len, "{}: send_rows sum to {} for {} rows to send and "
+              "recv_rows to {} for {} rows to receive", op_site(op, c), send_total, send_len, recv_total, recv_len);
+  for (size_t k = 0; k < send_index.size(); ++k)
+    VLPAR_CHECK(send_index[k] >= 0 && send_index[k] < in.size(0), "{}: send_index[{}] = {} outside in's {} rows",
+                op_site(op, c), k, send_index[k], in.size(0));
+  std::vector<bool> hit(recv_index.empty() ? 0 : size_t(out.size(0)), false);
+  for (size_t k = 0; k < recv_index.size(); ++k) {
+    const int32_t r = recv_index[k];
+    VLPAR_CHECK(r >= 0 && r < out.size(0) && !hit[size_t(r)], "{}: recv_index[{}] = {} is outside out's {} rows or "
+                "repeats a row", op_site(op, c), k, r, out.size(0));
+    hit[size_t(r)] = true;
+  }
   VLPAR_CHECK(!overlaps(out.data, out.nbytes(), in.data, in.nbytes()), "{}: out and in overlap (not supported)",
               op_site(op, c));
   return Status::Ok();

@@ -34,6 +34,11 @@ Status check_broadcast(const Communicator& c, const TensorView& inout, int root,
 /// counts and displacements (in rows), which MPI's int-typed arguments require.
 Status check_all_to_all(const Communicator& c, const TensorView& out, std::span<const int64_t> recv_rows,
                         const TensorView& in, std::span<const int64_t> send_rows, Device device);
+/// all_to_all_rows: the views as check_all_to_all, the counts against the index lengths (or the rows), every
+/// index inside its tensor, no row received twice.
+Status check_all_to_all_rows(const Communicator& c, const TensorView& out, std::span<const int64_t> recv_rows,
+                             std::span<const int32_t> recv_index, const TensorView& in,
+                             std::span<const int64_t> send_rows, std::span<const int32_t> send_index, Device device);
 Status check_p2p(std::string_view op, const Communicator& c, const TensorView& t, int peer, int tag, Device device);
 
 /// all_gather in place: `in` is exactly this rank's block of `out`.

@@ -113,6 +113,7 @@ void narrow(const TensorView& dst, const float* src) {
 struct PendingBuffers {
   std::vector<float> stage_in, stage_out;
   std::vector<int> send_counts, send_displs, recv_counts, recv_displs;
+  std::vector<MPI_Datatype> send_types, recv_types;  // all_to_all_rows: one per peer (freed after issuing)
 };
 
 enum class WaitKind : uint8_t { kCollective, kSend, kRecv };
@@ -460,6 +461,66 @@ Result<WorkHandle> MpiCommunicator::iall_to_all(TensorView out, std::span<const 
   if (row != MPI_BYTE) MPI_Type_free(&row);  // allowed while the op is pending: freed when it completes
   VLPAR_MPI_CHECK(err, site);
   return WorkHandle(std::move(w));
+}
+
+namespace {
+
+/// The rows [first, first + count) of an index list (or, without one, rows first … first + count − 1) as one
+/// MPI datatype over `row` (displacements in rows from the buffer's start); committed. MPI_BYTE for no rows.
+int indexed_rows(MPI_Datatype row, std::span<const int32_t> index, int first, int count, MPI_Datatype* type) {
+  *type = MPI_BYTE;
+  if (count == 0) return MPI_SUCCESS;
+  int err = index.empty() ? MPI_Type_indexed(1, &count, &first, row, type)
+                          : MPI_Type_create_indexed_block(count, 1, index.data() + first, row, type);
+  if (err == MPI_SUCCESS) err = MPI_Type_commit(type);
+  return err;
+}
+
+}  // namespace
+
+Status MpiCommunicator::all_to_all_rows(TensorView out, std::span<const int64_t> recv_rows,
+                                        std::span<const int32_t> recv_index, TensorView in,
+                                        std::span<const int64_t> send_rows, std::span<const int32_t> send_index) {
+  VLPAR_RETURN_IF_ERROR(check_usable("all_to_all_rows"));
+  VLPAR_RETURN_IF_ERROR(detail::check_all_to_all_rows(*this, out, recv_rows, recv_index, in, send_rows, send_index,
+                                                      Device::cpu()));
+  const std::string site = state_->site("all_to_all_rows");
+  const size_t row_bytes = size_t(detail::row_elems(in)) * dtype_size(in.dtype);
+  VLPAR_CHECK(row_bytes <= size_t(INT_MAX), "{}: one row is {} bytes, beyond the int range of MPI", site, row_bytes);
+  auto w = new_work("all_to_all_rows", state_, options_);
+  PendingBuffers& b = w->buffers();
+  const auto n = size_t(size_);
+  b.send_counts.assign(n, 0), b.recv_counts.assign(n, 0), b.send_displs.assign(n, 0), b.recv_displs.assign(n, 0);
+  b.send_types.assign(n, MPI_BYTE), b.recv_types.assign(n, MPI_BYTE);
+  MPI_Datatype row = MPI_BYTE;
+  if (row_bytes > 1) {
+    VLPAR_MPI_CHECK(MPI_Type_contiguous(int(row_bytes), MPI_BYTE, &row), site);
+    VLPAR_MPI_CHECK(MPI_Type_commit(&row), site);
+  }
+  int err = MPI_SUCCESS, sd = 0, rd = 0;  // first row of each peer in the index lists (check_all_to_all_rows: ints)
+  for (size_t p = 0; p < n && err == MPI_SUCCESS; ++p) {
+    err = indexed_rows(row, send_index, sd, int(send_rows[p]), &b.send_types[p]);
+    if (err == MPI_SUCCESS) err = indexed_rows(row, recv_index, rd, int(recv_rows[p]), &b.recv_types[p]);
+    b.send_counts[p] = send_rows[p] > 0 ? 1 : 0;
+    b.recv_counts[p] = recv_rows[p] > 0 ? 1 : 0;
+    sd += int(send_rows[p]), rd += int(recv_rows[p]);
+  }
+  if (err == MPI_SUCCESS)  // byte displacements 0: the types carry the rows' places
+    err = MPI_Ialltoallw(in.data, b.send_counts.data(), b.send_displs.data(), b.send_types.data(), out.data,
+                         b.recv_counts.data(), b.recv_displs.data(), b.recv_types.data(), comm_, w->request());
+  const auto free_types = [&] {
+    for (size_t p = 0; p < n; ++p) {
+      if (b.send_types[p] != MPI_BYTE) MPI_Type_free(&b.send_types[p]);
+      if (b.recv_types[p] != MPI_BYTE) MPI_Type_free(&b.recv_types[p]);
+    }
+    if (row != MPI_BYTE) MPI_Type_free(&row);
+  };
+  if (err != MPI_SUCCESS) free_types();
+  VLPAR_MPI_CHECK(err, site);
+  const WorkHandle h(std::move(w));  // owns b: the type array must stay untouched until the op completed
+  VLPAR_RETURN_IF_ERROR(h->wait());  // (after a timeout the group is unusable: the types are left to it)
+  free_types();
+  return Status::Ok();
 }
 
 Result<WorkHandle> MpiCommunicator::isend(TensorView t, int peer, int tag) {

@@ -73,6 +73,8 @@
   Status router_backward(const Context& ctx, TensorView dlogits, TensorView dweights, TensorView probs, TensorView indices, TensorView weights, const RouterDesc& desc); \
   Status router_aux_accumulate(RouterAuxStats& stats, TensorView probs, TensorView indices, const RouterDesc& desc); \
   Result<double> router_aux_loss(const RouterAuxStats& stats); \
+  Result<double> router_seq_aux_loss(TensorView probs, TensorView indices, TensorView cu_seqlens, const RouterDesc& desc); \
+  Status router_seq_aux_backward(const Context& ctx, TensorView dlogits, TensorView probs, TensorView indices, TensorView cu_seqlens, const RouterDesc& desc, float grad); \
   Status router_z_backward(const Context& ctx, TensorView dlogits, TensorView probs, TensorView lse, float scale); \
   Status router_aux_backward(const Context& ctx, TensorView dlogits, TensorView probs, const RouterAuxStats& stats, float grad_aux); \
 
@@ -696,6 +698,30 @@ Result<double> cpu_impl::router_aux_loss(const RouterAuxStats& stats) {
     case CpuIsa::kAvx2: return isa_avx2::router_aux_loss(stats);
 #endif
     default: return isa_base::router_aux_loss(stats);
+  }
+}
+
+Result<double> cpu_impl::router_seq_aux_loss(TensorView probs, TensorView indices, TensorView cu_seqlens, const RouterDesc& desc) {
+  switch (cpu_isa_active()) {
+#if defined(VLPAR_CPU_ISA_AVX512)
+    case CpuIsa::kAvx512: return isa_avx512::router_seq_aux_loss(probs, indices, cu_seqlens, desc);
+#endif
+#if defined(VLPAR_CPU_ISA_AVX2)
+    case CpuIsa::kAvx2: return isa_avx2::router_seq_aux_loss(probs, indices, cu_seqlens, desc);
+#endif
+    default: return isa_base::router_seq_aux_loss(probs, indices, cu_seqlens, desc);
+  }
+}
+
+Status cpu_impl::router_seq_aux_backward(const Context& ctx, TensorView dlogits, TensorView probs, TensorView indices, TensorView cu_seqlens, const RouterDesc& desc, float grad) {
+  switch (cpu_isa_active()) {
+#if defined(VLPAR_CPU_ISA_AVX512)
+    case CpuIsa::kAvx512: return isa_avx512::router_seq_aux_backward(ctx, dlogits, probs, indices, cu_seqlens, desc, grad);
+#endif
+#if defined(VLPAR_CPU_ISA_AVX2)
+    case CpuIsa::kAvx2: return isa_avx2::router_seq_aux_backward(ctx, dlogits, probs, indices, cu_seqlens, desc, grad);
+#endif
+    default: return isa_base::router_seq_aux_backward(ctx, dlogits, probs, indices, cu_seqlens, desc, grad);
   }
 }
 

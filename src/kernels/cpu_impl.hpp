@@ -70,6 +70,8 @@ Status router_bias_update(TensorView bias, std::span<const double> load, float r
 Status router_backward(const Context& ctx, TensorView dlogits, TensorView dweights, TensorView probs, TensorView indices, TensorView weights, const RouterDesc& desc);
 Status router_aux_accumulate(RouterAuxStats& stats, TensorView probs, TensorView indices, const RouterDesc& desc);
 Result<double> router_aux_loss(const RouterAuxStats& stats);
+Result<double> router_seq_aux_loss(TensorView probs, TensorView indices, TensorView cu_seqlens, const RouterDesc& desc);
+Status router_seq_aux_backward(const Context& ctx, TensorView dlogits, TensorView probs, TensorView indices, TensorView cu_seqlens, const RouterDesc& desc, float grad);
 Status router_z_backward(const Context& ctx, TensorView dlogits, TensorView probs, TensorView lse, float scale);
 Status router_aux_backward(const Context& ctx, TensorView dlogits, TensorView probs, const RouterAuxStats& stats, float grad_aux);
 

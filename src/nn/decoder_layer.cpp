@@ -7,7 +7,7 @@ namespace vlpar::nn {
 
 Status DecoderLayer::feed_forward(const Context& ctx, TensorView out, const PackedSeq& seq, Stash& st,
                                   RouterAuxStats* stats) const {
-  if (moe_) return moe_->forward(ctx, out, st.mid, seq.num_tokens(), st.moe, stats);
+  if (moe_) return moe_->forward(ctx, out, st.mid, seq.num_tokens(), st.moe, stats, seq.cu_seqlens);
   return mlp_->forward(ctx, out, st.mid, seq.num_tokens(), st.mlp);
 }
 
@@ -28,8 +28,8 @@ Status DecoderLayer::backward(const Context& ctx, TensorView dx, TensorView dout
   VLPAR_ASSIGN_OR_RETURN(Tensor dmid, detail::scratch(ctx, {dout.size(0), dout.size(1)}));
   if (moe_) {
     VLPAR_RETURN_IF_ERROR(
-        moe_->backward(ctx, dmid, dout, seq.num_tokens(), st.moe, ready, moe_loss_.stats, moe_loss_.grad,
-                       moe_loss_.grad_z));
+        moe_->backward(ctx, dmid, dout, seq.num_tokens(), st.moe, ready,
+                       RouterLossGrads{moe_loss_.stats, moe_loss_.grad, moe_loss_.grad_z, moe_loss_.grad_seq_aux}));
   } else {
     VLPAR_RETURN_IF_ERROR(mlp_->backward(ctx, dmid, dout, seq.num_tokens(), st.mlp, ready));
   }
@@ -72,7 +72,7 @@ int64_t DecoderLayer::stash_bytes(int64_t tokens, Recompute mode) const {
     const int64_t E = m.num_experts, K = m.top_k, I = m.intermediate, R = N * K, P = moe_->expert_parallel().size();
     bytes += 4 * (N + N * H + N * E + N * K + N * K + N);  // rstd, h, probs, weights, indices (i32), lse
     bytes += 4 * (R + R * 2 * I + R * I);              // row weights, gate|up, act (the experts' rows)
-    bytes += 4 * 2 * R + (P > 1 ? 4 * 2 * R : 0);      // row → token / assignment; under EP the received order
+    bytes += 4 * 2 * R + (P > 1 ? 4 * R : 0);          // row → token / assignment; under EP the received order
     bytes += 8 * (E + 1) + 4 * 2 * R + 8 * (2 * P + E + E / P + 1);  // host plan (ExpertDispatch::host_bytes)
   } else {
     const int64_t Il = cfg_.intermediate / tp_.size();

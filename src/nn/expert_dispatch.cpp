@@ -52,7 +52,7 @@ Status exchange_counts(comm::Communicator* ep, ExpertDispatch& d) {
                         TensorView(mine.data(), DType::kI64, Shape{d.num_experts, 1}), rows);
 }
 
-/// Received rows per source and their [local expert][src][token] order (sorted_from and its inverse).
+/// Received rows per source and where each lands in the [local expert][src][token] order (received_from).
 Status order_received(const Context& ctx, ExpertDispatch& d) {
   const int P = d.ep, El = d.local_experts;
   std::vector<int64_t> src_begin(size_t(P) + 1, 0);
@@ -68,19 +68,14 @@ Status order_received(const Context& ctx, ExpertDispatch& d) {
     for (int e = 0; e < El; ++e) d.expert_offsets[size_t(e) + 1] = d.local.offsets[size_t(e) + 1];
     return Status::Ok();
   }
-  VLPAR_ASSIGN_OR_RETURN(d.sorted_from, Tensor::empty(*ctx.allocator, Shape{N}, DType::kI32));
   VLPAR_ASSIGN_OR_RETURN(d.received_from, Tensor::empty(*ctx.allocator, Shape{N}, DType::kI32));
-  int32_t* from = d.sorted_from.ptr<int32_t>();
   int32_t* back = d.received_from.ptr<int32_t>();
   int64_t pos = 0;
   for (int e = 0; e < El; ++e) {
     for (int p = 0; p < P; ++p) {
       int64_t at = src_begin[size_t(p)];  // the source's block is [local expert][token]
       for (int f = 0; f < e; ++f) at += d.counts[size_t(p * El + f)];
-      for (int64_t i = 0; i < d.counts[size_t(p * El + e)]; ++i, ++pos) {
-        from[pos] = int32_t(at + i);
-        back[at + i] = int32_t(pos);
-      }
+      for (int64_t i = 0; i < d.counts[size_t(p * El + e)]; ++i, ++pos) back[at + i] = int32_t(pos);
     }
     d.expert_offsets[size_t(e) + 1] = pos;
   }
@@ -108,20 +103,23 @@ Status check_rows(const char* what, const char* name, TensorView t, int64_t rows
   return Status::Ok();
 }
 
-/// Permuted rows [T·K, F] (this rank's send order) → the experts' rows [N, F] in [expert][src][token] order.
-Status send_to_experts(const Context& ctx, comm::Communicator* ep, const ExpertDispatch& d, TensorView out,
-                       TensorView send) {
-  VLPAR_ASSIGN_OR_RETURN(Tensor recv, Tensor::empty(*ctx.allocator, out.shape, out.dtype));
-  VLPAR_RETURN_IF_ERROR(ep->all_to_all(recv, d.recv_rows, send, d.send_rows));
-  return gather_rows(ctx, out, recv, d.sorted_from);
+std::span<const int32_t> index_span(const Tensor& t) { return {t.ptr<int32_t>(), size_t(t.numel())}; }
+
+/// Rows of `in` in this rank's send order (in[send_index[r]] for permuted row r; in order without an index) → the
+/// experts' rows [N, F] in [expert][src][token] order: one all_to_all_rows, the received rows placed straight at
+/// their sorted positions (received_from), no staging copy where the backend moves indexed rows (MPI).
+Status send_to_experts(comm::Communicator* ep, const ExpertDispatch& d, TensorView out, TensorView in,
+                       const Tensor* send_index) {
+  return ep->all_to_all_rows(out, d.recv_rows, index_span(d.received_from), in, d.send_rows,
+                             send_index ? index_span(*send_index) : std::span<const int32_t>{});
 }
 
-/// The reverse: the experts' rows [N, F] → this rank's permuted rows [T·K, F] (back from every expert's rank).
-Status return_from_experts(const Context& ctx, comm::Communicator* ep, const ExpertDispatch& d, TensorView back,
-                           TensorView rows) {
-  VLPAR_ASSIGN_OR_RETURN(Tensor unsorted, Tensor::empty(*ctx.allocator, rows.shape, rows.dtype));
-  VLPAR_RETURN_IF_ERROR(gather_rows(ctx, unsorted, rows, d.received_from));
-  return ep->all_to_all(back, d.send_rows, unsorted, d.recv_rows);
+/// The reverse: the experts' rows [N, F] → this rank's permuted rows (into out[out_index[r]] for permuted row r,
+/// in order without an index), back from every expert's rank.
+Status return_from_experts(comm::Communicator* ep, const ExpertDispatch& d, TensorView out, TensorView rows,
+                           const Tensor* out_index) {
+  return ep->all_to_all_rows(out, d.send_rows, out_index ? index_span(*out_index) : std::span<const int32_t>{}, rows,
+                             d.recv_rows, index_span(d.received_from));
 }
 
 }  // namespace
@@ -184,18 +182,15 @@ Status dispatch_rows(const Context& ctx, comm::Communicator* ep, const ExpertDis
   VLPAR_RETURN_IF_ERROR(check_rows(op, "in", in, d.num_tokens(), -1));
   VLPAR_RETURN_IF_ERROR(check_rows(op, "out", out, d.received(), in.size(1)));
   VLPAR_CHECK(out.dtype == in.dtype, "{}: out {} and in {} differ in dtype", op, out.to_string(), in.to_string());
-  Tensor send;  // this rank's permuted rows; at P = 1 they are the output
-  if (d.ep > 1) {
-    VLPAR_ASSIGN_OR_RETURN(send, Tensor::empty(*ctx.allocator, Shape{d.local.num_assignments(), in.size(1)},
-                                               in.dtype));
+  if (d.ep == 1) {  // the permuted rows are the output
+    if (!weights.empty()) return moe_permute(ctx, out, in, weights, d.local);
+    return gather_rows(ctx, out, in, d.row_token);
   }
-  const TensorView permuted = d.ep > 1 ? send.view() : out;
-  if (!weights.empty()) {
-    VLPAR_RETURN_IF_ERROR(moe_permute(ctx, permuted, in, weights, d.local));
-  } else {
-    VLPAR_RETURN_IF_ERROR(gather_rows(ctx, permuted, in, d.row_token));
-  }
-  return d.ep > 1 ? send_to_experts(ctx, ep, d, out, send) : Status::Ok();
+  if (weights.empty()) return send_to_experts(ep, d, out, in, &d.row_token);  // rows straight from the tokens
+  VLPAR_ASSIGN_OR_RETURN(Tensor send, Tensor::empty(*ctx.allocator, Shape{d.local.num_assignments(), in.size(1)},
+                                                    in.dtype));  // weighted copies in send order
+  VLPAR_RETURN_IF_ERROR(moe_permute(ctx, send, in, weights, d.local));
+  return send_to_experts(ep, d, out, send, nullptr);
 }
 
 Status dispatch_assignments(const Context& ctx, comm::Communicator* ep, const ExpertDispatch& d, TensorView out,
@@ -206,9 +201,7 @@ Status dispatch_assignments(const Context& ctx, comm::Communicator* ep, const Ex
   VLPAR_RETURN_IF_ERROR(check_rows(op, "out", out, d.received(), in.size(1)));
   VLPAR_CHECK(out.dtype == in.dtype, "{}: out {} and in {} differ in dtype", op, out.to_string(), in.to_string());
   if (d.ep == 1) return gather_rows(ctx, out, in, d.row_assignment);
-  VLPAR_ASSIGN_OR_RETURN(Tensor send, Tensor::empty(*ctx.allocator, in.shape, in.dtype));
-  VLPAR_RETURN_IF_ERROR(gather_rows(ctx, send, in, d.row_assignment));
-  return send_to_experts(ctx, ep, d, out, send);
+  return send_to_experts(ep, d, out, in, &d.row_assignment);
 }
 
 Status combine_rows(const Context& ctx, comm::Communicator* ep, const ExpertDispatch& d, TensorView out,
@@ -223,7 +216,7 @@ Status combine_rows(const Context& ctx, comm::Communicator* ep, const ExpertDisp
   if (d.ep > 1) {
     VLPAR_ASSIGN_OR_RETURN(back, Tensor::empty(*ctx.allocator, Shape{d.local.num_assignments(), rows.size(1)},
                                                rows.dtype));
-    VLPAR_RETURN_IF_ERROR(return_from_experts(ctx, ep, d, back, rows));
+    VLPAR_RETURN_IF_ERROR(return_from_experts(ep, d, back, rows, nullptr));
   }
   const TensorView permuted = d.ep > 1 ? back.view() : rows;
   if (!returned.empty()) VLPAR_RETURN_IF_ERROR(copy_(returned, permuted));
@@ -239,9 +232,7 @@ Status combine_assignments(const Context& ctx, comm::Communicator* ep, const Exp
   VLPAR_CHECK(out.dtype == rows.dtype, "{}: out {} and rows {} differ in dtype", op, out.to_string(),
               rows.to_string());
   if (d.ep == 1) return scatter_rows(ctx, out, rows, d.row_assignment);
-  VLPAR_ASSIGN_OR_RETURN(Tensor back, Tensor::empty(*ctx.allocator, out.shape, out.dtype));
-  VLPAR_RETURN_IF_ERROR(return_from_experts(ctx, ep, d, back, rows));
-  return scatter_rows(ctx, out, back, d.row_assignment);
+  return return_from_experts(ep, d, out, rows, &d.row_assignment);  // straight to each row's assignment
 }
 
 }  // namespace vlpar::nn

@@ -56,7 +56,7 @@ Status MoeBlock::check(const char* name, int64_t N) const {
 }
 
 Status MoeBlock::forward(const Context& ctx, TensorView out, TensorView x, int64_t N, MoeStash& st,
-                         RouterAuxStats* aux) const {
+                         RouterAuxStats* aux, TensorView cu_seqlens) const {
   const char* kName = "moe block forward";
   VLPAR_RETURN_IF_ERROR(check(kName, N));
   const int64_t H = cfg_.hidden, E = moe_.num_experts, K = moe_.top_k, I = moe_.intermediate;
@@ -65,6 +65,7 @@ Status MoeBlock::forward(const Context& ctx, TensorView out, TensorView x, int64
   const RouterDesc rdesc{int(E), int(K)};
 
   st.x = x;
+  st.cu_seqlens = cu_seqlens;
   VLPAR_ASSIGN_OR_RETURN(st.rstd, scratch(ctx, {N}));
   VLPAR_ASSIGN_OR_RETURN(st.h, scratch(ctx, {N, H}));
   VLPAR_ASSIGN_OR_RETURN(st.probs, scratch(ctx, {N, E}));
@@ -83,6 +84,10 @@ Status MoeBlock::forward(const Context& ctx, TensorView out, TensorView x, int64
     double z = 0;  // this layer's mean_t lse_t², in token order
     for (int64_t t = 0; t < N; ++t) z += double(st.lse.ptr<float>()[t]) * double(st.lse.ptr<float>()[t]);
     if (N > 0) aux->z_sum += z / double(N);
+    if (!cu_seqlens.empty()) {
+      VLPAR_ASSIGN_OR_RETURN(const double seq, router_seq_aux_loss(st.probs, st.indices, cu_seqlens, rdesc));
+      aux->seq_aux_sum += seq;
+    }
   }
 
   // Rows to the experts (this rank's, or the ep group's), the experts, then the weighted combine at the source in
@@ -107,7 +112,7 @@ Status MoeBlock::forward(const Context& ctx, TensorView out, TensorView x, int64
 }
 
 Status MoeBlock::backward(const Context& ctx, TensorView dx, TensorView dout, int64_t N, const MoeStash& st,
-                          const GradReadyFn& ready, const RouterAuxStats* aux, float grad_aux, float grad_z) const {
+                          const GradReadyFn& ready, const RouterLossGrads& losses) const {
   const char* kName = "moe block backward";
   VLPAR_RETURN_IF_ERROR(check(kName, N));
   const int64_t H = cfg_.hidden, E = moe_.num_experts, K = moe_.top_k, I = moe_.intermediate;
@@ -118,9 +123,12 @@ Status MoeBlock::backward(const Context& ctx, TensorView dx, TensorView dout, in
   VLPAR_CHECK(st.gu.defined() && st.gu.shape() == Shape({R, 2 * I}) && d.num_tokens() == N &&
                   st.x.shape == Shape({N, H}),
               "{}: the stash does not come from a forward over {} tokens", kName, N);
-  VLPAR_CHECK(grad_aux == 0.f || (aux != nullptr && aux->rows >= N),
-              "{}: grad_aux = {} needs the finished aux statistics of every MoE layer (got {})", kName, grad_aux,
+  const RouterAuxStats* aux = losses.stats;
+  VLPAR_CHECK(losses.aux == 0.f || (aux != nullptr && aux->rows >= N),
+              "{}: grad_aux = {} needs the finished aux statistics of every MoE layer (got {})", kName, losses.aux,
               aux ? fmt::format("{} rows", aux->rows) : std::string("none"));
+  VLPAR_CHECK(losses.seq_aux == 0.f || !st.cu_seqlens.empty(), "{}: the sequence-level aux gradient needs the "
+              "sample bounds (cu_seqlens) in forward", kName);
   // ready(first_param + k) once that gradient is final; never for a frozen parameter (empty gradient view).
   const TensorView grads_by_offset[4] = {g_.norm, g_.router, g_.gate_up, g_.down};
   auto mark = [&](size_t k) {
@@ -172,9 +180,13 @@ Status MoeBlock::backward(const Context& ctx, TensorView dx, TensorView dout, in
   VLPAR_ASSIGN_OR_RETURN(Tensor dlogits, scratch(ctx, {N, E}));
   VLPAR_RETURN_IF_ERROR(router_backward(ctx, dlogits, dweights, st.probs, st.indices, st.weights, rdesc));
   // (A rank without tokens has no router rows; under expert parallelism it still served the others' rows above.)
-  if (grad_aux != 0.f && N > 0) VLPAR_RETURN_IF_ERROR(router_aux_backward(ctx, dlogits, st.probs, *aux, grad_aux));
-  if (grad_z != 0.f && N > 0)
-    VLPAR_RETURN_IF_ERROR(router_z_backward(ctx, dlogits, st.probs, st.lse, grad_z / float(N)));
+  if (losses.aux != 0.f && N > 0)
+    VLPAR_RETURN_IF_ERROR(router_aux_backward(ctx, dlogits, st.probs, *aux, losses.aux));
+  if (losses.z != 0.f && N > 0)
+    VLPAR_RETURN_IF_ERROR(router_z_backward(ctx, dlogits, st.probs, st.lse, losses.z / float(N)));
+  if (losses.seq_aux != 0.f && N > 0)
+    VLPAR_RETURN_IF_ERROR(
+        router_seq_aux_backward(ctx, dlogits, st.probs, st.indices, st.cu_seqlens, rdesc, losses.seq_aux));
   if (!g_.router.empty())  // drouter [E, H] += dlogitsᵀ · h
     VLPAR_RETURN_IF_ERROR(
         grouped_weight_grad(ctx, detail::as_shape(g_.router, {1, E, H}), dlogits, st.h, one_group(N)));

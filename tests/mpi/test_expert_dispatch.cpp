@@ -291,7 +291,7 @@ BlockRun run_block(const Context& ctx, Allocator& alloc, const nn::MoeBlock& blo
   s = block.backward(ctx, r.dx, dout, N, st, [&](size_t i) {
     if (order) order->push_back(i);
     return Status::Ok();
-  }, &stats, 0.25f);
+  }, nn::RouterLossGrads{&stats, 0.25f});
   EXPECT_TRUE(s.ok()) << s.to_string();
   return r;
 }

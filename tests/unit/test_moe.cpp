@@ -29,6 +29,8 @@ namespace {
 struct Dims {
   int64_t N = 20, H = 16, E = 6, K = 2, I = 8;
   reference::MoeDims ref() const { return reference::MoeDims{N, H, E, K, I}; }
+  /// The packed samples for the sequence-level aux: uneven, one of them empty.
+  std::vector<int32_t> cu() const { return {0, 3, 3, int32_t(N / 2), int32_t(N)}; }
   nn::MoeConfig moe() const { return nn::MoeConfig{int(E), int(K), I}; }
   nn::TransformerConfig cfg() const {
     nn::TransformerConfig c;
@@ -81,7 +83,7 @@ Tensor filled(Allocator& alloc, Shape s, float value) {
 /// Everything a run produces, as doubles. grads[l][p] is empty for a frozen parameter.
 struct MoeRun {
   Host out, dx;
-  double aux = 0, z = 0;  // the load-balancing loss and the router z-loss
+  double aux = 0, z = 0, seq = 0;  // the load-balancing loss, the router z-loss, the sequence-level aux
   int64_t aux_rows = 0;
   std::vector<std::array<Host, 4>> grads;
   std::vector<std::vector<int32_t>> idx;  // [layer][N·K]
@@ -93,6 +95,7 @@ struct KernelOptions {
   std::array<bool, 4> frozen = {false, false, false, false};
   float grad_fill = 0.f;  // initial value of every gradient buffer (backward accumulates)
   float z_coef = 0.f;     // the router z-loss's coefficient in the loss
+  float seq_coef = 0.f;   // the sequence-level aux's (over Dims::cu())
 };
 
 /// L MoE blocks in sequence on x [N, H]; loss = Σ out_L ⊙ G + coef · aux + o.z_coef · z over all layers; one
@@ -123,9 +126,11 @@ MoeRun run_kernel(const Dims& d, const std::vector<Layer>& layers, const Host& x
   std::vector<nn::MoeStash> stash(L);
   RouterAuxStats stats;
   MoeRun r;
+  std::vector<int32_t> cu = d.cu();
+  const TensorView cu_view(cu.data(), DType::kI32, Shape{int64_t(cu.size())});
   for (size_t l = 0; l < L; ++l) {
     acts[l + 1] = Tensor::empty(alloc, {d.N, d.H}, DType::kF32).value();
-    const Status s = blocks[l].forward(ctx, acts[l + 1], acts[l], d.N, stash[l], &stats);
+    const Status s = blocks[l].forward(ctx, acts[l + 1], acts[l], d.N, stash[l], &stats, cu_view);
     EXPECT_TRUE(s.ok()) << s.to_string();
     if (!s.ok()) return r;
     r.idx.push_back(std::vector<int32_t>(stash[l].indices.ptr<int32_t>(),
@@ -135,11 +140,13 @@ MoeRun run_kernel(const Dims& d, const std::vector<Layer>& layers, const Host& x
   r.out = to_f64(acts[L]);
   r.aux = router_aux_loss(stats).value();
   r.z = stats.z_sum;
+  r.seq = stats.seq_aux_sum;
   r.aux_rows = stats.rows;
   Tensor dout = from_host(alloc, {d.N, d.H}, G);
   for (size_t l = L; l-- > 0;) {
     Tensor dx = Tensor::empty(alloc, {d.N, d.H}, DType::kF32).value();
-    const Status s = blocks[l].backward(ctx, dx, dout, d.N, stash[l], {}, &stats, coef, o.z_coef);
+    const Status s =
+        blocks[l].backward(ctx, dx, dout, d.N, stash[l], {}, nn::RouterLossGrads{&stats, coef, o.z_coef, o.seq_coef});
     EXPECT_TRUE(s.ok()) << s.to_string();
     if (!s.ok()) return r;
     dout = dx;
@@ -155,7 +162,7 @@ MoeRun run_kernel(const Dims& d, const std::vector<Layer>& layers, const Host& x
 /// The same computation with the plain-loop reference in scalar S (double: ref64; float: the naive baseline).
 template <class S>
 MoeRun run_reference(const Dims& d, const std::vector<Layer>& layers, const Host& x, const Host& G, double coef,
-                  double* loss = nullptr, bool backward = true, double z_coef = 0) {
+                  double* loss = nullptr, bool backward = true, double z_coef = 0, double seq_coef = 0) {
   const size_t L = layers.size();
   std::vector<std::array<std::vector<S>, 4>> w(L), g(L);
   std::vector<reference::MoeParams<S>> params(L);
@@ -170,6 +177,7 @@ MoeRun run_reference(const Dims& d, const std::vector<Layer>& layers, const Host
   acts[0] = cast_vec<S>(x);
   std::vector<reference::MoeCache<S>> cache(L);
   reference::MoeAux<S> aux;
+  aux.cu = d.cu();
   MoeRun r;
   for (size_t l = 0; l < L; ++l) {
     acts[l + 1].assign(size_t(d.N * d.H), S(0));
@@ -181,15 +189,17 @@ MoeRun run_reference(const Dims& d, const std::vector<Layer>& layers, const Host
   r.out = to_double(acts[L]);
   r.aux = double(aux.value());
   r.z = double(aux.z_sum);
+  r.seq = double(aux.seq_sum);
   r.aux_rows = aux.rows;
-  if (loss) *loss = dot(r.out, G) + coef * r.aux + z_coef * r.z;
+  if (loss) *loss = dot(r.out, G) + coef * r.aux + z_coef * r.z + seq_coef * r.seq;
   if (!backward) return r;
   std::vector<S> dout = cast_vec<S>(G);
   for (size_t l = L; l-- > 0;) {
     std::vector<S> dx(size_t(d.N * d.H));
     reference::moe_backward(dx.data(), reference::MoeGrads<S>{g[l][0].data(), g[l][1].data(), g[l][2].data(),
                                                               g[l][3].data()},
-                            dout.data(), cache[l], acts[l].data(), params[l], d.ref(), &aux, S(coef), S(z_coef));
+                            dout.data(), cache[l], acts[l].data(), params[l], d.ref(), &aux, S(coef), S(z_coef),
+                            S(seq_coef));
     dout = dx;
   }
   r.dx = to_double(dout);
@@ -554,21 +564,22 @@ TEST(MoeReference, BackwardMatchesFiniteDifferencesTwoLayersWithAux) {
   const Dims d;
   const Problem pb = well_separated_problem(d, 2);
   struct Case {
-    double aux, z;
+    double aux, z, seq;
     bool with_out;  // the Σ out ⊙ G term (without it: the router terms alone)
     const char* tag;
   };
-  for (const Case& k : {Case{0.3, 0.0, true, ""}, Case{1.0, 0.0, false, " (aux only)"},
-                        Case{0.0, 0.5, false, " (z-loss only)"}, Case{0.3, 0.2, true, " (with z-loss)"}}) {
+  for (const Case& k : {Case{0.3, 0.0, 0.0, true, ""}, Case{1.0, 0.0, 0.0, false, " (aux only)"},
+                        Case{0.0, 0.5, 0.0, false, " (z-loss only)"}, Case{0.3, 0.2, 0.0, true, " (with z-loss)"},
+                        Case{0.0, 0.0, 1.0, false, " (sequence aux only)"}}) {
     const Host G = k.with_out ? pb.G : Host(pb.G.size(), 0.0);
-    const MoeRun ref = run_reference<double>(d, pb.layers, pb.x, G, k.aux, nullptr, true, k.z);
+    const MoeRun ref = run_reference<double>(d, pb.layers, pb.x, G, k.aux, nullptr, true, k.z, k.seq);
     const std::string tag = k.tag;
     auto loss_with = [&](size_t layer, int p) {
       return [&, layer, p](const Host& v) {
         std::vector<Layer> ls = pb.layers;
         ls[layer].p[size_t(p)] = v;
         double l = 0;
-        run_reference<double>(d, ls, pb.x, G, k.aux, &l, false, k.z);
+        run_reference<double>(d, ls, pb.x, G, k.aux, &l, false, k.z, k.seq);
         return l;
       };
     };
@@ -585,7 +596,7 @@ TEST(MoeReference, BackwardMatchesFiniteDifferencesTwoLayersWithAux) {
       }
     auto loss_x = [&](const Host& v) {
       double l = 0;
-      run_reference<double>(d, pb.layers, v, G, k.aux, &l, false, k.z);
+      run_reference<double>(d, pb.layers, v, G, k.aux, &l, false, k.z, k.seq);
       return l;
     };
     EXPECT_TRUE(finite_diff_matches("x" + tag, loss_x, pb.x, ref.dx));
@@ -636,6 +647,20 @@ TEST(MoeBlock, MatchesFp64ReferenceTwoLayersWithAux) {
                                      shapes[size_t(p)], op, DType::kF32));
   for (size_t l = 0; l < 2; ++l)  // and it does reach them
     EXPECT_GT(max_abs_diff(zgot.grads[l][kRouter], got.grads[l][kRouter]), 1e-3 * max_abs(got.grads[l][kRouter]));
+  // With the sequence-level aux (coefficient 0.6 over Dims::cu(), an empty sample included): value and gradients.
+  KernelOptions so;
+  so.seq_coef = 0.6f;
+  const MoeRun sgot = run_kernel(d, pb.layers, pb.x, pb.G, coef, so);
+  const MoeRun sref = run_reference<double>(d, pb.layers, pb.x, pb.G, coef, nullptr, true, 0, 0.6);
+  const MoeRun snaive = run_reference<float>(d, pb.layers, pb.x, pb.G, coef, nullptr, true, 0, 0.6);
+  EXPECT_TRUE(close_to_reference("seq aux", {sgot.seq}, {sref.seq}, {snaive.seq}, Shape{1}, op, DType::kF32));
+  EXPECT_TRUE(close_to_reference("dx (seq aux)", sgot.dx, sref.dx, snaive.dx, Shape{d.N, d.H}, op, DType::kF32));
+  for (size_t l = 0; l < 2; ++l) {
+    EXPECT_TRUE(close_to_reference("layer " + std::to_string(l) + " grad router (seq aux)", sgot.grads[l][kRouter],
+                                   sref.grads[l][kRouter], snaive.grads[l][kRouter], shapes[kRouter], op,
+                                   DType::kF32));
+    EXPECT_GT(max_abs_diff(sgot.grads[l][kRouter], got.grads[l][kRouter]), 1e-3 * max_abs(got.grads[l][kRouter]));
+  }
 }
 
 // A larger problem (several tiles per expert, several norm chunks): bitwise identical for 1, 2 and 3 threads
@@ -790,7 +815,7 @@ TEST(MoeBlock, BackwardAccumulatesAndReportsReadyInReverseOrder) {
                        order.push_back(i);
                        at_ready[i - first] = to_f64(g[i - first]);
                        return Status::Ok();
-                     }, &stats, 0.5f).ok());
+                     }, nn::RouterLossGrads{&stats, 0.5f}).ok());
     const std::vector<size_t> want = {first + 3, first + 2, first + 1, first};
     EXPECT_EQ(order, want);
     for (int p = 0; p < 4; ++p) {
@@ -839,7 +864,11 @@ TEST(MoeBlock, BadInputsAreNamedErrors) {
   Tensor dx_small = Tensor::zeros(alloc, {d.N - 1, d.H}, DType::kF32).value();
   expect_error(ok_block.backward(ctx, dx_small, dx_small, d.N - 1, st, {}), "the stash does not come from a "
                                                                            "forward over 19 tokens");
-  expect_error(ok_block.backward(ctx, out, x, d.N, st, {}, nullptr, 0.1f), "needs the finished aux statistics");
+  expect_error(ok_block.backward(ctx, out, x, d.N, st, {}, nn::RouterLossGrads{nullptr, 0.1f}),
+               "needs the finished aux statistics");
+  nn::RouterLossGrads seq_only;
+  seq_only.seq_aux = 0.1f;
+  expect_error(ok_block.backward(ctx, out, x, d.N, st, {}, seq_only), "needs the sample bounds (cu_seqlens)");
   Context no_alloc = test_ctx();
   expect_error(ok_block.forward(no_alloc, out, x, d.N, st), "no allocator");
 }

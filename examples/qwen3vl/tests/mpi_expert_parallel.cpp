@@ -140,8 +140,8 @@ std::vector<float> biases_agreed_by_all(const Model& m, Communicator& world) {
 // step, so the bias is bitwise the same on every rank and under EP the same as under data parallelism alone (the
 // same global counts); it moves (some element ≠ 0, none beyond steps · rate); it is checkpointed: 4 straight steps
 // equal 3 steps, a checkpoint and a resumed 4th bitwise (the 4th loss and the bias). The metrics carry the
-// per-layer load statistics. The router z-loss is on in every run (its value in the metrics, the first EP loss
-// equal to the DP one bitwise).
+// per-layer load statistics. The router z-loss and the sequence-level aux are on in every run (their values in the
+// metrics, the first EP loss equal to the DP one bitwise).
 TEST(TrainerExpertParallel, ExpertBiasAgreesOnEveryRankAndResumes) {
   const std::string kUneven = "ddmdmmdd";  // at np 2 and 4 the ranks see different packs: their own loads differ
   auto world = vlpar::test::world_comm("world");
@@ -149,28 +149,28 @@ TEST(TrainerExpertParallel, ExpertBiasAgreesOnEveryRankAndResumes) {
   const int P = world->size();
   const std::string dir = shared_dir(*world);
   const std::string rate = "--moe.expert_bias_rate=0.01", ep = "--parallel.ep=" + std::to_string(P);
-  const std::string z = "--moe.z_loss_coef=0.001";
+  const std::string z = "--moe.z_loss_coef=0.001", seq = "--moe.seq_aux_coef=0.001";
   TrainSummary dp, ep3, ep4, resumed;
-  const auto dp_run = train(config(dir + "/dp", 3, {rate, z}), *world, dp, kUneven);
-  const auto ep_run = train(config(dir + "/ep", 3, {rate, z, ep}), *world, ep3, kUneven);
+  const auto dp_run = train(config(dir + "/dp", 3, {rate, z, seq}), *world, dp, kUneven);
+  const auto ep_run = train(config(dir + "/ep", 3, {rate, z, seq, ep}), *world, ep3, kUneven);
   ASSERT_TRUE(dp_run && ep_run);
   const std::vector<float> b_dp = biases_agreed_by_all(dp_run->model(), *world);
   const std::vector<float> b_ep = biases_agreed_by_all(ep_run->model(), *world);
   ASSERT_FALSE(b_ep.empty()) << "no expert bias registered";
   ASSERT_EQ(b_ep.size(), b_dp.size());
-  EXPECT_EQ(ep3.losses[0], dp.losses[0]) << "the first forward differs (with the z-loss)";
+  EXPECT_EQ(ep3.losses[0], dp.losses[0]) << "the first forward differs (with the z-loss and sequence aux)";
   EXPECT_EQ(std::memcmp(b_ep.data(), b_dp.data(), b_ep.size() * sizeof(float)), 0) << "EP and DP biases differ";
   EXPECT_TRUE(std::any_of(b_ep.begin(), b_ep.end(), [](float b) { return b != 0.f; })) << "the bias never moved";
   for (const float b : b_ep) EXPECT_LE(std::abs(b), 3 * 0.01f * (1 + 1e-6f));
   // 4 straight steps (one lr schedule over 4) saving at step 3 too; that checkpoint alone, resumed, runs step 4.
   const auto straight =
-      train(config(dir + "/ep4", 4, {rate, z, ep, "--checkpoint.interval=3"}), *world, ep4, kUneven);
+      train(config(dir + "/ep4", 4, {rate, z, seq, ep, "--checkpoint.interval=3"}), *world, ep4, kUneven);
   if (world->rank() == 0) {
     fs::create_directories(dir + "/ep4r/ckpt");
     fs::copy(dir + "/ep4/ckpt/step-3", dir + "/ep4r/ckpt/step-3", fs::copy_options::recursive);
   }
   ASSERT_TRUE(world->barrier().ok());
-  const auto again = train(config(dir + "/ep4r", 4, {rate, z, ep}), *world, resumed, kUneven);
+  const auto again = train(config(dir + "/ep4r", 4, {rate, z, seq, ep}), *world, resumed, kUneven);
   ASSERT_TRUE(straight && again);
   ASSERT_EQ(resumed.first_step, 3);
   ASSERT_EQ(resumed.losses.size(), 1u);
@@ -182,7 +182,7 @@ TEST(TrainerExpertParallel, ExpertBiasAgreesOnEveryRankAndResumes) {
     std::ifstream in(dir + "/ep4/metrics.jsonl");
     std::string line, last;
     while (std::getline(in, line)) last = line;
-    for (const char* key : {"\"z_loss\"", "\"moe_load_cv\"", "\"moe_load_max\"", "\"moe_load_min\"",
+    for (const char* key : {"\"z_loss\"", "\"seq_aux_loss\"", "\"moe_load_cv\"", "\"moe_load_max\"", "\"moe_load_min\"",
                             "\"moe_load/layer0_cv\"",
                             "\"moe_load/layer2_max_over_mean\""})
       EXPECT_NE(last.find(key), std::string::npos) << key << " missing in " << last;

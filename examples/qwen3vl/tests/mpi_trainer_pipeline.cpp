@@ -4,8 +4,8 @@
 //   - without clipping, every step's loss and every parameter after training equal a one-process run's bit for bit
 //     (each stage's gradients are the one-process ones bitwise, AdamW is elementwise; only the gradient norm is
 //     summed in another order: within 1e-12 relative), for 1F1B and interleaved (vpp 2) on the dense model and
-//     1F1B on the MoE model (its router statistics cross the stages), also with the router z-loss and the
-//     aux-loss-free expert bias;
+//     1F1B on the MoE model (its router statistics cross the stages), also with the router z-loss, the
+//     sequence-level aux and the aux-loss-free expert bias;
 //   - a tied embedding (held by the first and the last stage) trains with clipping: the two copies stay bitwise
 //     identical and the losses and gradient norms follow the one-process run within 1e-5 relative (the tied
 //     gradient and the norm are sums in another order);
@@ -151,10 +151,12 @@ TEST(TrainerPipeline, DenseInterleavedEqualsOneProcessBitwise) {
   check_matches_one_process("dense", {"--parallel.vpp=2", "--parallel.schedule=interleaved"});
 }
 TEST(TrainerPipeline, Moe1F1BEqualsOneProcessBitwise) { check_matches_one_process("moe", {}); }
-// The router z-loss travels in the stage boundary's statistics, the expert loads are gathered from the stages
-// holding the layers, the expert biases (checked with every parameter) move as in one process.
-TEST(TrainerPipeline, MoeWithZLossAndExpertBiasEqualsOneProcessBitwise) {
-  check_matches_one_process("moe", {}, {"--moe.z_loss_coef=0.01", "--moe.expert_bias_rate=0.01"});
+// The router z-loss and the sequence-level aux travel in the stage boundary's statistics, the expert loads are
+// gathered from the stages holding the layers, the expert biases (checked with every parameter) move as in one
+// process.
+TEST(TrainerPipeline, MoeWithRouterLossesAndExpertBiasEqualsOneProcessBitwise) {
+  check_matches_one_process("moe", {}, {"--moe.z_loss_coef=0.01", "--moe.seq_aux_coef=0.01",
+                                        "--moe.expert_bias_rate=0.01"});
 }
 
 TEST(TrainerPipeline, TiedEmbeddingCopiesStayIdentical) {

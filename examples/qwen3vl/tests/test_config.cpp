@@ -397,6 +397,8 @@ TEST(Config, EveryValidationMessage) {
        "text_config.router_z_loss_coef must be finite and not negative"},
       {"z coef dense", "tiny-dense", [](Config& c) { c.text.router_z_loss_coef = 0.01; },
        "text_config.router_z_loss_coef is set in a dense model (no router)"},
+      {"seq aux dense", "tiny-dense", [](Config& c) { c.text.router_seq_aux_loss_coef = 0.01; },
+       "text_config.router_seq_aux_loss_coef is set in a dense model (no router)"},
       {"expert bias dense", "tiny-dense", [](Config& c) { c.text.router_expert_bias = true; },
        "text_config.router_expert_bias is set in a dense model (no router)"},
       {"moe dense layer width", "tiny-moe", [](Config& c) { c.text.intermediate = 0; },
@@ -531,6 +533,7 @@ TEST(Config, RoundTripNonDefaultValues) {
   c.text.mlp_only_layers = {0, 2};
   c.text.router_aux_loss_coef = 0.0;
   c.text.router_z_loss_coef = 0.004;  // vlpar's extensions
+  c.text.router_seq_aux_loss_coef = 0.0001;
   c.text.router_expert_bias = true;
   c.text.max_position_embeddings = 77;
   c.vision.deepstack_indexes = {1};

@@ -109,6 +109,7 @@ TEST(TrainConfig, ValidationIsOneSentenceNamingTheKey) {
                "parallel.pp = 1, got tp 1 and pp 2");
   expect_error("", {"--moe.expert_bias_rate=-0.001"}, "moe.expert_bias_rate must be finite and not negative");
   expect_error("", {"--moe.z_loss_coef=-1"}, "moe.z_loss_coef must be finite and not negative, got -1");
+  expect_error("", {"--moe.seq_aux_coef=-1"}, "moe.seq_aux_coef must be finite and not negative, got -1");
 }
 
 TEST(TrainConfig, MissingFileIsAnIoError) {

@@ -76,6 +76,15 @@ class Communicator {
   /// Rows along dim 0: send_rows[p] rows of `in` go to rank p (in rank order); recv_rows[p] rows arrive from p.
   virtual Result<WorkHandle> iall_to_all(TensorView out, std::span<const int64_t> recv_rows, TensorView in,
                                          std::span<const int64_t> send_rows) = 0;
+  /// all_to_all of indexed rows (blocking; the expert dispatcher's moves without staging copies): the k-th row
+  /// sent, in rank order, is in[send_index[k]] (empty index: in's rows in order); the k-th row received, in rank
+  /// order, lands in out[recv_index[k]] (empty index: out's rows in order). Σ send_rows = send_index.size() (or
+  /// in's rows), Σ recv_rows = recv_index.size() (or out's rows); indices inside the tensors, recv_index without
+  /// repeats. The default stages through host buffers (gather, all_to_all, scatter; CPU tensors); the MPI
+  /// backend moves the rows straight from and into the tensors with derived datatypes.
+  virtual Status all_to_all_rows(TensorView out, std::span<const int64_t> recv_rows,
+                                 std::span<const int32_t> recv_index, TensorView in,
+                                 std::span<const int64_t> send_rows, std::span<const int32_t> send_index);
   virtual Result<WorkHandle> isend(TensorView t, int peer, int tag) = 0;
   virtual Result<WorkHandle> irecv(TensorView t, int peer, int tag) = 0;
   virtual Status barrier() = 0;

@@ -73,6 +73,10 @@ class MpiCommunicator final : public Communicator {
   Result<WorkHandle> ibroadcast(TensorView inout, int root) override;
   Result<WorkHandle> iall_to_all(TensorView out, std::span<const int64_t> recv_rows, TensorView in,
                                  std::span<const int64_t> send_rows) override;
+  /// MPI_Ialltoallw with one indexed datatype per peer and side: rows move straight from `in` and into `out`.
+  Status all_to_all_rows(TensorView out, std::span<const int64_t> recv_rows, std::span<const int32_t> recv_index,
+                         TensorView in, std::span<const int64_t> send_rows,
+                         std::span<const int32_t> send_index) override;
   Result<WorkHandle> isend(TensorView t, int peer, int tag) override;
   Result<WorkHandle> irecv(TensorView t, int peer, int tag) override;
   Status barrier() override;

@@ -51,12 +51,24 @@ struct RouterAuxStats {
   int64_t rows = 0;              // R
   int top_k = 0;
   double z_sum = 0;              // Σ over the layers of mean_t lse_t² (the router z-loss), added by the caller
+  double seq_aux_sum = 0;        // Σ over the layers of router_seq_aux_loss, added by the caller
 };
 
 /// @brief Adds one layer's probs [T, E] and indices [T, K] to the statistics (stats sized on first use).
 Status router_aux_accumulate(RouterAuxStats& stats, TensorView probs, TensorView indices, const RouterDesc& desc);
 /// @brief aux = E · Σ_e (counts_e / R) · (prob_sum_e / R).
 Result<double> router_aux_loss(const RouterAuxStats& stats);
+/// @brief The sequence-level aux loss of one layer's rows (DeepSeek-V2/V3's sequence-wise balance loss, Megatron's
+/// seq_aux_loss; spec B8): the Switch formula per sequence b (rows cu_seqlens[b] … cu_seqlens[b + 1]) with f and P
+/// over that sequence only and Megatron's 1/K, averaged over the B non-empty sequences:
+///   (1/B) Σ_b E · Σ_e (c_{b,e} / (K · T_b)) · (Σ_{t ∈ b} p[t, e] / T_b)
+/// @param cu_seqlens [B + 1] i32 host: 0 first, T last, non-decreasing (the packed batch's sample bounds)
+Result<double> router_seq_aux_loss(TensorView probs, TensorView indices, TensorView cu_seqlens,
+                                   const RouterDesc& desc);
+/// @brief dlogits [T, E] += grad · ∂(router_seq_aux_loss)/∂logits, the counts constant: ∂/∂p[t, e] =
+/// E · c_{b,e} / (K · T_b² · B) for t in sequence b, through the softmax.
+Status router_seq_aux_backward(const Context& ctx, TensorView dlogits, TensorView probs, TensorView indices,
+                               TensorView cu_seqlens, const RouterDesc& desc, float grad);
 /// @brief dlogits [T, E] += scale · 2 · lse[t] · probs[t, e]: the z-loss gradient of one layer's rows for
 /// scale = dLoss/dz / T (probs [T, E] and lse [T] from router_forward).
 Status router_z_backward(const Context& ctx, TensorView dlogits, TensorView probs, TensorView lse, float scale);

@@ -29,6 +29,7 @@ struct MoeLoss {
   RouterAuxStats* stats = nullptr;
   float grad = 0.f;          // dLoss/daux
   float grad_z = 0.f;        // dLoss/dz (router z-loss)
+  float grad_seq_aux = 0.f;  // dLoss/d(sequence-level aux)
   double* load = nullptr;  // [E] if set, forward adds this layer's assignments per expert (its tokens' top-k)
 };
 

@@ -7,12 +7,14 @@
 //             an expert) → send_rows[p] = the rows of rank p's experts → exchange of the per-expert counts (an
 //             all-to-all of E_l counts per rank pair) → counts[src][e], recv_rows[src], expert_offsets over the
 //             received rows in [local expert][src] order. Collective over ep; the only host sync of a dispatch.
-//   dispatch  rows [T, F] → gathered per permuted row (optionally × its routing weight) → all-to-all-v (layout
-//             [src][local expert][token]) → sorted into [local expert][src][token]: out [N, F], expert e's rows
-//             at expert_offsets[e] … expert_offsets[e+1] (the grouped GEMM's groups).
-//   combine   the exact reverse: rows [N, F] → [src][local expert] → all-to-all-v back → every (token, k) output at
-//             its source rank → out[t] = Σ over t's k in ascending expert order of w_{t,k} · y_{t,k}, from 0
-//             (moe_unpermute), never in arrival order.
+//   dispatch  rows [T, F] → one Communicator::all_to_all_rows: each rank sends its tokens' rows in permuted order
+//             (indexed straight from [T, F]; a weighted dispatch first scales copies, moe_permute), arrival order
+//             [src][local expert][token], each received row placed at its [local expert][src][token] position:
+//             out [N, F], expert e's rows at expert_offsets[e] … expert_offsets[e+1] (the grouped GEMM's groups).
+//             With MPI the rows move by derived datatypes, no staging copy in vlpar (bench_expert_dispatch).
+//   combine   the exact reverse: rows [N, F] → all_to_all_rows back (sent from their sorted positions) → every
+//             (token, k) output at its source rank → out[t] = Σ over t's k in ascending expert order of
+//             w_{t,k} · y_{t,k}, from 0 (moe_unpermute), never in arrival order.
 //   *_assignments  the same moves for per-(token, k) payloads [T·K, F] (routing weights, expert ids, tags),
 //             without the sum.
 // The payload is any TensorView of rows (any dtype the communicator moves, any width): activations, gradients,
@@ -63,9 +65,9 @@ struct ExpertDispatch {
   std::vector<int64_t> expert_offsets;  // [E_l + 1] the received rows of each local expert, [expert][src] order
   Tensor row_token;       // [T·K] i32: permuted row r → its token
   Tensor row_assignment;  // [T·K] i32: permuted row r → its assignment t·K + k
-  Tensor sorted_from;     // [N] i32: row i of the [expert][src] order ← row sorted_from[i] of the received order
-  Tensor received_from;   // [N] i32: the inverse (received order ← [expert][src] order); both empty at P = 1,
-                          // where the received rows are this rank's permuted rows
+  Tensor received_from;   // [N] i32: received row j (in [src][expert][token] arrival order) is row
+                          // received_from[j] of the [expert][src] order; empty at P = 1, where the received rows
+                          // are this rank's permuted rows
 
   int64_t num_tokens() const { return local.num_tokens; }
   int top_k() const { return local.top_k; }

@@ -19,6 +19,8 @@
 // Backward needs the finished statistics: run every layer's forward before the first MoE backward.
 // With an expert bias (MoeWeights::expert_bias) the router selects the top-k of p + bias and weighs by p alone.
 // Router z-loss: forward adds this layer's mean_t lse_t² to aux->z_sum; backward adds grad_z times its gradient.
+// Sequence-level aux (given the sample bounds): forward adds this layer's value to aux->seq_aux_sum, backward its
+// gradient times grad_seq_aux.
 //
 // Gradients: every parameter by hand (router through the renormalised top-k weights and the aux term; an expert
 // gets weight gradients only from the rows routed to it, so an unused expert's gradient is untouched). An empty
@@ -79,12 +81,21 @@ struct MoeStash {
   Tensor h;                 // [N, H]    normed input
   Tensor probs;             // [N, E]    router softmax
   Tensor lse;               // [N]       logsumexp of the router logits (the z-loss)
+  TensorView cu_seqlens;    // [B + 1]   i32 sample bounds, when forward had them (the sequence-level aux)
   Tensor weights;           // [N, K]    renormalised top-k weights
   Tensor indices;           // [N, K]    i32 top-k expert ids, descending probability
   ExpertDispatch dispatch;  //           where each (token, slot) row goes and comes back
   Tensor row_weights;       // [R, 1]    the routing weight of each expert row
   Tensor gu;                // [R, 2I]   expert gate | up pre-activations
   Tensor act;               // [R, I]    silu(gate) ⊙ up
+};
+
+/// The router terms a MoE block's backward adds to its router gradient, each as dLoss/d(term) (0: term off).
+struct RouterLossGrads {
+  const RouterAuxStats* stats = nullptr;  // the finished statistics of every MoE layer (needed when aux != 0)
+  float aux = 0.f;      // HF's pooled load-balancing loss
+  float z = 0.f;        // router z-loss
+  float seq_aux = 0.f;  // sequence-level aux (needs forward's cu_seqlens)
 };
 
 class MoeBlock {
@@ -97,16 +108,15 @@ class MoeBlock {
            size_t first_param, ExpertParallel ep = {});
 
   /// @param out [N, H] written (x + MoE(RMSNorm(x))); x [N, H], N = num_tokens
-  /// @param aux if not null, this layer's router statistics are added to it (the load-balancing loss)
+  /// @param aux if not null, this layer's router statistics are added to it (the load-balancing losses)
+  /// @param cu_seqlens [B + 1] i32 host sample bounds or empty: with aux, this layer's sequence-level aux is added
+  ///                   to aux->seq_aux_sum (the view must outlive backward)
   Status forward(const Context& ctx, TensorView out, TensorView x, int64_t num_tokens, MoeStash& stash,
-                 RouterAuxStats* aux = nullptr) const;
+                 RouterAuxStats* aux = nullptr, TensorView cu_seqlens = {}) const;
   /// @brief dx [N, H] written (= dout + MoE path); gradients accumulated; ready(down, gate_up, router, norm).
-  /// @param aux      the finished statistics of every MoE layer of the step (needed when grad_aux != 0)
-  /// @param grad_aux dLoss/daux (= aux coefficient · dLoss/dloss); 0 = no load-balancing term
-  /// @param grad_z   dLoss/dz (= z-loss coefficient · dLoss/dloss); 0 = no z-loss term
+  /// @param losses the router terms (each coefficient · dLoss/dloss; default: none)
   Status backward(const Context& ctx, TensorView dx, TensorView dout, int64_t num_tokens, const MoeStash& stash,
-                  const GradReadyFn& ready, const RouterAuxStats* aux = nullptr, float grad_aux = 0.f,
-                  float grad_z = 0.f) const;
+                  const GradReadyFn& ready, const RouterLossGrads& losses = {}) const;
 
   const MoeConfig& moe_config() const { return moe_; }
   const ExpertParallel& expert_parallel() const { return ep_; }

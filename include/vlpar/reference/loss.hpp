@@ -85,6 +85,21 @@ S router_aux(const S* probs, const int32_t* idx, int64_t R, int64_t E, int64_t K
   return S(E) * a;
 }
 
+/// The sequence-level aux (router_seq_aux_loss): (1/B) Σ over the non-empty sequences b of cu [B + 1] of
+/// E · Σ_e (count_{b,e} / (K·T_b)) · (Σ_{t∈b} p[t, e] / T_b).
+template <class S>
+S router_seq_aux(const S* probs, const int32_t* idx, const int32_t* cu, int64_t B, int64_t E, int64_t K) {
+  S total = 0;
+  int64_t seqs = 0;
+  for (int64_t b = 0; b < B; ++b) {
+    const int64_t Tb = cu[b + 1] - cu[b];
+    if (Tb == 0) continue;
+    ++seqs;
+    total += router_aux(probs + int64_t(cu[b]) * E, idx + int64_t(cu[b]) * K, Tb, E, K) / S(K);
+  }
+  return seqs > 0 ? total / S(seqs) : S(0);
+}
+
 /// One AdamW step on n elements (PyTorch torch.optim.AdamW semantics).
 template <class S>
 void adamw(S* p, S* m, S* v, const S* g, int64_t n, S lr, S b1, S b2, S eps, S wd, int64_t step) {

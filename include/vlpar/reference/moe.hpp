@@ -61,6 +61,8 @@ struct MoeAux {
   std::vector<S> prob_sum;  // [E] Σ_rows p[:, e]
   int64_t rows = 0;         // R
   S z_sum = 0;              // Σ_layers mean_t lse_t²: the router z-loss (ST-MoE; Megatron's per-layer sum)
+  S seq_sum = 0;            // Σ_layers of the sequence-level aux over the samples of cu (router_seq_aux)
+  std::vector<int32_t> cu;  // [B + 1] the samples' bounds; empty: no sequence-level aux
 
   void add(const MoeCache<S>& c, const MoeDims& d) {
     if (counts.empty()) {
@@ -75,6 +77,8 @@ struct MoeAux {
     S z = 0;
     for (int64_t t = 0; t < d.tokens; ++t) z += c.lse[size_t(t)] * c.lse[size_t(t)];
     if (d.tokens > 0) z_sum += z / S(d.tokens);
+    if (!cu.empty())
+      seq_sum += router_seq_aux(c.probs.data(), c.idx.data(), cu.data(), int64_t(cu.size()) - 1, d.experts, d.top_k);
   }
   /// aux = E · Σ_e (counts_e / R) · (prob_sum_e / R)
   S value() const {
@@ -133,14 +137,35 @@ void moe_forward(S* out, MoeCache<S>& c, const S* x, const MoeParams<S>& p, cons
   }
 }
 
-/// @brief dx [N, H] written, grads accumulated, for the loss L(out) + grad_aux · aux + grad_z · z where dout =
-/// ∂L/∂out, aux (its statistics over all layers, this one included) is the load-balancing loss and z the router
-/// z-loss (this layer's term: mean_t lse_t², so ∂/∂logits[t, e] = 2 · lse_t · p[t, e] / N).
+/// ∂(sequence-level aux)/∂p[t, f] for every token t of the samples of cu: E · c_{b,f} / (K · T_b² · B), b ∋ t
+/// (counts constant) [N, E].
+template <class S>
+std::vector<S> seq_aux_dprobs(const MoeCache<S>& c, const MoeDims& d, const std::vector<int32_t>& cu) {
+  const int64_t E = d.experts, K = d.top_k, B = int64_t(cu.size()) - 1;
+  int64_t seqs = 0;
+  for (int64_t b = 0; b < B; ++b) seqs += cu[size_t(b) + 1] > cu[size_t(b)];
+  std::vector<S> dp(static_cast<size_t>(d.tokens * E), S(0));
+  for (int64_t b = 0; b < B; ++b) {
+    const int64_t t0 = cu[size_t(b)], t1 = cu[size_t(b) + 1], Tb = t1 - t0;
+    std::vector<S> cnt(static_cast<size_t>(E), S(0));
+    for (int64_t i = t0 * K; i < t1 * K; ++i) cnt[size_t(c.idx[size_t(i)])] += S(1);
+    for (int64_t t = t0; t < t1; ++t)
+      for (int64_t f = 0; f < E; ++f)
+        dp[size_t(t * E + f)] = S(E) * cnt[size_t(f)] / (S(K) * S(Tb) * S(Tb) * S(seqs));
+  }
+  return dp;
+}
+
+/// @brief dx [N, H] written, grads accumulated, for the loss L(out) + grad_aux · aux + grad_z · z + grad_seq · seq
+/// where dout = ∂L/∂out, aux (its statistics over all layers, this one included) is the load-balancing loss, z the
+/// router z-loss (this layer's term: mean_t lse_t², so ∂/∂logits[t, e] = 2 · lse_t · p[t, e] / N) and seq this
+/// layer's sequence-level aux over aux->cu.
 template <class S>
 void moe_backward(S* dx, const MoeGrads<S>& g, const S* dout, const MoeCache<S>& c, const S* x, const MoeParams<S>& p,
-                  const MoeDims& d, const MoeAux<S>* aux, S grad_aux, S grad_z = S(0)) {
+                  const MoeDims& d, const MoeAux<S>* aux, S grad_aux, S grad_z = S(0), S grad_seq = S(0)) {
   const int64_t N = d.tokens, H = d.hidden, E = d.experts, K = d.top_k, I = d.intermediate;
   std::vector<S> dh(static_cast<size_t>(N * H), S(0)), dlogits(static_cast<size_t>(N * E), S(0));
+  const std::vector<S> seq_dp = grad_seq != S(0) ? seq_aux_dprobs(c, d, aux->cu) : std::vector<S>{};
   std::vector<S> dw(static_cast<size_t>(K)), dact(static_cast<size_t>(I)), dgu(static_cast<size_t>(2 * I));
   for (int64_t t = 0; t < N; ++t) {
     const S* h = &c.h[size_t(t * H)];
@@ -189,6 +214,15 @@ void moe_backward(S* dx, const MoeGrads<S>& g, const S* dout, const MoeCache<S>&
           const S dp = grad_aux * S(E) * (aux->counts[size_t(f)] / R) / R;
           acc += dp * pr[f] * ((f == e ? S(1) : S(0)) - pr[e]);
         }
+        dlogits[size_t(t * E + e)] += acc;
+      }
+    }
+    if (grad_seq != S(0)) {  // through the softmax, as the aux term
+      const S* pr = &c.probs[size_t(t * E)];
+      for (int64_t e = 0; e < E; ++e) {
+        S acc = 0;
+        for (int64_t f = 0; f < E; ++f)
+          acc += grad_seq * seq_dp[size_t(t * E + f)] * pr[f] * ((f == e ? S(1) : S(0)) - pr[e]);
         dlogits[size_t(t * E + e)] += acc;
       }
     }

@@ -128,6 +128,64 @@ Status router_aux_backward(const Context& ctx, TensorView dlogits, TensorView pr
   return Status::Ok();
 }
 
+namespace {
+
+/// Sequence b's assignment counts per expert [E] (rows cu[b] … cu[b + 1] of indices [T, K]).
+void sequence_counts(std::vector<double>& cnt, const int32_t* idx, const int32_t* cu, int64_t b, int64_t K) {
+  std::fill(cnt.begin(), cnt.end(), 0.0);
+  for (int64_t i = int64_t(cu[b]) * K; i < int64_t(cu[b + 1]) * K; ++i) cnt[size_t(idx[i])] += 1.0;
+}
+
+int64_t nonempty_sequences(const int32_t* cu, int64_t B) {
+  int64_t n = 0;
+  for (int64_t b = 0; b < B; ++b) n += cu[b + 1] > cu[b];
+  return n;
+}
+
+}  // namespace
+
+Result<double> router_seq_aux_loss(TensorView probs, TensorView indices, TensorView cu_seqlens,
+                                   const RouterDesc& desc) {
+  const int64_t E = desc.num_experts, K = desc.top_k, B = cu_seqlens.size(0) - 1;
+  const int32_t* cu = cu_seqlens.ptr<int32_t>();
+  const int64_t seqs = nonempty_sequences(cu, B);
+  std::vector<double> cnt(static_cast<size_t>(E)), ps(static_cast<size_t>(E));
+  double total = 0.0;  // sequences in order, experts in order: deterministic
+  for (int64_t b = 0; b < B; ++b) {
+    const double Tb = double(cu[b + 1] - cu[b]);
+    if (Tb == 0) continue;
+    sequence_counts(cnt, indices.ptr<int32_t>(), cu, b, K);
+    std::fill(ps.begin(), ps.end(), 0.0);
+    for (int64_t t = cu[b]; t < cu[b + 1]; ++t)
+      for (int64_t e = 0; e < E; ++e) ps[size_t(e)] += probs.ptr<float>()[t * E + e];
+    double s = 0.0;
+    for (int64_t e = 0; e < E; ++e) s += (cnt[size_t(e)] / (double(K) * Tb)) * (ps[size_t(e)] / Tb);
+    total += double(E) * s;
+  }
+  return seqs > 0 ? total / double(seqs) : 0.0;
+}
+
+Status router_seq_aux_backward(const Context& ctx, TensorView dlogits, TensorView probs, TensorView indices,
+                               TensorView cu_seqlens, const RouterDesc& desc, float grad) {
+  const int64_t E = desc.num_experts, K = desc.top_k, B = cu_seqlens.size(0) - 1;
+  const int32_t* cu = cu_seqlens.ptr<int32_t>();
+  const double seqs = double(nonempty_sequences(cu, B));
+  parallel_for(ctx, B, [&](int64_t begin, int64_t end) {  // each row written by the thread of its sequence
+    std::vector<double> cnt(static_cast<size_t>(E));
+    std::vector<float> dp(static_cast<size_t>(E));
+    for (int64_t b = begin; b < end; ++b) {
+      const double Tb = double(cu[b + 1] - cu[b]);
+      if (Tb == 0) continue;
+      sequence_counts(cnt, indices.ptr<int32_t>(), cu, b, K);
+      for (int64_t e = 0; e < E; ++e)
+        dp[size_t(e)] = float(double(grad) * double(E) * cnt[size_t(e)] / (double(K) * Tb * Tb * seqs));
+      for (int64_t t = cu[b]; t < cu[b + 1]; ++t)
+        softmax_backward_row(dlogits.ptr<float>() + t * E, probs.ptr<float>() + t * E, dp.data(), E, true);
+    }
+  });
+  return Status::Ok();
+}
+
 Status router_z_backward(const Context& ctx, TensorView dlogits, TensorView probs, TensorView lse, float scale) {
   const int64_t T = probs.size(0), E = probs.size(1);
   parallel_for(ctx, T, [&](int64_t begin, int64_t end) {

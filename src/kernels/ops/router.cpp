@@ -61,6 +61,44 @@ Status router_forward(const Context& ctx, TensorView weights, TensorView indices
   return cpu_impl::router_forward(ctx, weights, indices, probs, logits, desc, expert_bias, lse);
 }
 
+/// probs [T, E], indices [T, K], cu_seqlens [B + 1] i32 from 0 to T, non-decreasing; T from probs.
+Status check_sequences(const char* op, TensorView probs, TensorView indices, TensorView cu_seqlens,
+                       const RouterDesc& desc) {
+  VLPAR_RETURN_IF_ERROR(check_desc(desc));
+  const int64_t T = probs.ndim() == 2 ? probs.size(0) : -1;
+  VLPAR_RETURN_IF_ERROR(check_matrix(op, "probs", probs, T, desc.num_experts, DType::kF32));
+  VLPAR_RETURN_IF_ERROR(check_matrix(op, "indices", indices, T, desc.top_k, DType::kI32));
+  VLPAR_CHECK(cu_seqlens.ndim() == 1 && cu_seqlens.size(0) >= 1 && cu_seqlens.is_contiguous() &&
+                  cu_seqlens.dtype == DType::kI32 && cu_seqlens.device.is_cpu(),
+              "{}: cu_seqlens must be contiguous host i32 [B + 1], got {}", op, cu_seqlens.to_string());
+  const int32_t* c = cu_seqlens.ptr<int32_t>();
+  const int64_t B = cu_seqlens.size(0) - 1;
+  VLPAR_CHECK(c[0] == 0 && c[B] == T, "{}: cu_seqlens must run from 0 to the {} rows, got {} … {}", op, T, c[0],
+              c[B]);
+  for (int64_t b = 0; b < B; ++b)
+    VLPAR_CHECK(c[b + 1] >= c[b], "{}: cu_seqlens decreases at {} ({} then {})", op, b + 1, c[b], c[b + 1]);
+  for (int64_t i = 0; i < indices.numel(); ++i)
+    VLPAR_CHECK(indices.ptr<int32_t>()[i] >= 0 && indices.ptr<int32_t>()[i] < desc.num_experts,
+                "{}: indices[{}] = {} is not an expert id in [0, {})", op, i, indices.ptr<int32_t>()[i],
+                desc.num_experts);
+  return Status::Ok();
+}
+
+Result<double> router_seq_aux_loss(TensorView probs, TensorView indices, TensorView cu_seqlens,
+                                   const RouterDesc& desc) {
+  VLPAR_RETURN_IF_ERROR(check_sequences("router_seq_aux_loss", probs, indices, cu_seqlens, desc));
+  return cpu_impl::router_seq_aux_loss(probs, indices, cu_seqlens, desc);
+}
+
+Status router_seq_aux_backward(const Context& ctx, TensorView dlogits, TensorView probs, TensorView indices,
+                               TensorView cu_seqlens, const RouterDesc& desc, float grad) {
+  const char* op = "router_seq_aux_backward";
+  VLPAR_RETURN_IF_ERROR(check_sequences(op, probs, indices, cu_seqlens, desc));
+  VLPAR_RETURN_IF_ERROR(check_matrix(op, "dlogits", dlogits, probs.size(0), desc.num_experts, DType::kF32));
+  VLPAR_CHECK(std::isfinite(grad), "{}: grad must be finite, got {}", op, grad);
+  return cpu_impl::router_seq_aux_backward(ctx, dlogits, probs, indices, cu_seqlens, desc, grad);
+}
+
 Status router_z_backward(const Context& ctx, TensorView dlogits, TensorView probs, TensorView lse, float scale) {
   const char* op = "router_z_backward";
   const int64_t T = probs.ndim() == 2 ? probs.size(0) : -1, E = probs.ndim() == 2 ? probs.size(1) : -1;
