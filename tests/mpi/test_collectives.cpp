@@ -239,7 +239,7 @@ TEST_F(Collectives, BarrierCompletes) { EXPECT_TRUE(comm_->barrier().ok()); }
 /// The error names op, group and rank, and the problem; nothing is communicated (each rank fails locally).
 void expect_error(const Status& s, const std::string& want);
 
-// all_to_all_rows: the rows to send picked from `in` by an index (reversed, with one row sent twice) and the rows
+// all_to_all_rows: the rows to send picked from `in` by an index (reversed, a row sent twice where 3 or more go) and
 // received placed by an index (reversed), against the plain all_to_all of the same rows; with the MPI backend's
 // derived datatypes and with the interface's default staging path (called explicitly), uneven and zero counts,
 // the same bytes either way. Then the named errors of the index checks.
@@ -252,10 +252,10 @@ TEST_F(Collectives, AllToAllRowsPlacesIndexedRowsAsTheStagedCopy) {
   }
   const int64_t S = std::accumulate(send.begin(), send.end(), int64_t{0});
   const int64_t R = std::accumulate(recv.begin(), recv.end(), int64_t{0});
-  const int64_t in_rows = S + 1;  // in has one spare row; row 0 is sent twice when S > 1
+  const int64_t in_rows = S + 1;  // in has one spare row; one row is sent twice when S > 2
   std::vector<int32_t> send_index(static_cast<size_t>(S)), recv_index(static_cast<size_t>(R));
   for (int64_t k = 0; k < S; ++k) send_index[size_t(k)] = int32_t(S - 1 - k);
-  if (S > 1) send_index[0] = 0;
+  if (S > 2) send_index[1] = send_index[0];  // (with 2 rows they stay distinct: the placement must tell them apart)
   for (int64_t k = 0; k < R; ++k) recv_index[size_t(k)] = int32_t(R - 1 - k);
   for (DType t : kMoveDtypes) {
     SCOPED_TRACE(dtype_name(t));
