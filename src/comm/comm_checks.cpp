@@ -3,6 +3,7 @@
 
 #include <climits>
 #include <cstdint>
+#include <utility>
 #include <vector>
 
 namespace vlpar::comm {
@@ -109,9 +110,14 @@ int64_t row_elems(const TensorView& t) {
   return n;
 }
 
-Status check_all_to_all(const Communicator& c, const TensorView& out, std::span<const int64_t> recv_rows,
-                        const TensorView& in, std::span<const int64_t> send_rows, Device device) {
-  constexpr std::string_view op = "all_to_all";
+namespace {
+
+/// The part all_to_all and all_to_all_rows share: both views, one dtype, rows of one size, one count per rank,
+/// counts non-negative and every prefix sum inside the int range of MPI counts. Returns (Σ send_rows, Σ recv_rows).
+Result<std::pair<int64_t, int64_t>> check_row_counts(std::string_view op, const Communicator& c,
+                                                     const TensorView& out, std::span<const int64_t> recv_rows,
+                                                     const TensorView& in, std::span<const int64_t> send_rows,
+                                                     Device device) {
   VLPAR_RETURN_IF_ERROR(check_view(op, c, out, "out", device));
   VLPAR_RETURN_IF_ERROR(check_view(op, c, in, "in", device));
   VLPAR_RETURN_IF_ERROR(check_same_dtype(op, c, out, in));
@@ -135,6 +141,16 @@ Status check_all_to_all(const Communicator& c, const TensorView& out, std::span<
     send_total += send_rows[p];
     recv_total += recv_rows[p];
   }
+  return std::pair{send_total, recv_total};
+}
+
+}  // namespace
+
+Status check_all_to_all(const Communicator& c, const TensorView& out, std::span<const int64_t> recv_rows,
+                        const TensorView& in, std::span<const int64_t> send_rows, Device device) {
+  constexpr std::string_view op = "all_to_all";
+  VLPAR_ASSIGN_OR_RETURN(const auto totals, check_row_counts(op, c, out, recv_rows, in, send_rows, device));
+  const auto [send_total, recv_total] = totals;
   VLPAR_CHECK(send_total == in.size(0), "{}: send_rows sum to {} but in has {} rows", op_site(op, c), send_total,
               in.size(0));
   VLPAR_CHECK(recv_total == out.size(0), "{}: recv_rows sum to {} but out has {} rows", op_site(op, c), recv_total,
@@ -148,25 +164,8 @@ Status check_all_to_all_rows(const Communicator& c, const TensorView& out, std::
                              std::span<const int32_t> recv_index, const TensorView& in,
                              std::span<const int64_t> send_rows, std::span<const int32_t> send_index, Device device) {
   constexpr std::string_view op = "all_to_all_rows";
-  VLPAR_RETURN_IF_ERROR(check_view(op, c, out, "out", device));
-  VLPAR_RETURN_IF_ERROR(check_view(op, c, in, "in", device));
-  VLPAR_RETURN_IF_ERROR(check_same_dtype(op, c, out, in));
-  VLPAR_CHECK(out.ndim() >= 1 && in.ndim() >= 1 && row_elems(out) == row_elems(in),
-              "{}: out ({}) and in ({}) need rows (dim 0) of equal size", op_site(op, c), out.to_string(),
-              in.to_string());
-  const auto n = size_t(c.size());
-  VLPAR_CHECK(send_rows.size() == n && recv_rows.size() == n,
-              "{}: send_rows has {} entries and recv_rows {}, expected one per rank ({})", op_site(op, c),
-              send_rows.size(), recv_rows.size(), n);
-  int64_t send_total = 0, recv_total = 0;
-  for (size_t p = 0; p < n; ++p) {
-    VLPAR_CHECK(send_rows[p] >= 0 && recv_rows[p] >= 0, "{}: negative row count for peer {} (send {}, recv {})",
-                op_site(op, c), p, send_rows[p], recv_rows[p]);
-    send_total += send_rows[p];
-    recv_total += recv_rows[p];
-    VLPAR_CHECK(send_total <= INT_MAX && recv_total <= INT_MAX, "{}: more than INT_MAX rows (peer {})",
-                op_site(op, c), p);
-  }
+  VLPAR_ASSIGN_OR_RETURN(const auto totals, check_row_counts(op, c, out, recv_rows, in, send_rows, device));
+  const auto [send_total, recv_total] = totals;
   const int64_t send_len = send_index.empty() ? in.size(0) : int64_t(send_index.size());
   const int64_t recv_len = recv_index.empty() ? out.size(0) : int64_t(recv_index.size());
   VLPAR_CHECK(send_total == send_len && recv_total == recv_len, "{}: send_rows sum to {} for {} rows to send and "
