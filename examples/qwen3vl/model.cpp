@@ -611,7 +611,8 @@ Status Model::backward_layers(const Context& ctx, TensorView din, TensorView dou
       VLPAR_RETURN_IF_ERROR(vlpar::gather_rows(ctx, stash.d_deepstack[level], cur, index_view(stash.visual_rows)));
     }
     const TensorView next = k % 2 == 0 ? din : scratch.view();
-    const DecoderStack stack = decoder_layers(cuts[k].first, cuts[k].second, nn::MoeLoss{&stash.aux, grad_aux, grad_z, grad_seq});
+    const DecoderStack stack =
+        decoder_layers(cuts[k].first, cuts[k].second, nn::MoeLoss{&stash.aux, grad_aux, grad_z, grad_seq});
     VLPAR_RETURN_IF_ERROR(stack.backward(ctx, next, cur, seq, stash.segments[k], ready));
     stash.segments[k] = DecoderStack::Stash{};
     cur = next;

@@ -8,6 +8,8 @@
 #include <chrono>
 #include <cmath>
 #include <filesystem>
+#include <span>
+#include <utility>
 
 #include "checkpoint_model.hpp"
 #include "flops.hpp"
@@ -142,21 +144,15 @@ Status Trainer::setup_groups() {
 Status Trainer::build_model() {
   const ModelSection& m = cfg_.model;
   VLPAR_ASSIGN_OR_RETURN(Config mc, model_config_of(m));
-  if (cfg_.moe.expert_bias_rate > 0) {
-    VLPAR_CHECK(mc.text.num_moe_layers() > 0, "moe.expert_bias_rate is {} but the model has no MoE layer",
-                cfg_.moe.expert_bias_rate);
-    mc.text.router_expert_bias = true;
-  }
-  if (cfg_.moe.z_loss_coef > 0) {
-    VLPAR_CHECK(mc.text.num_moe_layers() > 0, "moe.z_loss_coef is {} but the model has no MoE layer",
-                cfg_.moe.z_loss_coef);
-    mc.text.router_z_loss_coef = cfg_.moe.z_loss_coef;
-  }
-  if (cfg_.moe.seq_aux_coef > 0) {
-    VLPAR_CHECK(mc.text.num_moe_layers() > 0, "moe.seq_aux_coef is {} but the model has no MoE layer",
-                cfg_.moe.seq_aux_coef);
-    mc.text.router_seq_aux_loss_coef = cfg_.moe.seq_aux_coef;
-  }
+  // The [moe] keys (vlpar's load balancing) set the model config's router terms; each needs MoE layers.
+  using Key = std::pair<const char*, double>;
+  for (const auto& [key, value] : {Key{"moe.expert_bias_rate", cfg_.moe.expert_bias_rate},
+                                   Key{"moe.z_loss_coef", cfg_.moe.z_loss_coef},
+                                   Key{"moe.seq_aux_coef", cfg_.moe.seq_aux_coef}})
+    VLPAR_CHECK(value == 0 || mc.text.num_moe_layers() > 0, "{} is {} but the model has no MoE layer", key, value);
+  if (cfg_.moe.expert_bias_rate > 0) mc.text.router_expert_bias = true;
+  if (cfg_.moe.z_loss_coef > 0) mc.text.router_z_loss_coef = cfg_.moe.z_loss_coef;
+  if (cfg_.moe.seq_aux_coef > 0) mc.text.router_seq_aux_loss_coef = cfg_.moe.seq_aux_coef;
   const Freeze freeze{m.freeze_vision, m.freeze_merger, m.freeze_language_model};
   const nn::TensorParallel tp{cfg_.parallel.tp > 1 ? &groups_->tp() : nullptr, false};
   // With a pipeline, this rank builds its stages' part only (the whole model's names and init keys).
@@ -400,27 +396,18 @@ Status Trainer::pipeline_metrics(std::vector<obs::NamedScalar>& extra) {
   return Status::Ok();
 }
 
-// The step's expert loads (assignments per decoder layer and expert) summed over every rank that saw distinct
-// tokens: the dp replicas (expert-parallel ranks included) and the pipeline stages (disjoint layers); tp ranks hold
-// the same tokens, so only tp rank 0 contributes. Counts are integers: the sum is exact, the same on every rank.
-// Then (moe.expert_bias_rate > 0) each MoE router's expert bias this rank holds moves towards the mean load, and
-// (m non-null, the lead rank) per layer min/max/CV of the loads go to the metrics: the worst layer's in the console
-// line, every layer's to JSONL and TensorBoard. Collective over the world.
-Status Trainer::balance_experts(std::vector<double> load, obs::MetricsLine& m) {
-  const TextConfig& t = model_->config().text;
-  if (t.num_moe_layers() == 0) return Status::Ok();
+namespace {
+
+// Per MoE layer of the global loads [L · E]: CV, max/mean and min/mean of the assignments per expert; the worst
+// layer's into the console line (m.extra), every layer's into JSONL and TensorBoard (m.detail). Nothing for a dense
+// model.
+void expert_load_metrics(const TextConfig& t, const std::vector<double>& load, obs::MetricsLine& m) {
+  if (t.num_moe_layers() == 0) return;
   const auto E = size_t(t.num_experts);
-  load.resize(size_t(t.layers) * E, 0.0);
-  if (tp_rank_ != 0) std::fill(load.begin(), load.end(), 0.0);
-  if (world_ && world_->size() > 1)
-    VLPAR_RETURN_IF_ERROR(world_->all_reduce(TensorView(load.data(), DType::kF64, Shape{int64_t(load.size())}),
-                                             vlpar::comm::ReduceOp::kSum));
   double worst_cv = 0, worst_max = 0, worst_min = 1;
   for (int l = 0; l < t.layers; ++l) {
     if (!t.is_moe_layer(l)) continue;
     const std::span<const double> layer(load.data() + size_t(l) * E, E);
-    if (const TensorView bias = model_->expert_bias(l); !bias.empty() && cfg_.moe.expert_bias_rate > 0)
-      VLPAR_RETURN_IF_ERROR(vlpar::router_bias_update(bias, layer, float(cfg_.moe.expert_bias_rate)));
     double mean = 0, var = 0;
     for (const double c : layer) mean += c;
     mean /= double(E);
@@ -437,7 +424,29 @@ Status Trainer::balance_experts(std::vector<double> load, obs::MetricsLine& m) {
   m.extra.push_back({"moe_load_cv", worst_cv});  // the most unbalanced layer's coefficient of variation
   m.extra.push_back({"moe_load_max", worst_max});  // the busiest expert of any layer, in multiples of the mean
   m.extra.push_back({"moe_load_min", worst_min});  // the idlest expert of any layer, in multiples of the mean
-  return Status::Ok();
+}
+
+}  // namespace
+
+// The step's expert loads (assignments per decoder layer and expert) summed over every rank that saw distinct
+// tokens: the dp replicas (expert-parallel ranks included) and the pipeline stages (disjoint layers); tp ranks hold
+// the same tokens, so only tp rank 0 contributes. Counts are integers: the sum is exact, the same on every rank.
+// Then (moe.expert_bias_rate > 0) each MoE router's expert bias this rank holds moves towards the mean load.
+// Returns the global loads [L · E] (empty for a dense model). Collective over the world.
+Result<std::vector<double>> Trainer::balance_experts(std::vector<double> load) {
+  const TextConfig& t = model_->config().text;
+  if (t.num_moe_layers() == 0) return std::vector<double>{};
+  const auto E = size_t(t.num_experts);
+  load.resize(size_t(t.layers) * E, 0.0);
+  if (tp_rank_ != 0) std::fill(load.begin(), load.end(), 0.0);
+  if (world_ && world_->size() > 1)
+    VLPAR_RETURN_IF_ERROR(world_->all_reduce(TensorView(load.data(), DType::kF64, Shape{int64_t(load.size())}),
+                                             vlpar::comm::ReduceOp::kSum));
+  for (int l = 0; l < t.layers && cfg_.moe.expert_bias_rate > 0; ++l)
+    if (const TensorView bias = model_->expert_bias(l); !bias.empty())
+      VLPAR_RETURN_IF_ERROR(vlpar::router_bias_update(bias, std::span<const double>(load.data() + size_t(l) * E, E),
+                                                      float(cfg_.moe.expert_bias_rate)));
+  return load;
 }
 
 // ---- the loop ------------------------------------------------------------------------------------------------
@@ -570,8 +579,9 @@ Result<TrainSummary> Trainer::run() {
     const bool log_step = step_ % cfg_.metrics.log_interval == 0 || step_ == total;
     obs::MetricsLine m;
     if (log_step && pipelined()) VLPAR_RETURN_IF_ERROR(pipeline_metrics(m.extra));  // collective over pp
-    VLPAR_RETURN_IF_ERROR(balance_experts(std::move(fb.expert_load), m));         // collective over the world
+    VLPAR_ASSIGN_OR_RETURN(const std::vector<double> loads, balance_experts(std::move(fb.expert_load)));  // world
     if (lead && log_step) {
+      expert_load_metrics(model_->config().text, loads, m);
       m.step = step_;
       m.total_steps = total;
       m.loss = loss_sum[0];

@@ -149,7 +149,7 @@ class Trainer {
   Result<MicroResult> forward_backward_pipelined(const std::vector<MicroBatch>& micro,
                                                  const std::vector<double>& weights);
   Status pipeline_metrics(std::vector<vlpar::obs::NamedScalar>& extra);
-  Status balance_experts(std::vector<double> load, vlpar::obs::MetricsLine& m);
+  Result<std::vector<double>> balance_experts(std::vector<double> load);
   bool pipelined() const { return pipe_ != nullptr; }
 
   struct Logs;  // metrics writers (trainer.cpp)

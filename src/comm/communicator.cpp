@@ -25,9 +25,9 @@ Status Communicator::all_to_all_rows(TensorView out, std::span<const int64_t> re
   const auto* src = static_cast<const std::byte*>(in.data);
   for (size_t k = 0; k < send_index.size(); ++k)
     std::memcpy(send.data() + k * row_bytes, src + size_t(send_index[k]) * row_bytes, row_bytes);
-  const Shape row_shape = Shape{1, detail::row_elems(in)};
+  const int64_t width = detail::row_elems(in);
   auto rows_view = [&](void* data, int64_t rows) {
-    return TensorView(data, in.dtype, Shape{rows, row_shape[1]}, Device::cpu());
+    return TensorView(data, in.dtype, Shape{rows, width}, Device::cpu());
   };
   const TensorView send_view = send_index.empty() ? rows_view(in.data, n_send) : rows_view(send.data(), n_send);
   const TensorView recv_view = recv_index.empty() ? rows_view(out.data, n_recv) : rows_view(recv.data(), n_recv);

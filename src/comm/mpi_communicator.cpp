@@ -427,13 +427,40 @@ Result<WorkHandle> MpiCommunicator::ibroadcast(TensorView inout, int root) {
   return WorkHandle(std::move(w));
 }
 
+namespace {
+
+/// One row of `in` (numel / size(0) elements) as an MPI datatype, so that counts and displacements are in rows:
+/// a committed contiguous byte type (the caller frees it), or MPI_BYTE for rows of at most one byte.
+Result<MPI_Datatype> row_datatype(const TensorView& in, const std::string& site) {
+  const size_t row_bytes = size_t(detail::row_elems(in)) * dtype_size(in.dtype);
+  VLPAR_CHECK(row_bytes <= size_t(INT_MAX), "{}: one row is {} bytes, beyond the int range of MPI", site, row_bytes);
+  MPI_Datatype row = MPI_BYTE;
+  if (row_bytes > 1) {
+    VLPAR_MPI_CHECK(MPI_Type_contiguous(int(row_bytes), MPI_BYTE, &row), site);
+    VLPAR_MPI_CHECK(MPI_Type_commit(&row), site);
+  }
+  return row;
+}
+
+/// The rows [first, first + count) of an index list (or, without one, rows first … first + count − 1) as one
+/// MPI datatype over `row` (displacements in rows from the buffer's start); committed. MPI_BYTE for no rows.
+int indexed_rows(MPI_Datatype row, std::span<const int32_t> index, int first, int count, MPI_Datatype* type) {
+  *type = MPI_BYTE;
+  if (count == 0) return MPI_SUCCESS;
+  int err = index.empty() ? MPI_Type_indexed(1, &count, &first, row, type)
+                          : MPI_Type_create_indexed_block(count, 1, index.data() + first, row, type);
+  if (err == MPI_SUCCESS) err = MPI_Type_commit(type);
+  return err;
+}
+
+}  // namespace
+
 Result<WorkHandle> MpiCommunicator::iall_to_all(TensorView out, std::span<const int64_t> recv_rows, TensorView in,
                                                 std::span<const int64_t> send_rows) {
   VLPAR_RETURN_IF_ERROR(check_usable("all_to_all"));
   VLPAR_RETURN_IF_ERROR(detail::check_all_to_all(*this, out, recv_rows, in, send_rows, Device::cpu()));
   const std::string site = state_->site("all_to_all");
-  const size_t row_bytes = size_t(detail::row_elems(in)) * dtype_size(in.dtype);
-  VLPAR_CHECK(row_bytes <= size_t(INT_MAX), "{}: one row is {} bytes, beyond the int range of MPI", site, row_bytes);
+  VLPAR_ASSIGN_OR_RETURN(MPI_Datatype row, row_datatype(in, site));
   auto w = new_work("all_to_all", state_, options_);
   PendingBuffers& b = w->buffers();
   const auto n = size_t(size_);
@@ -450,33 +477,12 @@ Result<WorkHandle> MpiCommunicator::iall_to_all(TensorView out, std::span<const 
     sd += b.send_counts[p];
     rd += b.recv_counts[p];
   }
-  // One row is one element of a contiguous byte type, so counts and displacements are in rows.
-  MPI_Datatype row = MPI_BYTE;
-  if (row_bytes > 1) {
-    VLPAR_MPI_CHECK(MPI_Type_contiguous(int(row_bytes), MPI_BYTE, &row), site);
-    VLPAR_MPI_CHECK(MPI_Type_commit(&row), site);
-  }
   const int err = MPI_Ialltoallv(in.data, b.send_counts.data(), b.send_displs.data(), row, out.data,
                                  b.recv_counts.data(), b.recv_displs.data(), row, comm_, w->request());
   if (row != MPI_BYTE) MPI_Type_free(&row);  // allowed while the op is pending: freed when it completes
   VLPAR_MPI_CHECK(err, site);
   return WorkHandle(std::move(w));
 }
-
-namespace {
-
-/// The rows [first, first + count) of an index list (or, without one, rows first … first + count − 1) as one
-/// MPI datatype over `row` (displacements in rows from the buffer's start); committed. MPI_BYTE for no rows.
-int indexed_rows(MPI_Datatype row, std::span<const int32_t> index, int first, int count, MPI_Datatype* type) {
-  *type = MPI_BYTE;
-  if (count == 0) return MPI_SUCCESS;
-  int err = index.empty() ? MPI_Type_indexed(1, &count, &first, row, type)
-                          : MPI_Type_create_indexed_block(count, 1, index.data() + first, row, type);
-  if (err == MPI_SUCCESS) err = MPI_Type_commit(type);
-  return err;
-}
-
-}  // namespace
 
 Status MpiCommunicator::all_to_all_rows(TensorView out, std::span<const int64_t> recv_rows,
                                         std::span<const int32_t> recv_index, TensorView in,
@@ -485,18 +491,12 @@ Status MpiCommunicator::all_to_all_rows(TensorView out, std::span<const int64_t>
   VLPAR_RETURN_IF_ERROR(detail::check_all_to_all_rows(*this, out, recv_rows, recv_index, in, send_rows, send_index,
                                                       Device::cpu()));
   const std::string site = state_->site("all_to_all_rows");
-  const size_t row_bytes = size_t(detail::row_elems(in)) * dtype_size(in.dtype);
-  VLPAR_CHECK(row_bytes <= size_t(INT_MAX), "{}: one row is {} bytes, beyond the int range of MPI", site, row_bytes);
+  VLPAR_ASSIGN_OR_RETURN(MPI_Datatype row, row_datatype(in, site));
   auto w = new_work("all_to_all_rows", state_, options_);
   PendingBuffers& b = w->buffers();
   const auto n = size_t(size_);
   b.send_counts.assign(n, 0), b.recv_counts.assign(n, 0), b.send_displs.assign(n, 0), b.recv_displs.assign(n, 0);
   b.send_types.assign(n, MPI_BYTE), b.recv_types.assign(n, MPI_BYTE);
-  MPI_Datatype row = MPI_BYTE;
-  if (row_bytes > 1) {
-    VLPAR_MPI_CHECK(MPI_Type_contiguous(int(row_bytes), MPI_BYTE, &row), site);
-    VLPAR_MPI_CHECK(MPI_Type_commit(&row), site);
-  }
   int err = MPI_SUCCESS, sd = 0, rd = 0;  // first row of each peer in the index lists (check_all_to_all_rows: ints)
   for (size_t p = 0; p < n && err == MPI_SUCCESS; ++p) {
     err = indexed_rows(row, send_index, sd, int(send_rows[p]), &b.send_types[p]);

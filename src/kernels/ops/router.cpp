@@ -43,6 +43,38 @@ TensorView as_column(TensorView v) {
   return v;
 }
 
+/// probs [T, E] f32 and indices [T, K] i32 of one layer's rows, every index an expert id (checked before any
+/// statistic is touched). T from probs.
+Status check_probs_and_indices(const char* op, TensorView probs, TensorView indices, const RouterDesc& desc) {
+  const int64_t T = probs.ndim() == 2 ? probs.size(0) : -1, E = desc.num_experts, K = desc.top_k;
+  VLPAR_RETURN_IF_ERROR(check_matrix(op, "probs", probs, T, E, DType::kF32));
+  VLPAR_RETURN_IF_ERROR(check_matrix(op, "indices", indices, T, K, DType::kI32));
+  for (int64_t t = 0; t < T; ++t)
+    for (int64_t k = 0; k < K; ++k) {
+      const int32_t e = indices.ptr<int32_t>()[t * K + k];
+      VLPAR_CHECK(e >= 0 && e < E, "{}: expert index {} at row {} slot {} is outside [0, {})", op, e, t, k, E);
+    }
+  return Status::Ok();
+}
+
+/// The layer's rows as check_probs_and_indices, and cu_seqlens [B + 1] i32 from 0 to T, non-decreasing.
+Status check_sequences(const char* op, TensorView probs, TensorView indices, TensorView cu_seqlens,
+                       const RouterDesc& desc) {
+  VLPAR_RETURN_IF_ERROR(check_desc(desc));
+  VLPAR_RETURN_IF_ERROR(check_probs_and_indices(op, probs, indices, desc));
+  const int64_t T = probs.size(0);
+  VLPAR_CHECK(cu_seqlens.ndim() == 1 && cu_seqlens.size(0) >= 1 && cu_seqlens.is_contiguous() &&
+                  cu_seqlens.dtype == DType::kI32 && cu_seqlens.device.is_cpu(),
+              "{}: cu_seqlens must be contiguous host i32 [B + 1], got {}", op, cu_seqlens.to_string());
+  const int32_t* c = cu_seqlens.ptr<int32_t>();
+  const int64_t B = cu_seqlens.size(0) - 1;
+  VLPAR_CHECK(c[0] == 0 && c[B] == T, "{}: cu_seqlens must run from 0 to the {} rows, got {} … {}", op, T, c[0],
+              c[B]);
+  for (int64_t b = 0; b < B; ++b)
+    VLPAR_CHECK(c[b + 1] >= c[b], "{}: cu_seqlens decreases at {} ({} then {})", op, b + 1, c[b], c[b + 1]);
+  return Status::Ok();
+}
+
 }  // namespace
 
 Status router_forward(const Context& ctx, TensorView weights, TensorView indices, TensorView probs, TensorView logits,
@@ -59,29 +91,6 @@ Status router_forward(const Context& ctx, TensorView weights, TensorView indices
   if (!expert_bias.empty()) VLPAR_RETURN_IF_ERROR(check_bias(op, expert_bias, E));
   if (!lse.empty()) VLPAR_RETURN_IF_ERROR(check_matrix(op, "lse", as_column(lse), T, 1, DType::kF32));
   return cpu_impl::router_forward(ctx, weights, indices, probs, logits, desc, expert_bias, lse);
-}
-
-/// probs [T, E], indices [T, K], cu_seqlens [B + 1] i32 from 0 to T, non-decreasing; T from probs.
-Status check_sequences(const char* op, TensorView probs, TensorView indices, TensorView cu_seqlens,
-                       const RouterDesc& desc) {
-  VLPAR_RETURN_IF_ERROR(check_desc(desc));
-  const int64_t T = probs.ndim() == 2 ? probs.size(0) : -1;
-  VLPAR_RETURN_IF_ERROR(check_matrix(op, "probs", probs, T, desc.num_experts, DType::kF32));
-  VLPAR_RETURN_IF_ERROR(check_matrix(op, "indices", indices, T, desc.top_k, DType::kI32));
-  VLPAR_CHECK(cu_seqlens.ndim() == 1 && cu_seqlens.size(0) >= 1 && cu_seqlens.is_contiguous() &&
-                  cu_seqlens.dtype == DType::kI32 && cu_seqlens.device.is_cpu(),
-              "{}: cu_seqlens must be contiguous host i32 [B + 1], got {}", op, cu_seqlens.to_string());
-  const int32_t* c = cu_seqlens.ptr<int32_t>();
-  const int64_t B = cu_seqlens.size(0) - 1;
-  VLPAR_CHECK(c[0] == 0 && c[B] == T, "{}: cu_seqlens must run from 0 to the {} rows, got {} … {}", op, T, c[0],
-              c[B]);
-  for (int64_t b = 0; b < B; ++b)
-    VLPAR_CHECK(c[b + 1] >= c[b], "{}: cu_seqlens decreases at {} ({} then {})", op, b + 1, c[b], c[b + 1]);
-  for (int64_t i = 0; i < indices.numel(); ++i)
-    VLPAR_CHECK(indices.ptr<int32_t>()[i] >= 0 && indices.ptr<int32_t>()[i] < desc.num_experts,
-                "{}: indices[{}] = {} is not an expert id in [0, {})", op, i, indices.ptr<int32_t>()[i],
-                desc.num_experts);
-  return Status::Ok();
 }
 
 Result<double> router_seq_aux_loss(TensorView probs, TensorView indices, TensorView cu_seqlens,
@@ -136,17 +145,11 @@ Status router_backward(const Context& ctx, TensorView dlogits, TensorView dweigh
 Status router_aux_accumulate(RouterAuxStats& stats, TensorView probs, TensorView indices, const RouterDesc& desc) {
   const char* op = "router_aux_accumulate";
   VLPAR_RETURN_IF_ERROR(check_desc(desc));
-  const int64_t T = probs.ndim() == 2 ? probs.size(0) : -1, E = desc.num_experts, K = desc.top_k;
-  VLPAR_RETURN_IF_ERROR(check_matrix(op, "probs", probs, T, E, DType::kF32));
-  VLPAR_RETURN_IF_ERROR(check_matrix(op, "indices", indices, T, K, DType::kI32));
+  const int64_t E = desc.num_experts, K = desc.top_k;
+  VLPAR_RETURN_IF_ERROR(check_probs_and_indices(op, probs, indices, desc));
   VLPAR_CHECK(stats.counts.empty() || (int64_t(stats.counts.size()) == E && stats.top_k == K),
               "{}: stats were started with E={}, K={} but this layer has E={}, K={}", op, stats.counts.size(),
               stats.top_k, E, K);
-  for (int64_t t = 0; t < T; ++t)
-    for (int64_t k = 0; k < K; ++k) {
-      const int32_t e = indices.ptr<int32_t>()[t * K + k];
-      VLPAR_CHECK(e >= 0 && e < E, "{}: expert index {} at row {} slot {} is outside [0, {})", op, e, t, k, E);
-    }
   return cpu_impl::router_aux_accumulate(stats, probs, indices, desc);
 }
 
