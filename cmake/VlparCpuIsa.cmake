@@ -48,7 +48,8 @@ function(vlpar_add_cpu_isa_kernels target)
     # STB_GNU_UNIQUE, binding, so objcopy can make them local to the path like everything else.
     target_compile_options(${objlib} PRIVATE ${VLPAR_CPU_ISA_FLAGS_${isa}} $<$<CXX_COMPILER_ID:GNU>:-fno-gnu-unique>)
     set_target_properties(${objlib} PROPERTIES INTERPROCEDURAL_OPTIMIZATION OFF)  # ld -r needs real objects
-    target_compile_definitions(${objlib} PRIVATE VLPAR_CPU_ISA_NAMESPACE=isa_${isa})
+    # EIGEN_DONT_PARALLELIZE: one level of threads (vlpar's pool), even where -fopenmp comes in with the flags.
+    target_compile_definitions(${objlib} PRIVATE VLPAR_CPU_ISA_NAMESPACE=isa_${isa} EIGEN_DONT_PARALLELIZE)
     target_link_libraries(${objlib} PRIVATE vlpar_core Eigen3::Eigen)
     target_include_directories(${objlib} PRIVATE ${PROJECT_SOURCE_DIR}/include)
     vlpar_use_warnings(${objlib})

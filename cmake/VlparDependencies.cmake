@@ -1,7 +1,7 @@
 # Third-party dependencies, all from Debian packages (scripts/install_deps.sh installs them).
 find_package(Eigen3 3.4 REQUIRED NO_MODULE)
 find_package(fmt REQUIRED)
-find_package(OpenMP REQUIRED COMPONENTS CXX)
+find_package(Threads REQUIRED)   # the CPU thread pool (core/thread_pool.hpp)
 if(VLPAR_GPU_CHECKS_ONLY)  # core + kernels only (bench/gpu/validate.sh): none of the libraries below
   if(VLPAR_BUILD_TESTS)
     find_package(GTest REQUIRED)

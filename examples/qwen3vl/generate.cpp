@@ -24,7 +24,7 @@ namespace nn = vlpar::nn;
 namespace {
 
 constexpr int64_t kIgnore = -100;
-// A decode step is a chain of ~15 one-token ops per layer. An OpenMP region per op costs more than it saves
+// A decode step is a chain of ~15 one-token ops per layer. A parallel region per op costs more than it saves
 // below a few million weights (on an oversubscribed machine, a scheduler timeslice per region: measured 1.4 vs
 // 25 tokens/s on the 100M bench config with 2 threads), so ops touching fewer elements run on one thread.
 constexpr int64_t kParallelWork = vlpar::nn::AttentionBlock::kDecodeParallelWork;

@@ -24,7 +24,7 @@
 // is filled). Only single-process models (tp 1) with f32 storage are supported (kNotSupported otherwise).
 // Threads: prefill runs on ctx.num_threads. A decode step runs each op on ctx.num_threads only when it touches at
 // least 2^22 elements (the LM head, large projections and MLPs) and on one thread otherwise: one-token ops are
-// too small to amortise an OpenMP region (and under oversubscription each region can cost a scheduler timeslice).
+// too small to amortise a parallel region (and under oversubscription each region can cost a scheduler timeslice).
 // Numerics: decode uses the same kernels as the forward (rmsnorm, linear, rotary, embedding, the MLP/MoE block);
 // only the attention over the cache is another kernel (kv_cache_attention_forward: two-pass fp32 softmax), so step
 // logits equal Model::forward + Model::logits over the whole sequence to ~1e-6 relative.

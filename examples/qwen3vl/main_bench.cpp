@@ -3,12 +3,14 @@
 //   qwen3vl-bench --model DIR --input BATCH.safetensors [--steps 5] [--warmup 1] [--threads N] [--json]
 // The model directory may be an HF export or a random model made by tools/bench/qwen3vl_step_vs_torch.py, which
 // also times the same step in PyTorch/transformers and prints the ratio. Output: one line per measured step and a
-// summary (median step time, real tokens/s, patches/s, GFLOP/s, peak MiB); --json prints the summary as JSON.
+// summary (median step time, real tokens/s, patches/s, GFLOP/s, peak MiB); --json prints the summary as JSON (with
+// the mean and the slowest step: bench/contention/contention.py reads them).
 #include <fmt/format.h>
 
 #include <algorithm>
 #include <chrono>
 #include <cstdlib>
+#include <numeric>
 #include <string>
 #include <vector>
 
@@ -69,6 +71,7 @@ vlpar::Status run(const Args& args) {
       if (!args.json) fmt::print("step {}: {:.1f} ms, loss {:.5f}\n", step - args.warmup, 1e3 * s, l.loss);
     }
   }
+  const double mean = std::accumulate(seconds.begin(), seconds.end(), 0.0) / double(seconds.size());
   std::sort(seconds.begin(), seconds.end());
   const double med = seconds[seconds.size() / 2];
   const vlpar::MemoryStats mem = alloc.stats(vlpar::Device::cpu());
@@ -77,9 +80,10 @@ vlpar::Status run(const Args& args) {
   if (args.json) {
     fmt::print("{{\"step_s\": {:.6f}, \"tokens\": {}, \"patches\": {}, \"tokens_per_s\": {:.2f}, \"train_flops\": {:.6e}, "
                "\"gflops_per_s\": {:.3f}, \"peak_mib\": {:.2f}, \"activation_peak_mib\": {:.2f}, \"params\": {}, "
-               "\"loss\": {:.7f}, \"threads\": {}}}\n",
+               "\"loss\": {:.7f}, \"threads\": {}, \"step_mean_s\": {:.6f}, \"step_max_s\": {:.6f}}}\n",
                med, flops.tokens, flops.patches, double(flops.tokens) / med, flops.train(), flops.train() / med * 1e-9,
-               double(mem.peak_bytes) * mib, double(mem.peak_bytes - base) * mib, pc.full_params, loss, ctx.num_threads);
+               double(mem.peak_bytes) * mib, double(mem.peak_bytes - base) * mib, pc.full_params, loss, ctx.num_threads,
+               mean, seconds.back());
   } else {
     fmt::print("median step {:.1f} ms over {} steps ({} threads): {:.1f} tokens/s, {:.1f} patches/s, {:.2f} GFLOP/s "
                "(train FLOPs {:.3e}: vision {:.1f}%, decoder {:.1f}%, LM head {:.1f}%); peak {:.1f} MiB ({:.1f} MiB "

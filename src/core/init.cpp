@@ -38,7 +38,7 @@ Status init_shard(const Context& ctx, TensorView shard, const Shape& full_shape,
   for (int d = nd - 2; d >= 0; --d) full_strides[size_t(d)] = full_strides[size_t(d) + 1] * full_shape[d + 1];
   VLPAR_FLOAT_SWITCH(shard.dtype, T, "init_shard", {
     T* out = shard.ptr<T>();
-    parallel_for(ctx, n, [&](int64_t begin, int64_t end) {
+    parallel_for(ctx, n, 16, [&](int64_t begin, int64_t end) {
       for (int64_t i = begin; i < end; ++i) {
         // Local multi-index → global flat index in the full tensor.
         int64_t rem = i, global = 0;

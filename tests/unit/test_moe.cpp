@@ -4,7 +4,6 @@
 // frozen parameters, thread-count invariance and named errors.
 // Run: ./build/cpu/tests/test_moe
 #include <gtest/gtest.h>
-#include <omp.h>
 
 #include <algorithm>
 #include <array>
@@ -498,7 +497,7 @@ TEST(MoeGroupedGemm, MatchesPerGroupReferenceExactly) {
 // Expert parallelism moves a row to another tile of its expert's group (other rows before it, another group size):
 // its result must not change. A group of 40 rows against the same rows split into groups of 7, m and the rest,
 // for m from 1 to 13, inner sizes below and above Eigen's K blocking: every row bitwise equal; and the same with
-// two OpenMP threads available to Eigen.
+// one thread instead of the context's.
 TEST(MoeGroupedGemm, RowResultDependsOnlyOnItsRow) {
   Allocator alloc;
   Context ctx = test_ctx();
@@ -509,17 +508,13 @@ TEST(MoeGroupedGemm, RowResultDependsOnlyOnItsRow) {
       const Tensor b = random_tensor(alloc, {1, K, N}, DType::kF32, 2);
       Tensor whole = Tensor::zeros(alloc, {40, N}, DType::kF32).value();
       ASSERT_TRUE(grouped_gemm(ctx, whole, a, b, std::vector<int64_t>{0, 40}, GemmDesc{}).ok());
-      // Eigen's own threads (it reads omp_get_max_threads() outside a parallel region) must not change a row either:
-      // its parallel GEMM splits the rows and blocks by its thread count.
+      // One thread instead of the context's: the tiles' GEMMs run on the calling thread, and no row may change.
       Tensor threaded = Tensor::zeros(alloc, {40, N}, DType::kF32).value();
-      const int saved = omp_get_max_threads();
-      omp_set_num_threads(2);
       Context one = ctx;
-      one.num_threads = 1;  // no region of ours: the tile's GEMM runs on the calling thread
+      one.num_threads = 1;
       ASSERT_TRUE(grouped_gemm(one, threaded, a, b, std::vector<int64_t>{0, 40}, GemmDesc{}).ok());
-      omp_set_num_threads(saved);
       EXPECT_EQ(std::memcmp(whole.view().data, threaded.view().data, size_t(whole.view().nbytes())), 0)
-          << "K " << K << ", N " << N << ": Eigen's threads changed the result";
+          << "K " << K << ", N " << N << ": the thread count changed the result";
       for (const int64_t m : {1, 2, 3, 5, 8, 13}) {
         Tensor split = Tensor::zeros(alloc, {40, N}, DType::kF32).value();
         ASSERT_TRUE(grouped_gemm(ctx, split, a, b, std::vector<int64_t>{0, 7, 7 + m, 40}, GemmDesc{}).ok());

@@ -15,6 +15,7 @@ only the ratio). Usage:
         [--threads 2] [--steps 3] [--configs tiny,100m] [--work /tmp/vlpar_bench]
 """
 import argparse
+import inspect
 import json
 import os
 import statistics
@@ -81,16 +82,19 @@ def build_batch(c, gen):
 def torch_step_times(model, batch, steps):
     input_ids, labels, pixels, grid = batch
     model.train()
+    extra = {}
+    if "mm_token_type_ids" in inspect.signature(model.forward).parameters:  # transformers >= 5: text 0, image 1
+        extra["mm_token_type_ids"] = (input_ids == IMAGE_PAD).to(torch.int32)[None]
     times, loss = [], None
     for _ in range(steps + 1):  # the first step warms up
         t0 = time.perf_counter()
         out = model(input_ids=input_ids[None], attention_mask=torch.ones_like(input_ids)[None], labels=labels[None],
-                    pixel_values=pixels, image_grid_thw=grid)
+                    pixel_values=pixels, image_grid_thw=grid, **extra)
         out.loss.backward()
         times.append(time.perf_counter() - t0)
         loss = out.loss.item()
         model.zero_grad(set_to_none=True)
-    return statistics.median(times[1:]), loss
+    return statistics.median(times[1:]), loss, times[1:]
 
 
 def main(argv):
@@ -120,10 +124,10 @@ def main(argv):
                               str(a.steps), "--warmup", "1", "--threads", str(a.threads), "--json"],
                              check=True, capture_output=True, text=True)
         v = json.loads(out.stdout.strip().splitlines()[-1])
-        t_sdpa, loss_sdpa = torch_step_times(model, batch, a.steps)
+        t_sdpa, loss_sdpa, _ = torch_step_times(model, batch, a.steps)
         eager = build_model(c, "eager")
         eager.load_state_dict(model.state_dict())
-        t_eager, _ = torch_step_times(eager, batch, a.steps)
+        t_eager, _, _ = torch_step_times(eager, batch, a.steps)
         tokens = input_ids.numel()
         rows.append((name, n_params, tokens, v, t_sdpa, t_eager, loss_sdpa))
         print(f"[{name}] {n_params / 1e6:.1f} M params, {tokens} tokens, {int(grid.prod(-1).sum())} patches, "

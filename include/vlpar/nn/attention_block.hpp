@@ -81,7 +81,7 @@ class AttentionBlock {
                        int64_t row0) const;
   /// @brief n new tokens at cache rows [row0, row0 + n): writes their keys and values, then out [n, H] = x +
   /// o_proj(attention of each over cache rows [0, its row]) (kv_cache_attention_forward). Ops touching fewer than
-  /// kDecodeParallelWork elements run on one thread (an OpenMP region costs more than a one-token op saves).
+  /// kDecodeParallelWork elements run on one thread (a parallel op costs more than a one-token op saves).
   /// Tensor parallelism is not supported here (kNotSupported).
   Status forward_decode(const Context& ctx, TensorView out, TensorView x, TensorView positions, TensorView k_cache,
                         TensorView v_cache, int64_t row0) const;

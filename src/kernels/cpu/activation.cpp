@@ -45,7 +45,7 @@ const float* load_chunk(const T* p, int64_t n, float* scratch) {
 /// kernel(out, a, b) writes `out` (MapF) from `a`, `b` (CMapF; b aliases a for unary ops).
 template <class T, class Kernel>
 void map_rows(const Context& ctx, const RowsView& out, const RowsView& a, const RowsView* b, Kernel kernel) {
-  parallel_for(ctx, out.rows, [&](int64_t begin, int64_t end) {
+  parallel_for(ctx, out.rows, out.cols * 8, [&](int64_t begin, int64_t end) {
     alignas(64) float sa[kChunk], sb[kChunk], so[kChunk];
     for (int64_t r = begin; r < end; ++r) {
       for (int64_t c0 = 0; c0 < out.cols; c0 += kChunk) {
@@ -132,7 +132,7 @@ Status swiglu_backward(const Context& ctx, TensorView dgate, TensorView dup, Ten
                        TensorView up) {
   VLPAR_FLOAT_SWITCH(gate.dtype, T, "swiglu_backward", {
     const RowsView dg = rows(dgate), du = rows(dup), g = rows(dy), gt = rows(gate), u = rows(up);
-    parallel_for(ctx, g.rows, [&](int64_t begin, int64_t end) {
+    parallel_for(ctx, g.rows, g.cols * 8, [&](int64_t begin, int64_t end) {
       alignas(64) float sg[kChunk], sa[kChunk], su[kChunk], odg[kChunk], odu[kChunk];
       for (int64_t row = begin; row < end; ++row) {
         for (int64_t c0 = 0; c0 < g.cols; c0 += kChunk) {

@@ -13,7 +13,6 @@
 // Test: tests/unit/test_attention.cpp (./build/cpu/tests/test_attention). Bench: bench/bench_attention.cpp.
 #include "vlpar/kernels/attention.hpp"
 
-#include <omp.h>
 
 #include <Eigen/Dense>
 #include <algorithm>
@@ -234,7 +233,6 @@ void run_items(const Context& ctx, const std::vector<WorkItem>& items, Attention
   const int64_t n = int64_t(items.size());
   std::atomic<int64_t> next{0};
   parallel_for(ctx, std::min<int64_t>(ctx.num_threads, n), [&](int64_t, int64_t) {
-    cpu::EigenSerialScope serial;
     Scratch scratch(tiles, D);
     for (int64_t i = next.fetch_add(1); i < n; i = next.fetch_add(1)) fn(items[size_t(i)], scratch);
   });
@@ -395,7 +393,7 @@ template <class T>
 std::vector<float> rowsum_dout_out(const Context& ctx, const HeadRows<const T>& dout, const HeadRows<const T>& out,
                                    int64_t n_tok, int H, int64_t D) {
   std::vector<float> di(size_t(n_tok * H));
-  parallel_for(ctx, n_tok, [&](int64_t begin, int64_t end) {
+  parallel_for(ctx, n_tok, H * D, [&](int64_t begin, int64_t end) {
     for (int64_t t = begin; t < end; ++t)
       for (int h = 0; h < H; ++h) {
         const T* g = dout.row(t, h);

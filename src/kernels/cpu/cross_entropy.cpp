@@ -43,10 +43,10 @@ Result<CrossEntropyResult> cross_entropy_forward(const Context& ctx, TensorView 
   const char* op = "cross_entropy_forward";
   const int64_t N = logits.size(0), V = logits.size(1);
   const int64_t valid = count_valid(labels, N, desc.ignore_index);
-  const int64_t parts = num_parts(ctx, N);
+  const int64_t parts = num_parts(ctx, N, 4 * V);
   std::vector<double> partial(size_t(parts), 0.0);
   VLPAR_FLOAT_SWITCH(logits.dtype, T, op, {
-    parallel_for_parts(ctx, N, [&](int64_t part, int64_t begin, int64_t end) {
+    parallel_for_parts(ctx, N, 4 * V, [&](int64_t part, int64_t begin, int64_t end) {
       std::vector<float> row(static_cast<size_t>(V));
       for (int64_t n = begin; n < end; ++n) {
         const T* z = logits.ptr<T>() + n * logits.stride(0);
@@ -69,7 +69,7 @@ Status cross_entropy_backward(const Context& ctx, TensorView dlogits, TensorView
   const int64_t N = logits.size(0), V = logits.size(1);
   const float scale = float(double(grad_loss) / norm_of(desc, num_valid));
   VLPAR_FLOAT_SWITCH(logits.dtype, T, op, {
-    parallel_for(ctx, N, [&](int64_t begin, int64_t end) {
+    parallel_for(ctx, N, 4 * V, [&](int64_t begin, int64_t end) {
       for (int64_t n = begin; n < end; ++n) {
         const T* z = logits.ptr<T>() + n * logits.stride(0);
         T* dz = dlogits.ptr<T>() + n * dlogits.stride(0);
@@ -93,7 +93,7 @@ Status cross_entropy_backward(const Context& ctx, TensorView dlogits, TensorView
 Status vocab_shard_row_max(const Context& ctx, TensorView row_max, TensorView logits) {
   const int64_t V = logits.size(1);
   VLPAR_FLOAT_SWITCH(logits.dtype, T, "vocab_shard_row_max", {
-    parallel_for(ctx, logits.size(0), [&](int64_t begin, int64_t end) {
+    parallel_for(ctx, logits.size(0), V, [&](int64_t begin, int64_t end) {
       for (int64_t n = begin; n < end; ++n) {
         const T* z = logits.ptr<T>() + n * logits.stride(0);
         float m = -std::numeric_limits<float>::infinity();
@@ -112,7 +112,7 @@ Status vocab_shard_sums(const Context& ctx, TensorView sums, TensorView logits, 
   float* target = sum_exp + N;
   const float* m = row_max.ptr<float>();
   VLPAR_FLOAT_SWITCH(logits.dtype, T, "vocab_shard_sums", {
-    parallel_for(ctx, N, [&](int64_t begin, int64_t end) {
+    parallel_for(ctx, N, 4 * V, [&](int64_t begin, int64_t end) {
       for (int64_t n = begin; n < end; ++n) {
         const T* z = logits.ptr<T>() + n * logits.stride(0);
         float acc = 0.f;
@@ -134,7 +134,7 @@ Result<CrossEntropyResult> vocab_shard_loss(const Context& ctx, TensorView lse, 
   const float* sum_exp = sums.ptr<float>();
   const float* target = sum_exp + N;
   float* l = lse.ptr<float>();
-  parallel_for(ctx, N, [&](int64_t begin, int64_t end) {
+  parallel_for(ctx, N, 32, [&](int64_t begin, int64_t end) {
     for (int64_t n = begin; n < end; ++n) l[n] = m[n] + std::log(sum_exp[n]);
   });
   // Rows in order with an fp64 sum: the same loss on every rank of the vocab group, for any thread count.
@@ -195,9 +195,9 @@ Result<CrossEntropyResult> linear_cross_entropy(const Context& ctx, TensorView d
     }
     // logits [rows, V] = h [rows, Hd] · Wᵀ
     cpu::gemm_f32(ctx, {rows, V, Hd, h, ldh, false, w, ldw, true, logits.data(), V, 1.f, 0.f});
-    const int64_t parts = num_parts(ctx, rows);
+    const int64_t parts = num_parts(ctx, rows, 4 * V);
     std::vector<double> partial(size_t(parts), 0.0);
-    parallel_for_parts(ctx, rows, [&](int64_t part, int64_t begin, int64_t end) {
+    parallel_for_parts(ctx, rows, 4 * V, [&](int64_t part, int64_t begin, int64_t end) {
       for (int64_t r = begin; r < end; ++r) {
         float* z = logits.data() + r * V;
         const int64_t y = index_at(labels, c0 + r);

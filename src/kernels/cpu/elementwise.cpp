@@ -14,7 +14,7 @@ Status add_(const Context& ctx, TensorView dst, TensorView src) {
     VLPAR_FLOAT_SWITCH(src.dtype, S, "add_", {
       D* d = dst.ptr<D>();
       const S* s = src.ptr<S>();
-      parallel_for(ctx, dst.numel(), [&](int64_t b, int64_t e) {
+      parallel_for(ctx, dst.numel(), 1, [&](int64_t b, int64_t e) {
         for (int64_t i = b; i < e; ++i) d[i] = from_float<D>(to_float(d[i]) + to_float(s[i]));
       });
     });

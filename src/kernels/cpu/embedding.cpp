@@ -14,7 +14,7 @@ Status embedding_forward(const Context& ctx, TensorView out, TensorView table, T
   VLPAR_FLOAT_SWITCH(out.dtype, O, op, {
     VLPAR_FLOAT_SWITCH(table.dtype, T, op, {
       const int64_t H = out.size(1), rows = table.size(0);
-      parallel_for(ctx, out.size(0), [&](int64_t begin, int64_t end) {
+      parallel_for(ctx, out.size(0), H, [&](int64_t begin, int64_t end) {
         for (int64_t n = begin; n < end; ++n) {
           const int64_t local = block.local(index_at(ids, n), rows);
           O* dst = out.ptr<O>() + n * out.stride(0);
@@ -37,7 +37,7 @@ Status embedding_backward(const Context& ctx, TensorView dtable, TensorView dout
   const int64_t rows = dtable.size(0);
   VLPAR_FLOAT_SWITCH(dtable.dtype, D, op, {
     VLPAR_FLOAT_SWITCH(dout.dtype, G, op, {
-      parallel_for(ctx, dtable.size(1), [&](int64_t c0, int64_t c1) {
+      parallel_for(ctx, dtable.size(1), dout.size(0), [&](int64_t c0, int64_t c1) {
         for (int64_t n = 0; n < dout.size(0); ++n) {
           const int64_t id = index_at(ids, n), local = block.local(id, rows);
           if (local < 0 || id == padding_idx || (!skip.empty() && index_at(skip, n) != 0)) continue;

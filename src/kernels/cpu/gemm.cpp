@@ -22,7 +22,6 @@ using MMap = Eigen::Map<MatRM, Eigen::Unaligned, Eigen::OuterStride<>>;
 // Rows [m0, m0+m) and columns [n0, n0+n) of C.
 void gemm_block(const GemmF32& g, int64_t m0, int64_t m, int64_t n0, int64_t n) {
   if (m <= 0 || n <= 0) return;
-  const EigenSerialScope serial;
   MMap C(g.c + m0 * g.ldc + n0, m, n, Eigen::OuterStride<>(g.ldc));
   if (g.beta == 0.f) C.setZero();
   else if (g.beta != 1.f) C *= g.beta;
@@ -140,7 +139,7 @@ Status linear_forward(const Context& ctx, TensorView y, TensorView x, TensorView
   VLPAR_FLOAT_SWITCH(y.dtype, T, "linear_forward", {
     VLPAR_FLOAT_SWITCH(bias.dtype, B, "linear_forward", {
       const B* pb = bias.ptr<B>();
-      parallel_for(ctx, y.size(0), [&](int64_t begin, int64_t end) {
+      parallel_for(ctx, y.size(0), y.size(1), [&](int64_t begin, int64_t end) {
         for (int64_t r = begin; r < end; ++r) {
           T* row = y.ptr<T>() + r * y.stride(0);
           for (int64_t c = 0; c < y.size(1); ++c) row[c] = from_float<T>(to_float(row[c]) + to_float(pb[c]));
@@ -160,7 +159,7 @@ Status linear_backward(const Context& ctx, TensorView dx, TensorView dw, TensorV
     VLPAR_RETURN_IF_ERROR(VLPAR_CPU_ISA_NAMESPACE::gemm(ctx, dw, dy, x, GemmDesc{true, false, 1.f, 1.f}));  // += dyᵀ·x
   }
   if (!dbias.empty()) {
-    const int64_t n = dy.size(0), out = dy.size(1), parts = num_parts(ctx, n);
+    const int64_t n = dy.size(0), out = dy.size(1), parts = num_parts(ctx, n);  // fp32 partials: num_threads parts
     std::vector<float> partial(size_t(parts * out), 0.f);
     VLPAR_FLOAT_SWITCH(dy.dtype, T, "linear_backward", {
       parallel_for_parts(ctx, n, [&](int64_t part, int64_t begin, int64_t end) {

@@ -1,12 +1,9 @@
 #pragma once
 // Internal (not installed): the fp32 GEMM core used by gemm, linear and the fused cross-entropy.
 // C[M, N] = alpha · op(A) · op(B) + beta · C, row-major operands with leading dimensions (row strides).
-// The larger of M and N is split into num_parts(ctx) static blocks, each an Eigen GEMM on one thread (Eigen's own
-// OpenMP parallelizer held off by EigenSerialScope), so the result is bitwise reproducible for a given thread count:
-// Eigen chooses its blocking by its thread count, and a GEMM called outside a parallel region would otherwise run
-// on omp_get_max_threads() threads with another blocking (and nest a second level of threads).
-#include <omp.h>
-
+// The larger of M and N is split into num_parts(ctx) static blocks, each an Eigen GEMM on one thread, so the result
+// is bitwise reproducible for a given thread count. vlpar is built without OpenMP, so Eigen never starts threads
+// of its own (a second level of threads, and a blocking that would depend on Eigen's thread count).
 #include <cstdint>
 
 #include "isa_namespace.hpp"
@@ -26,20 +23,6 @@ struct GemmF32 {
   int64_t ldc = 0;
   float alpha = 1.f;
   float beta = 0.f;
-};
-
-/// Keeps Eigen's own GEMM parallelizer off. Eigen reads omp_get_max_threads(), an ICV of the current task: inside
-/// a parallel region the change is local to this worker; outside one the caller's value is restored on exit. (An
-/// application that called Eigen::setNbThreads(n > 1) overrides this outside parallel regions.)
-class EigenSerialScope {
- public:
-  EigenSerialScope() : saved_(omp_get_max_threads()) { omp_set_num_threads(1); }
-  ~EigenSerialScope() { omp_set_num_threads(saved_); }
-  EigenSerialScope(const EigenSerialScope&) = delete;
-  EigenSerialScope& operator=(const EigenSerialScope&) = delete;
-
- private:
-  int saved_;
 };
 
 /// @brief Runs the GEMM on the calling thread (for use inside an outer parallel loop).

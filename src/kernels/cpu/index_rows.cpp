@@ -17,7 +17,7 @@ template <class B, class S>
 void move_rows(const Context& ctx, const TensorView& big, const TensorView& small, const TensorView& index,
                Mode mode) {
   const int64_t H = big.size(1);
-  parallel_for(ctx, small.size(0), [&](int64_t begin, int64_t end) {
+  parallel_for(ctx, small.size(0), H, [&](int64_t begin, int64_t end) {
     for (int64_t i = begin; i < end; ++i) {
       B* b = static_cast<B*>(big.data) + index_at(index, i) * big.stride(0);
       S* s = static_cast<S*>(small.data) + i * small.stride(0);
@@ -56,7 +56,7 @@ Status scatter_add_rows(const Context& ctx, TensorView dst, TensorView src, Tens
 Status zero_rows(const Context& ctx, TensorView dst, TensorView index) {
   const int64_t H = dst.size(1);
   VLPAR_FLOAT_SWITCH(dst.dtype, D, "zero_rows", {
-    parallel_for(ctx, index.numel(), [&](int64_t begin, int64_t end) {
+    parallel_for(ctx, index.numel(), H, [&](int64_t begin, int64_t end) {
       for (int64_t i = begin; i < end; ++i) {
         D* d = dst.ptr<D>() + index_at(index, i) * dst.stride(0);
         for (int64_t j = 0; j < H; ++j) d[j] = from_float<D>(0.f);

@@ -78,7 +78,7 @@ Status moe_permute(const Context& ctx, TensorView out, TensorView in, TensorView
   const F32Rows y = rows_of(out);
   const float* w = weights_of(weights);
   const int64_t K = plan.top_k, F = x.cols;
-  parallel_for(ctx, y.rows, [&](int64_t begin, int64_t end) {
+  parallel_for(ctx, y.rows, y.cols * 2, [&](int64_t begin, int64_t end) {
     for (int64_t r = begin; r < end; ++r) {
       const int32_t a = plan.row_assignment[size_t(r)];
       float* dst = y.row(r);
@@ -104,7 +104,7 @@ Status moe_unpermute(const Context& ctx, TensorView out, TensorView rows, Tensor
   const F32Rows o = rows_of(out);
   const float* w = weights_of(weights);
   const int64_t K = plan.top_k, F = y.cols;
-  parallel_for(ctx, o.rows, [&](int64_t begin, int64_t end) {
+  parallel_for(ctx, o.rows, K * F * 2, [&](int64_t begin, int64_t end) {
     std::vector<int32_t> mine(static_cast<size_t>(K));
     for (int64_t t = begin; t < end; ++t) {
       // Rows are grouped by ascending expert, so ascending row = ascending expert (HF's index_add_ order).
@@ -131,7 +131,7 @@ Status moe_row_dot(const Context& ctx, TensorView dweights, TensorView a, Tensor
   const F32Rows rb = rows_of(b);
   const F32Rows dw = rows_of(dweights);
   const int64_t K = plan.top_k, F = ra.cols;
-  parallel_for(ctx, plan.num_tokens, [&](int64_t begin, int64_t end) {
+  parallel_for(ctx, plan.num_tokens, K * F * 2, [&](int64_t begin, int64_t end) {
     for (int64_t t = begin; t < end; ++t)
       for (int64_t k = 0; k < K; ++k) {
         const int32_t r = plan.assignment_row[size_t(t * K + k)];
@@ -147,7 +147,7 @@ Status moe_row_dot(const Context& ctx, TensorView dweights, TensorView a, Tensor
 Status moe_scale_rows(const Context& ctx, TensorView rows, TensorView weights, const MoeDispatch& plan) {
   const F32Rows y = rows_of(rows);
   const float* w = weights_of(weights);
-  parallel_for(ctx, y.rows, [&](int64_t begin, int64_t end) {
+  parallel_for(ctx, y.rows, y.cols * 2, [&](int64_t begin, int64_t end) {
     for (int64_t r = begin; r < end; ++r) {
       const int32_t a = plan.row_assignment[size_t(r)];
       float* p = y.row(r);

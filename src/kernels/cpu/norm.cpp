@@ -28,7 +28,7 @@ void reduce_partials(float* acc, const std::vector<float>& partial, int64_t part
 template <class T, class W>
 void rmsnorm_fwd_cpu(const Context& ctx, RowsView y, float* rstd, RowsView x, const W* w, float eps) {
   const int64_t H = x.cols;
-  parallel_for(ctx, x.rows, [&](int64_t begin, int64_t end) {
+  parallel_for(ctx, x.rows, 4 * H, [&](int64_t begin, int64_t end) {
     for (int64_t r = begin; r < end; ++r) {
       const T* xr = x.row<T>(r);
       float ss = 0.f;
@@ -44,6 +44,7 @@ void rmsnorm_fwd_cpu(const Context& ctx, RowsView y, float* rstd, RowsView x, co
 template <class T, class W>
 void rmsnorm_bwd_cpu(const Context& ctx, RowsView dx, float* dw, RowsView dy, RowsView x, const W* w,
                      const float* rstd) {
+  // No work estimate here: fp32 partials, and num_threads parts even for small ops (each part's sum is shorter).
   const int64_t H = x.cols, parts = num_parts(ctx, x.rows);
   std::vector<float> partial(dw ? size_t(parts * H) : 0, 0.f);
   parallel_for_parts(ctx, x.rows, [&](int64_t part, int64_t begin, int64_t end) {
@@ -70,7 +71,7 @@ template <class T, class W>
 void layernorm_fwd_cpu(const Context& ctx, RowsView y, float* mean, float* rstd, RowsView x, const W* w, const W* b,
                        float eps) {
   const int64_t H = x.cols;
-  parallel_for(ctx, x.rows, [&](int64_t begin, int64_t end) {
+  parallel_for(ctx, x.rows, 4 * H, [&](int64_t begin, int64_t end) {
     for (int64_t r = begin; r < end; ++r) {
       const T* xr = x.row<T>(r);
       float m = 0.f;
@@ -91,6 +92,7 @@ void layernorm_fwd_cpu(const Context& ctx, RowsView y, float* mean, float* rstd,
 template <class T, class W>
 void layernorm_bwd_cpu(const Context& ctx, RowsView dx, float* dw, float* db, RowsView dy, RowsView x, const W* w,
                        const float* mean, const float* rstd) {
+  // No work estimate here: fp32 partials, and num_threads parts even for small ops (each part's sum is shorter).
   const int64_t H = x.cols, parts = num_parts(ctx, x.rows);
   std::vector<float> pw(dw ? size_t(parts * H) : 0, 0.f), pb(db ? size_t(parts * H) : 0, 0.f);
   parallel_for_parts(ctx, x.rows, [&](int64_t part, int64_t begin, int64_t end) {

@@ -24,7 +24,7 @@ Status adamw_step(const Context& ctx, TensorView param, TensorView param_copy, T
   float* pv = v.ptr<float>();
   VLPAR_FLOAT_SWITCH(grad.dtype, G, op, {
     const G* g = grad.ptr<G>();
-    parallel_for(ctx, n, [&](int64_t begin, int64_t end) {
+    parallel_for(ctx, n, 16, [&](int64_t begin, int64_t end) {
       for (int64_t i = begin; i < end; ++i) {
         const float gi = to_float(g[i]);
         pm[i] = cfg.beta1 * pm[i] + (1.f - cfg.beta1) * gi;
@@ -40,9 +40,9 @@ Status adamw_step(const Context& ctx, TensorView param, TensorView param_copy, T
 namespace {
 template <class G>
 double sum_squares(const Context& ctx, const G* g, int64_t n) {
-  const int64_t parts = num_parts(ctx, n);
+  const int64_t parts = num_parts(ctx, n, 2);
   std::vector<double> partial(size_t(parts), 0.0);
-  parallel_for_parts(ctx, n, [&](int64_t part, int64_t begin, int64_t end) {
+  parallel_for_parts(ctx, n, 2, [&](int64_t part, int64_t begin, int64_t end) {
     double s = 0.0;
     for (int64_t i = begin; i < end; ++i) s += double(to_float(g[i])) * double(to_float(g[i]));
     partial[size_t(part)] = s;
@@ -65,7 +65,7 @@ Result<double> global_grad_norm(const Context& ctx, std::span<const TensorView> 
 Status scale_(const Context& ctx, TensorView t, float alpha) {
   VLPAR_FLOAT_SWITCH(t.dtype, T, "scale_", {
     T* p = t.ptr<T>();
-    parallel_for(ctx, t.numel(), [&](int64_t begin, int64_t end) {
+    parallel_for(ctx, t.numel(), 1, [&](int64_t begin, int64_t end) {
       for (int64_t i = begin; i < end; ++i) p[i] = from_float<T>(to_float(p[i]) * alpha);
     });
   });

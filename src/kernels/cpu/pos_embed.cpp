@@ -44,7 +44,7 @@ Status pos_embed_forward(const Context& ctx, TensorView pe, TensorView table, st
   size_t corner0 = 0;  // first corner entry of the grid
   for (const VisionGrid& g : grids) {
     const int64_t hw = g.frame_patches();
-    parallel_for(ctx, hw, [&](int64_t begin, int64_t end) {
+    parallel_for(ctx, hw, 8 * hv, [&](int64_t begin, int64_t end) {
       for (int64_t q = begin; q < end; ++q) {
         const PosEmbedCorners& k = corners[corner0 + size_t(q)];
         const float* t0 = T + int64_t(k.index[0]) * hv;

@@ -26,7 +26,7 @@ void rotary_cpu(const Context& ctx, const TensorView& y, const TensorView& x, co
   const int64_t n_tok = x.size(0), H = x.size(1);
   std::vector<RotaryFreq> freq(static_cast<size_t>(half));
   for (int j = 0; j < half; ++j) freq[size_t(j)] = rotary_freq(d, j);
-  parallel_for(ctx, n_tok, [&](int64_t begin, int64_t end) {
+  parallel_for(ctx, n_tok, 4 * H * x.size(2), [&](int64_t begin, int64_t end) {
     std::vector<float> c(static_cast<size_t>(half)), s(static_cast<size_t>(half));
     for (int64_t t = begin; t < end; ++t) {
       for (int j = 0; j < half; ++j) {

@@ -31,7 +31,7 @@ Status router_forward(const Context& ctx, TensorView weights, TensorView indices
   const char* op = "router_forward";
   const int64_t T = logits.size(0), E = desc.num_experts, K = desc.top_k;
   VLPAR_FLOAT_SWITCH(logits.dtype, L, op, {
-    parallel_for(ctx, T, [&](int64_t begin, int64_t end) {
+    parallel_for(ctx, T, 8 * E, [&](int64_t begin, int64_t end) {
       std::vector<int32_t> order(static_cast<size_t>(E));
       std::vector<float> biased(expert_bias.empty() ? 0 : static_cast<size_t>(E));
       const float* bias = expert_bias.empty() ? nullptr : expert_bias.ptr<float>();
@@ -68,7 +68,7 @@ Status router_forward(const Context& ctx, TensorView weights, TensorView indices
 Status router_backward(const Context& ctx, TensorView dlogits, TensorView dweights, TensorView probs,
                        TensorView indices, TensorView weights, const RouterDesc& desc) {
   const int64_t T = probs.size(0), E = desc.num_experts, K = desc.top_k;
-  parallel_for(ctx, T, [&](int64_t begin, int64_t end) {
+  parallel_for(ctx, T, 4 * E * K, [&](int64_t begin, int64_t end) {
     std::vector<float> dp(static_cast<size_t>(E));
     for (int64_t t = begin; t < end; ++t) {
       const float* p = probs.ptr<float>() + t * E;
@@ -121,7 +121,7 @@ Status router_aux_backward(const Context& ctx, TensorView dlogits, TensorView pr
   std::vector<float> dp(static_cast<size_t>(E));
   const double R = double(stats.rows);
   for (int64_t e = 0; e < E; ++e) dp[size_t(e)] = float(double(grad_aux) * double(E) * (stats.counts[size_t(e)] / R) / R);
-  parallel_for(ctx, T, [&](int64_t begin, int64_t end) {
+  parallel_for(ctx, T, 4 * E, [&](int64_t begin, int64_t end) {
     for (int64_t t = begin; t < end; ++t)
       softmax_backward_row(dlogits.ptr<float>() + t * E, probs.ptr<float>() + t * E, dp.data(), E, true);
   });
@@ -188,7 +188,7 @@ Status router_seq_aux_backward(const Context& ctx, TensorView dlogits, TensorVie
 
 Status router_z_backward(const Context& ctx, TensorView dlogits, TensorView probs, TensorView lse, float scale) {
   const int64_t T = probs.size(0), E = probs.size(1);
-  parallel_for(ctx, T, [&](int64_t begin, int64_t end) {
+  parallel_for(ctx, T, 4 * E, [&](int64_t begin, int64_t end) {
     for (int64_t t = begin; t < end; ++t) {
       const float c = scale * 2.f * lse.ptr<float>()[t];
       const float* p = probs.ptr<float>() + t * E;
