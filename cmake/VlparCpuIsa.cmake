@@ -19,7 +19,9 @@ function(vlpar_add_cpu_isa_kernels target)
   if(NOT CMAKE_SYSTEM_PROCESSOR MATCHES "x86_64|AMD64")
     message(FATAL_ERROR "vlpar: the CPU paths are x86-64 only (found ${CMAKE_SYSTEM_PROCESSOR})")
   endif()
-  if(NOT CMAKE_OBJCOPY OR NOT CMAKE_LINKER OR NOT CMAKE_NM OR NOT CMAKE_OBJDUMP)
+  # GNU ld for the relocatable link (--force-group-allocation): with clang, CMAKE_LINKER may be lld, which lacks it.
+  find_program(VLPAR_GNU_LD NAMES ld.bfd ld DOC "GNU ld, for the per-ISA relocatable objects")
+  if(NOT CMAKE_OBJCOPY OR NOT VLPAR_GNU_LD OR NOT CMAKE_NM OR NOT CMAKE_OBJDUMP)
     message(FATAL_ERROR "vlpar: the per-ISA kernel objects need ld, objcopy, nm and objdump (binutils)")
   endif()
   file(GLOB isa_sources CONFIGURE_DEPENDS ${PROJECT_SOURCE_DIR}/src/kernels/cpu/*.cpp)
@@ -57,7 +59,7 @@ function(vlpar_add_cpu_isa_kernels target)
     set(joined ${CMAKE_CURRENT_BINARY_DIR}/${objlib}.joined.o)
     set(merged ${CMAKE_CURRENT_BINARY_DIR}/${objlib}.o)
     add_custom_command(OUTPUT ${merged}
-      COMMAND ${CMAKE_LINKER} -r --force-group-allocation -o ${joined} $<TARGET_OBJECTS:${objlib}>
+      COMMAND ${VLPAR_GNU_LD} -r --force-group-allocation -o ${joined} $<TARGET_OBJECTS:${objlib}>
       COMMAND ${CMAKE_OBJCOPY} --wildcard "--keep-global-symbol=_ZN5vlpar${len}isa_${isa}*" ${joined} ${merged}
       COMMAND ${CMAKE_COMMAND} -DOBJ=${merged} -DNM=${CMAKE_NM} -DOBJDUMP=${CMAKE_OBJDUMP} -DISA=${isa}
               -P ${PROJECT_SOURCE_DIR}/cmake/check_isa_object.cmake

@@ -10,6 +10,7 @@ packages=(
   libgtest-dev libgmock-dev libbenchmark-dev
   libboost-context-dev      # fibers of the CUDA emulation tier (preset emu)
   libopenmpi-dev openmpi-bin
+  clang libclang-rt-14-dev   # stage sanitize: ASan/UBSan and TSan builds (presets sanitize, tsan)
   lomiri-wallpapers-16.04   # real photographs for the demo VQA data (scripts/demo.sh) and its CI test
 )
 missing=()

@@ -86,7 +86,8 @@ def main(argv):
     loads = sorted(set([0] + [int(x) for x in a.loads.split(",")]))
     benches = a.bench.split(",")
     names = [f"vlpar{i}" if len(benches) > 1 else "vlpar" for i in range(len(benches))]
-    runners = [(n, (lambda b: lambda d, m, bt: vlpar_step(b, d, a.steps, a.threads))(b)) for n, b in zip(names, benches)]
+    runners = [(n, (lambda b: lambda d, m, bt: vlpar_step(b, d, a.steps, a.threads))(b))
+               for n, b in zip(names, benches)]
     if not a.vlpar_only:
         runners.append(("torch", lambda d, m, bt: torch_step(m, bt, a.steps)))
     for n, b in zip(names, benches):

@@ -23,8 +23,6 @@ namespace nn = vlpar::nn;
 namespace {
 
 constexpr int64_t kIgnore = -100;
-constexpr size_t kVisionBlockParams = 12;  // norm1 w/b, qkv w/b, proj w/b, norm2 w/b, fc1 w/b, fc2 w/b
-constexpr size_t kMergerParams = 6;        // norm w/b, fc1 w/b, fc2 w/b
 constexpr size_t kNotHeld = SIZE_MAX;      // the registry index of a parameter this pipeline part does not hold
 
 // Rows of `ids` equal to `pad_id`, in order.

@@ -267,8 +267,9 @@ Result<TrainConfig> parse_train_config(std::string_view toml_text, std::string_v
     VLPAR_CHECK(known_section && sec_table != nullptr, "{}:{}: unknown section [{}]", source,
                 sec_node.source().begin.line, sec);
     for (auto&& [key, node] : *sec_table) {
+      const std::string_view name = key.str();  // a structured binding cannot be captured before C++20 (clang 14)
       auto it = std::find_if(table.begin(), table.end(),
-                             [&](const Field& f) { return f.section == sec && f.key == key.str(); });
+                             [&](const Field& f) { return f.section == sec && f.key == name; });
       VLPAR_CHECK(it != table.end(), "{}:{}: unknown key {}.{}", source, node.source().begin.line, sec, key.str());
       VLPAR_CHECK(assign(*it, node), "{}:{}: {} must be {}", source, node.source().begin.line, it->dotted(),
                   type_name(it->ptr));

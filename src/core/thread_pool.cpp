@@ -166,7 +166,8 @@ void ThreadPool::run_erased(int64_t parts, Invoke invoke, void* obj) {
   run_parts(epoch);  // the caller works too: with every worker descheduled it runs all parts itself
   const auto finished = [&] { return int64_t(done_.load(std::memory_order_acquire)) == parts; };
   if (!spin_until(kCallerSpin, finished)) {
-    for (uint32_t d = done_.load(std::memory_order_seq_cst); int64_t(d) != parts; d = done_.load(std::memory_order_seq_cst))
+    for (uint32_t d = done_.load(std::memory_order_seq_cst); int64_t(d) != parts;
+         d = done_.load(std::memory_order_seq_cst))
       sleep_while_equal(done_, d, done_sleepers_);
   }
   if (error_) std::rethrow_exception(error_);

@@ -2,6 +2,10 @@
 // Compiled once, for the base path (it must run on any x86-64 CPU to find out which path to take).
 #include "vlpar/kernels/cpu_isa.hpp"
 
+#if defined(__x86_64__)
+#include <cpuid.h>
+#endif
+
 #include <cstdlib>
 #include <string_view>
 
@@ -52,9 +56,12 @@ std::vector<CpuIsa> cpu_isas_compiled() {
 CpuIsa cpu_isa_supported() {
 #if defined(__x86_64__) && (defined(__GNUC__) || defined(__clang__))
   __builtin_cpu_init();
+  // F16C and MOVBE from CPUID leaf 1 (ECX): clang 14's __builtin_cpu_supports does not know their names.
+  unsigned eax = 0, ebx = 0, ecx = 0, edx = 0;
+  const bool leaf1 = __get_cpuid(1, &eax, &ebx, &ecx, &edx) != 0;
+  const bool f16c_movbe = leaf1 && (ecx & bit_F16C) != 0 && (ecx & bit_MOVBE) != 0;
   const bool v3 = __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma") &&
-                  __builtin_cpu_supports("bmi") && __builtin_cpu_supports("bmi2") &&
-                  __builtin_cpu_supports("f16c") && __builtin_cpu_supports("movbe");
+                  __builtin_cpu_supports("bmi") && __builtin_cpu_supports("bmi2") && f16c_movbe;
   const bool v4 = v3 && __builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512bw") &&
                   __builtin_cpu_supports("avx512cd") && __builtin_cpu_supports("avx512dq") &&
                   __builtin_cpu_supports("avx512vl");

@@ -55,6 +55,9 @@ TEST(CoreDType, Bf16RoundsToNearestEvenOnSampledFloats) {
 
 TEST(CoreDType, F16MatchesCompilerFloat16Exhaustively) {
   // Every f16 pattern round-trips, and float→f16 matches the compiler's _Float16 (IEEE RNE) on ~16M floats.
+#if defined(__clang__) && __clang_major__ < 15
+  GTEST_SKIP() << "clang " << __clang_major__ << " has no _Float16 on x86-64 (the GCC build runs this test)";
+#else
   for (uint32_t h = 0; h < 0x10000u; ++h) {
     const f16 x{uint16_t(h)};
     const float f = f16_to_float(x);
@@ -77,6 +80,7 @@ TEST(CoreDType, F16MatchesCompilerFloat16Exhaustively) {
     std::memcpy(&rb, &ref, 2);
     ASSERT_EQ(float_to_f16(f).bits, rb) << "float bits 0x" << std::hex << bits;
   }
+#endif
 }
 
 TEST(CorePhilox, MatchesRandom123KnownAnswers) {

@@ -3,9 +3,11 @@
 // exceptions reach the caller, and a job finishes while its workers cannot run.
 #include <gtest/gtest.h>
 
+#include <array>
 #include <atomic>
 #include <chrono>
 #include <condition_variable>
+#include <memory>
 #include <mutex>
 #include <stdexcept>
 #include <thread>
@@ -37,6 +39,20 @@ TEST(ThreadPool, DestroyedRightAfterItsFirstJob) {
     std::atomic<int> ran{0};
     pool.run(8, [&](int64_t) { ran.fetch_add(1); });
     EXPECT_EQ(ran.load(), 8);
+  }
+}
+
+TEST(ThreadPool, RunReturnsOnlyAfterEveryPartFinished) {
+  // Parts of different lengths (sleeping, so they overlap even on one core): whoever claimed them, run() returns
+  // after the slowest.
+  ThreadPool pool;
+  for (int rep = 0; rep < 3; ++rep) {
+    auto finished = std::make_shared<std::array<std::atomic<int>, 4>>();
+    pool.run(4, [finished](int64_t p) {
+      std::this_thread::sleep_for(std::chrono::milliseconds(5 * (p + 1)));
+      (*finished)[size_t(p)].store(1);
+    });
+    for (int p = 0; p < 4; ++p) EXPECT_EQ((*finished)[size_t(p)].load(), 1) << "part " << p << ", rep " << rep;
   }
 }
 
