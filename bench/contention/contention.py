@@ -24,8 +24,7 @@ import time
 
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "..", "tools", "bench"))
 import torch  # noqa: E402
-from safetensors.torch import save_file  # noqa: E402
-from qwen3vl_step_vs_torch import CONFIGS, build_batch, build_model, torch_step_times  # noqa: E402
+from qwen3vl_step_vs_torch import prepare, torch_step_times  # noqa: E402
 
 BUSY = "while True: pass"
 
@@ -55,20 +54,6 @@ def with_load(k, fn):
             p.kill()
         for p in busy:
             p.wait()
-
-
-def prepare(name, work):
-    c = CONFIGS[name]
-    d = os.path.join(work, name)
-    os.makedirs(d, exist_ok=True)
-    model = build_model(c, "sdpa")
-    model.save_pretrained(d, safe_serialization=True)
-    batch = build_batch(c, torch.Generator().manual_seed(1))
-    input_ids, labels, pixels, grid = batch
-    save_file({"input_ids": input_ids, "labels": labels,
-               "cu_seqlens": torch.tensor([0, input_ids.numel()], dtype=torch.int64),
-               "pixel_values": pixels, "image_grid_thw": grid}, os.path.join(d, "batch.safetensors"))
-    return d, model, batch
 
 
 def main(argv):

@@ -97,6 +97,21 @@ def torch_step_times(model, batch, steps):
     return statistics.median(times[1:]), loss, times[1:]
 
 
+def prepare(name, work):
+    """The model (HF format) and batch file of config `name` under work/name: (directory, model, batch)."""
+    c = CONFIGS[name]
+    d = os.path.join(work, name)
+    os.makedirs(d, exist_ok=True)
+    model = build_model(c, "sdpa")
+    model.save_pretrained(d, safe_serialization=True)
+    batch = build_batch(c, torch.Generator().manual_seed(1))
+    input_ids, labels, pixels, grid = batch
+    save_file({"input_ids": input_ids, "labels": labels,
+               "cu_seqlens": torch.tensor([0, input_ids.numel()], dtype=torch.int64),
+               "pixel_values": pixels, "image_grid_thw": grid}, os.path.join(d, "batch.safetensors"))
+    return d, model, batch
+
+
 def main(argv):
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--bench", default="build/cpu/examples/qwen3vl/qwen3vl-bench")
@@ -109,15 +124,8 @@ def main(argv):
     rows = []
     for name in a.configs.split(","):
         c = CONFIGS[name]
-        d = os.path.join(a.work, name)
-        os.makedirs(d, exist_ok=True)
-        model = build_model(c, "sdpa")
-        model.save_pretrained(d, safe_serialization=True)
-        batch = build_batch(c, torch.Generator().manual_seed(1))
+        d, model, batch = prepare(name, a.work)
         input_ids, labels, pixels, grid = batch
-        save_file({"input_ids": input_ids, "labels": labels,
-                   "cu_seqlens": torch.tensor([0, input_ids.numel()], dtype=torch.int64),
-                   "pixel_values": pixels, "image_grid_thw": grid}, os.path.join(d, "batch.safetensors"))
         n_params = sum(x.numel() for x in model.parameters())
         # vlpar and torch alternate: vlpar, torch sdpa, torch eager.
         out = subprocess.run([a.bench, "--model", d, "--input", os.path.join(d, "batch.safetensors"), "--steps",
