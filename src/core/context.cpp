@@ -3,8 +3,8 @@
 
 #include <sched.h>
 
+#include <algorithm>
 #include <cstdlib>
-#include <string>
 #include <thread>
 
 namespace vlpar {

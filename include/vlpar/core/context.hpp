@@ -45,6 +45,9 @@ inline int64_t num_parts(const Context& ctx, int64_t n, int64_t work) {
 }
 
 namespace detail {
+/// The pool ctx names, else the process-wide one.
+inline ThreadPool& pool_of(const Context& ctx) { return ctx.pool != nullptr ? *ctx.pool : ThreadPool::shared(); }
+
 template <class Fn>
 void run_parts(const Context& ctx, int64_t n, int64_t parts, Fn&& fn) {
   if (n <= 0) return;
@@ -52,8 +55,7 @@ void run_parts(const Context& ctx, int64_t n, int64_t parts, Fn&& fn) {
     fn(int64_t{0}, int64_t{0}, n);
     return;
   }
-  ThreadPool& pool = ctx.pool != nullptr ? *ctx.pool : ThreadPool::shared();
-  pool.run(parts, [&](int64_t p) { fn(p, n * p / parts, n * (p + 1) / parts); });
+  pool_of(ctx).run(parts, [&](int64_t p) { fn(p, n * p / parts, n * (p + 1) / parts); });
 }
 }  // namespace detail
 
@@ -94,8 +96,7 @@ void parallel_for_dynamic(const Context& ctx, int64_t n, Fn&& fn) {
     return;
   }
   std::atomic<int64_t> next{0};
-  ThreadPool& pool = ctx.pool != nullptr ? *ctx.pool : ThreadPool::shared();
-  pool.run(threads, [&](int64_t) {
+  detail::pool_of(ctx).run(threads, [&](int64_t) {
     for (int64_t i = next.fetch_add(1, std::memory_order_relaxed); i < n;
          i = next.fetch_add(1, std::memory_order_relaxed))
       fn(i);

@@ -8,8 +8,8 @@
 // waits for a descheduled worker's next time slice (issue 18: a 7 ms training step took up to 7.5 s beside four
 // busy processes). Here a worker the scheduler has not run yet simply finds no part left when it wakes.
 //
-// Workers spin briefly between jobs (consecutive ops are microseconds apart), then block on a futex
-// (a Linux futex), so an idle pool uses no CPU. One job at a time: a second thread that calls run() while a
+// Workers spin briefly between jobs (consecutive ops are microseconds apart), then block on a Linux futex, so an
+// idle pool uses no CPU. One job at a time: a second thread that calls run() while a
 // job is in flight, and any call from inside a part (nesting), runs its parts inline on the calling thread.
 // An exception thrown by a part is rethrown by run() after every claimed part has finished (the first one wins).
 // Test: tests/unit/test_thread_pool.cpp. Bench: bench/contention/ (idle vs busy machine, next to PyTorch).
@@ -38,7 +38,7 @@ class ThreadPool {
   static ThreadPool& shared();
 
   /// @brief Runs fn(part) for every part in [0, parts), on the caller and up to parts − 1 workers; returns when all
-  /// have run. parts must be in [1, kMaxParts].
+  /// have run. A job of more than kMaxParts parts runs inline on the caller.
   template <class Fn>
   void run(int64_t parts, Fn&& fn) {
     auto invoke = [](void* obj, int64_t part) { (*static_cast<std::remove_reference_t<Fn>*>(obj))(part); };
