@@ -83,7 +83,8 @@ function(vlpar_cuda_kernel_sources sources_var defs_var)
 endfunction()
 
 # Adds the CUDA kernels to `target` (src/kernels/cuda/*.cu, instantiation files filtered by VLPAR_DTYPES) and
-# defines the ptxas_report target over the same files.
+# defines the ptxas_report target over the same compiles (a user's CMAKE_CUDA_COMPILER_LAUNCHER, e.g. ccache, runs
+# inside vlpar's capturing launcher).
 set(VLPAR_CUDA_WERROR "")  # nvcc's warnings (ptxas spills included) as errors unless VLPAR_WERROR is OFF
 if(VLPAR_WERROR)
   set(VLPAR_CUDA_WERROR -Werror=all-warnings)
@@ -105,32 +106,20 @@ function(vlpar_add_cuda_kernels target)
                                ${VLPAR_CUDA_WERROR}>)
   target_link_libraries(${target} PUBLIC CUDA::cudart)
 
-  string(REPLACE ";" "|" report_sources "${cu_sources}")
-  string(REPLACE ";" "|" report_defs "VLPAR_WITH_CUDA=1;FMT_USE_CONSTEXPR=1;${dtype_defs}")
-  string(REPLACE ";" "|" report_archs "${VLPAR_CUDA_ARCHS}")
-  # One compile per source (the build tool runs them in parallel), then the report over their outputs. The
-  # compiles depend on every CUDA header so that a stale output is never reported.
-  file(GLOB report_headers CONFIGURE_DEPENDS ${PROJECT_SOURCE_DIR}/src/kernels/cuda/*.cuh
-       ${PROJECT_SOURCE_DIR}/src/kernels/cuda/ptx/*.cuh ${PROJECT_SOURCE_DIR}/include/vlpar/kernels/cuda/*.hpp)
+  # ptxas's resource usage comes from the build's own compiles: --resource-usage on every kernel source, whose
+  # output the launcher (cmake/nvcc_capture.cmake) keeps per source under <build>/ptxas/; ptxas_report then reads
+  # those files (no second compile). Spills already fail the compile itself (--warn-on-spills as an error).
   set(raw_dir ${CMAKE_BINARY_DIR}/ptxas)
-  set(raw_files "")
-  foreach(src IN LISTS cu_sources)
-    get_filename_component(file_name ${src} NAME)
-    add_custom_command(OUTPUT ${raw_dir}/${file_name}.txt
-      COMMAND ${CMAKE_COMMAND} -E make_directory ${raw_dir}
-      COMMAND ${CMAKE_COMMAND} -DNVCC=${CMAKE_CUDA_COMPILER} "-DARCHS=${report_archs}" "-DDEFINES=${report_defs}"
-              -DSOURCE_DIR=${PROJECT_SOURCE_DIR} -DCOMPILE_ONE=${src} -DRAW_OUT=${raw_dir}/${file_name}.txt
-              -P ${PROJECT_SOURCE_DIR}/cmake/ptxas_report.cmake
-      DEPENDS ${src} ${report_headers} ${PROJECT_SOURCE_DIR}/cmake/ptxas_report.cmake
-      COMMENT "ptxas resource usage of ${file_name}"
-      VERBATIM)
-    list(APPEND raw_files ${raw_dir}/${file_name}.txt)
-  endforeach()
+  target_compile_options(${target} PRIVATE $<$<COMPILE_LANGUAGE:CUDA>:--resource-usage>)
+  set_target_properties(${target} PROPERTIES CUDA_COMPILER_LAUNCHER
+    "${CMAKE_COMMAND};-DRAW_DIR=${raw_dir};-P;${PROJECT_SOURCE_DIR}/cmake/nvcc_capture.cmake;--;${CMAKE_CUDA_COMPILER_LAUNCHER}")
+  string(REPLACE ";" "|" report_sources "${cu_sources}")
+  string(REPLACE ";" "|" report_archs "${VLPAR_CUDA_ARCHS}")
   add_custom_target(ptxas_report
     COMMAND ${CMAKE_COMMAND} -DNVCC=${CMAKE_CUDA_COMPILER} "-DARCHS=${report_archs}" "-DSOURCES=${report_sources}"
-            "-DDEFINES=${report_defs}" -DSOURCE_DIR=${PROJECT_SOURCE_DIR} -DOUT=${CMAKE_BINARY_DIR}/ptxas_report.txt
+            -DSOURCE_DIR=${PROJECT_SOURCE_DIR} -DOUT=${CMAKE_BINARY_DIR}/ptxas_report.txt
             -DRAW_DIR=${raw_dir} -P ${PROJECT_SOURCE_DIR}/cmake/ptxas_report.cmake
-    DEPENDS ${raw_files}
-    COMMENT "ptxas resource usage of every vlpar CUDA kernel"
+    DEPENDS ${target}
+    COMMENT "ptxas resource usage of every vlpar CUDA kernel (from the build of ${target})"
     VERBATIM)
 endfunction()

@@ -4,9 +4,8 @@
 # Invoked by the `ptxas_report` target: cmake --build <dir> --target ptxas_report
 # Inputs (lists joined with '|'): NVCC, ARCHS, SOURCES (the .cu files the build compiles, i.e. after the
 # VLPAR_DTYPES filter), DEFINES, SOURCE_DIR, OUT. Without SOURCES every src/kernels/cuda/*.cu is compiled.
-# Two steps, so that the build tool runs the compiles in parallel (cmake --build <dir> -j N --target ptxas_report):
-#   -DCOMPILE_ONE=<source> -DRAW_OUT=<file>: compile one source for every architecture, write nvcc's output, stop;
-#   -DRAW_DIR=<dir>: read <dir>/<source name>.txt for every source instead of compiling, then report.
+#   -DRAW_DIR=<dir>: the target's way: read <dir>/<source name>.txt, the output the build's own compile of each
+#   source left there (cmake/nvcc_capture.cmake, the kernels' compiler launcher), instead of compiling again.
 string(REPLACE "|" ";" archs "${ARCHS}")
 string(REPLACE "|" ";" sources "${SOURCES}")
 string(REPLACE "|" ";" defines "${DEFINES}")
@@ -32,11 +31,6 @@ function(ptxas_compile src out_var)
   endif()
   set(${out_var} "${out}${err}" PARENT_SCOPE)
 endfunction()
-if(COMPILE_ONE)
-  ptxas_compile("${COMPILE_ONE}" text)
-  file(WRITE "${RAW_OUT}" "${text}")
-  return()
-endif()
 get_filename_component(nvcc_dir "${NVCC}" DIRECTORY)
 find_program(CUFILT NAMES cu++filt c++filt HINTS "${nvcc_dir}")  # Itanium mangling: binutils c++filt also works
 
@@ -47,6 +41,11 @@ set(n_spilling 0)
 foreach(src IN LISTS sources)
   get_filename_component(file_name "${src}" NAME)
   if(RAW_DIR)
+    if(NOT EXISTS "${RAW_DIR}/${file_name}.txt")
+      message(FATAL_ERROR "ptxas_report: no compiler output for ${file_name} in ${RAW_DIR} (its object was built "
+                          "before the capturing launcher, or the folder was removed): delete the object or run "
+                          "`cmake --build <dir> --target clean`, then build again")
+    endif()
     file(READ "${RAW_DIR}/${file_name}.txt" text)
   else()
     ptxas_compile("${src}" text)
@@ -65,6 +64,12 @@ foreach(src IN LISTS sources)
     if(line MATCHES "Compiling entry function '([^']+)' for '(sm_[0-9a-z]+)'")
       set(kernel "${CMAKE_MATCH_1}")
       set(arch "${CMAKE_MATCH_2}")
+    elseif(kernel AND line MATCHES "Function properties for ([^ ]+)")
+      # nvcc compiles the architectures in parallel (--threads=0): a record must still be contiguous, or its
+      # registers would be reported against another kernel.
+      if(NOT CMAKE_MATCH_1 STREQUAL kernel)
+        message(FATAL_ERROR "ptxas_report: interleaved ptxas output in ${file_name} (${kernel} / ${CMAKE_MATCH_1})")
+      endif()
     elseif(kernel AND line MATCHES "([0-9]+) bytes stack frame, ([0-9]+) bytes spill stores, ([0-9]+) bytes spill")
       set(stack "${CMAKE_MATCH_1}")
       set(spill_st "${CMAKE_MATCH_2}")

@@ -6,7 +6,8 @@
 #   generated the generated sources are up to date (CUDA instantiations, CPU dispatch), the layering of #includes,
 #             the rules of CUDA sources (prelude first, VLPAR_SHARED, launch<Kernel>: tools/check_cuda_sources.py)
 #   cuda      where nvcc exists: vlpar::kernels and vlpar::comm of the CUDA build (host code, NCCL backend), and
-#             every CUDA kernel per architecture with the ptxas report (registers, spills; fails on any spill),
+#             the ptxas report of that very compile (every kernel per architecture: registers, spills; fails on
+#             any spill),
 #             the PTX wrappers assembled for sm_80/sm_90a, and the SASS of every kernel checked against the
 #             instructions its family promises (tools/check_sass.py; cuobjdump from PyPI).
 #             The gpu tests are not built here: without a device they could only skip (a GPU machine runs them).
@@ -63,6 +64,7 @@ cuda() {
   # Host code of the CUDA build (core's device allocator, the kernels' launchers, the NCCL backend; only the base
   # CPU path: the CPU stage builds the others), then every kernel per architecture for the ptxas report.
   cmake --preset cuda -DVLPAR_BUILD_TESTS=OFF -DVLPAR_BUILD_EXAMPLES=OFF -DVLPAR_CPU_ISAS= > /dev/null
+  # ptxas_report reads the resource usage the kernels' own compile left behind (one nvcc compile per source).
   cmake --build build/cuda -j"$jobs" --target vlpar_kernels vlpar_comm
   cmake --build build/cuda -j"$jobs" --target ptxas_report
   # The PTX wrappers (src/kernels/cuda/ptx/) through the emulator's warp-matrix test kernels: the inline PTX must
