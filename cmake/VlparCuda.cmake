@@ -111,8 +111,9 @@ function(vlpar_add_cuda_kernels target)
   # those files (no second compile). Spills already fail the compile itself (--warn-on-spills as an error).
   set(raw_dir ${CMAKE_BINARY_DIR}/ptxas)
   target_compile_options(${target} PRIVATE $<$<COMPILE_LANGUAGE:CUDA>:--resource-usage>)
-  set_target_properties(${target} PROPERTIES CUDA_COMPILER_LAUNCHER
-    "${CMAKE_COMMAND};-DRAW_DIR=${raw_dir};-P;${PROJECT_SOURCE_DIR}/cmake/nvcc_capture.cmake;--;${CMAKE_CUDA_COMPILER_LAUNCHER}")
+  set(launcher ${CMAKE_COMMAND} -DRAW_DIR=${raw_dir} -P ${PROJECT_SOURCE_DIR}/cmake/nvcc_capture.cmake --
+      ${CMAKE_CUDA_COMPILER_LAUNCHER})
+  set_target_properties(${target} PROPERTIES CUDA_COMPILER_LAUNCHER "${launcher}")
   string(REPLACE ";" "|" report_sources "${cu_sources}")
   string(REPLACE ";" "|" report_archs "${VLPAR_CUDA_ARCHS}")
   add_custom_target(ptxas_report

@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # The README's test command (and what CI runs): installs missing dependencies, then runs the stages below. Each
 # stage prints `== stage <name>: <seconds> s` and fails CI when it overruns its budget in .ci/stage_budget.txt
-# (the budgets add up to the cold-machine limit, so a new suite has to make room instead of silently growing CI).
+# by more than the earlier stages left unused (the budgets add up to the cold-machine limit, so a new suite has
+# to make room instead of silently growing CI).
 #   deps      Debian packages (scripts/install_deps.sh)
 #   generated the generated sources are up to date (CUDA instantiations, CPU dispatch), the layering of #includes,
 #             the rules of CUDA sources (prelude first, VLPAR_SHARED, launch<Kernel>: tools/check_cuda_sources.py)
@@ -15,7 +16,7 @@
 #             compiled by g++ and run on the CPU, docs/cuda-emulation.md), every CPU path of vlpar::kernels
 #   package   `cmake --install`, then tests/consumer against it (find_package, all components) and
 #             tests/consumer_core (COMPONENTS core kernels comm nn: no image, regex or YAML library on its link
-#             line), and the add_subdirectory consumer (core targets only)
+#             line), and the add_subdirectory consumer (vlpar::core and vlpar::kernels only)
 #   tests     every ctest (labels unit, isa, mpi, emu), last, so the final summary is the run that executes the
 #             tests; then the proof that every CUDA kernel of the nvcc build ran under emulation
 #             (tools/check_emu_coverage.py: `emulated kernels launched: N of M`)
@@ -40,11 +41,23 @@ stage() {  # stage <name> <command...>
     echo "stage '$name' has no budget in $budget_file" >&2
     exit 1
   fi
+  # A stage may overrun its own budget by what the stages before it left unused (CI machines differ in speed
+  # from run to run, stage by stage); the run fails once the stages so far are past the sum of their budgets,
+  # so the whole run still fits the sum of all budgets (the 25-minute limit).
+  stages_took=$(( stages_took + took ))
+  stages_budget=$(( stages_budget + budget ))
   if [ "$took" -gt "$budget" ]; then
-    echo "stage '$name' took $took s, over its budget of $budget s ($budget_file)" >&2
-    exit 1
+    if [ "$stages_took" -gt "$stages_budget" ]; then
+      echo "stage '$name' took $took s, over its budget of $budget s, and the stages so far took $stages_took s," \
+           "over their $stages_budget s ($budget_file)" >&2
+      exit 1
+    fi
+    echo "stage '$name' took $took s, over its budget of $budget s: absorbed by the earlier stages" \
+         "($stages_took of $stages_budget s so far)"
   fi
 }
+stages_took=0
+stages_budget=0
 
 deps() { "$(pwd)/scripts/install_deps.sh"; }
 
@@ -127,7 +140,7 @@ package() {
     exit 1
   fi
   echo "consumer of core+kernels+comm+nn: no image, regex or YAML library linked"
-  cmake -S tests/consumer -B build/consumer-subdir -DVLPAR_CONSUMER_CORE=ON -DVLPAR_SOURCE_DIR="$(pwd)" -DVLPAR_CPU_ISAS= \
+  cmake -S tests/consumer -B build/consumer-subdir -DVLPAR_SOURCE_DIR="$(pwd)" -DVLPAR_CPU_ISAS= \
     -DCMAKE_BUILD_TYPE=Release > /dev/null
   cmake --build build/consumer-subdir -j"$jobs" --target vlpar_consumer
   ./build/consumer-subdir/vlpar_consumer

@@ -23,7 +23,6 @@ namespace nn = vlpar::nn;
 
 namespace {
 
-constexpr int64_t kIgnore = -100;
 // A decode step is a chain of ~15 one-token ops per layer. A parallel region per op costs more than it saves
 // below a few million weights (on an oversubscribed machine, a scheduler timeslice per region: measured 1.4 vs
 // 25 tokens/s on the 100M bench config with 2 threads), so ops touching fewer elements run on one thread.
@@ -107,7 +106,7 @@ Result<TensorView> Generator::prefill(const Context& ctx, const Batch& prompt) {
   Allocator& alloc = *ctx.allocator;
   const std::array<int64_t, 2> cu_storage = {0, N};
   VLPAR_ASSIGN_OR_RETURN(Tensor labels, Tensor::empty(alloc, Shape{N}, DType::kI64));
-  std::fill(labels.ptr<int64_t>(), labels.ptr<int64_t>() + N, kIgnore);
+  std::fill(labels.ptr<int64_t>(), labels.ptr<int64_t>() + N, kIgnoreIndex);
   Batch b = prompt;
   b.labels = labels;
   b.cu_seqlens = TensorView(const_cast<int64_t*>(cu_storage.data()), DType::kI64, Shape{2});

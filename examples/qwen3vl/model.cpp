@@ -22,7 +22,6 @@ namespace nn = vlpar::nn;
 
 namespace {
 
-constexpr int64_t kIgnore = -100;
 constexpr size_t kNotHeld = SIZE_MAX;      // the registry index of a parameter this pipeline part does not hold
 
 // Rows of `ids` equal to `pad_id`, in order.
@@ -78,7 +77,7 @@ nn::TransformerConfig Model::text_block_config() const {
   c.eps = float(t.rms_eps);
   c.rope_theta = float(t.rope_theta);
   c.init_std = float(t.initializer_range);
-  c.ignore_index = kIgnore;
+  c.ignore_index = kIgnoreIndex;
   c.qk_norm = true;
   c.rope = nn::RopeKind::kMRoPE;
   c.mrope_section = t.mrope_section;
@@ -384,7 +383,7 @@ Status Model::prepare(const Context& ctx, const Batch& batch, Stash& stash) cons
   VLPAR_CHECK(batch.positions.ndim() == 2, "Qwen3-VL needs MRoPE positions [3, {}] in the batch, got {}", N,
               batch.positions.to_string());
   // Sample boundaries as i32 (attention), the batch's MRoPE positions, labels shifted within each sample.
-  VLPAR_ASSIGN_OR_RETURN(stash.targets, nn::causal_targets(ctx, batch, kIgnore));
+  VLPAR_ASSIGN_OR_RETURN(stash.targets, nn::causal_targets(ctx, batch, kIgnoreIndex));
   stash.positions = batch.positions;
   stash.aux = vlpar::RouterAuxStats{};
   stash.expert_load.assign(size_t(t.layers) * size_t(t.num_experts), 0.0);

@@ -48,6 +48,9 @@
 
 namespace qwen3vl {
 
+/// Label of a position that is not supervised (HF's ignore_index; the data pipeline's kIgnoreLabel).
+inline constexpr int64_t kIgnoreIndex = -100;
+
 using vlpar::Allocator;
 using vlpar::Context;
 using vlpar::Tensor;

@@ -27,6 +27,16 @@ const char* backend_name(Backend b) {
 
 namespace detail {
 
+Status copy_flat(const TensorView& out, const TensorView& in) {
+  if (out.data == in.data || in.numel() == 0) return Status::Ok();
+  return copy_(TensorView(out.data, out.dtype, {out.numel()}, out.device),
+               TensorView(in.data, in.dtype, {in.numel()}, in.device));
+}
+
+}  // namespace detail
+
+namespace detail {
+
 std::string op_site(std::string_view op, const Communicator& c) {
   return fmt::format("{} on group '{}' (rank {} of {})", op, c.options().name, c.rank(), c.size());
 }

@@ -17,6 +17,10 @@ namespace vlpar::comm::detail {
 /// "all_gather on group 'tp' (rank 1 of 2)"
 std::string op_site(std::string_view op, const Communicator& c);
 
+/// Copies in -> out as flat element ranges (same dtype; shapes may differ, the sizes were checked); a no-op when
+/// they are the same memory.
+Status copy_flat(const TensorView& out, const TensorView& in);
+
 /// Byte ranges [a, a + a_bytes) and [b, b + b_bytes) intersect (empty ranges never do).
 bool overlaps(const void* a, size_t a_bytes, const void* b, size_t b_bytes);
 

@@ -11,14 +11,9 @@ namespace vlpar::comm {
 
 namespace {
 
+using detail::copy_flat;
 using detail::op_site;
 
-/// Copies in -> out as flat ranges (same dtype and numel, contiguous); a no-op when they are the same memory.
-Status copy_flat(const TensorView& out, const TensorView& in) {
-  if (out.data == in.data || in.numel() == 0) return Status::Ok();
-  return copy_(TensorView(out.data, out.dtype, {out.numel()}, out.device),
-               TensorView(in.data, in.dtype, {in.numel()}, in.device));
-}
 
 Status check_pair_views(const char* op, const Communicator& c, const TensorView& out, const TensorView& in) {
   VLPAR_CHECK(out.dtype == in.dtype, "{}: out is {}, in is {} (dtypes must match)", op_site(op, c),

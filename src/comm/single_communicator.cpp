@@ -14,13 +14,9 @@ class DoneWork final : public Work {
 };
 WorkHandle done() { return std::make_unique<DoneWork>(); }
 
-/// Copies in -> out as flat element ranges (shapes may differ, sizes were checked); same buffer is a no-op.
-Status copy_flat(const TensorView& out, const TensorView& in) {
-  if (out.data == in.data || in.numel() == 0) return Status::Ok();
-  return copy_(TensorView(out.data, out.dtype, {out.numel()}, out.device),
-               TensorView(in.data, in.dtype, {in.numel()}, in.device));
-}
 }  // namespace
+
+using detail::copy_flat;
 
 Result<WorkHandle> SingleCommunicator::iall_reduce(TensorView inout, ReduceOp) {
   VLPAR_RETURN_IF_ERROR(detail::check_all_reduce(*this, inout, device_));

@@ -17,10 +17,14 @@
 #include <set>
 #include <sstream>
 
+#include "dims_string.hpp"
 #include "vlpar/core/log.hpp"
 #include "vlpar/io/safetensors.hpp"
 
 namespace vlpar::io {
+
+using detail::dims_string;
+
 namespace {
 
 namespace fs = std::filesystem;
@@ -231,11 +235,6 @@ std::vector<int64_t> local_dims(const IndexEntry& e, const Chunk& c) {
   return s;
 }
 
-std::string dims_string(const std::vector<int64_t>& d) {
-  std::string s = "[";
-  for (size_t i = 0; i < d.size(); ++i) s += fmt::format("{}{}", i ? ", " : "", d[i]);
-  return s + "]";
-}
 
 /// The pieces to read, one per distinct full range (the lowest rank's copy), after checking that the saved pieces
 /// tile the full tensor exactly once; `replicas` receives every other copy of a read piece, paired with it.

@@ -21,7 +21,11 @@
 #include <set>
 #include <type_traits>
 
+#include "dims_string.hpp"
+
 namespace vlpar::io {
+
+using detail::dims_string;
 
 static_assert(std::endian::native == std::endian::little, "safetensors data is little-endian; big-endian hosts would need byte swaps");
 
@@ -101,11 +105,6 @@ std::optional<size_t> invalid_utf8_at(std::string_view s) {
 
 std::string json_type(const json& v) { return v.type_name(); }
 
-std::string dims_string(const std::vector<int64_t>& dims) {
-  std::string s = "[";
-  for (size_t i = 0; i < dims.size(); ++i) s += fmt::format("{}{}", i ? ", " : "", dims[i]);
-  return s + "]";
-}
 
 // ---- float conversions ----------------------------------------------------------------------------------------
 
