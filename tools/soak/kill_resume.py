@@ -87,6 +87,18 @@ def committed_step(ckpt):
         return 0
 
 
+def tmp_dirs(ckpt):
+    """(name, inode, ctime) of the step-*.tmp directories: a save in progress, or a killed save's leftover."""
+    out = set()
+    for p in pathlib.Path(ckpt).glob("step-*.tmp"):
+        try:
+            st = p.stat()
+            out.add((p.name, st.st_ino, st.st_ctime_ns))
+        except OSError:
+            pass
+    return out
+
+
 def run_killed(cmd, log, ckpt, kind, delay, timeout):
     """Starts cmd; kills it with SIGKILL `delay` s after start ('time') or after a step-*.tmp appears ('save').
     Returns True when the trainer finished on its own first."""
@@ -94,12 +106,13 @@ def run_killed(cmd, log, ckpt, kind, delay, timeout):
         proc = subprocess.Popen(cmd, cwd=ROOT, stdout=out, stderr=subprocess.STDOUT)
         t0 = time.monotonic()
         armed = t0 + delay if kind == "time" else None
+        stale = tmp_dirs(ckpt)  # leftovers of an earlier killed save: not a write of this run
         while proc.poll() is None:
             now = time.monotonic()
             if now - t0 > timeout:
                 proc.kill()
                 raise SystemExit(f"soak: the trainer ran past {timeout} s ({log})")
-            if armed is None and any(pathlib.Path(ckpt).glob("step-*.tmp")):
+            if armed is None and tmp_dirs(ckpt) - stale:
                 armed = now + delay
             if armed is not None and now >= armed:
                 proc.send_signal(signal.SIGKILL)
