@@ -28,6 +28,8 @@ cases = [
  ("adamw without bias correction", "src/kernels/cpu/optimizer.cpp", "const float step_size = float(double(cfg.lr) / bc1)", "const float step_size = float(double(cfg.lr) / (bc1 > 2 ? bc1 : 1.0))", "test_optimizer"),
  ("grad norm forgets the last tensor", "src/kernels/cpu/optimizer.cpp", "  for (const TensorView& g : grads) {\n    if (g.empty()) continue;", "  for (const TensorView& g : grads.first(grads.size() - 1)) {\n    if (g.empty()) continue;", "test_optimizer"),
  ("bf16 rounding truncates", "include/vlpar/core/dtype.hpp", "return bf16{uint16_t((u + 0x7fffu + lsb) >> 16)};", "return bf16{uint16_t((u + 0x7fffu + lsb * 0u) >> 16)};", "test_core"),
+ ("trace: a disabled span reads the clock (8 times)", "include/vlpar/obs/trace_recorder.hpp", "    if (!enabled_) return Span();", "    if (!enabled_) { for (int i = 0; i < 8; ++i) (void)now_ns(); return Span(); }", "test_obs_trace"),
+ ("config.json: a number overflow escapes as an exception", "examples/qwen3vl/config.cpp", "  } catch (const json::exception& e) {  // out_of_range 406", "  } catch (const json::type_error& e) {  // out_of_range 406", "test_config"),
  ("thread pool: a late worker starts from the current epoch (misses the shutdown)", "src/core/thread_pool.cpp", "{ worker_loop(seen); });", "{ worker_loop(epoch_.load()); });", "test_thread_pool"),
  ("thread pool: a claim skips a part", "src/core/thread_pool.cpp", "state_.compare_exchange_weak(s, s + 1,", "state_.compare_exchange_weak(s, s + 1 + (next_of(s) == 2),", "test_thread_pool"),
  ("thread pool: the caller returns before the claimed parts finish", "src/core/thread_pool.cpp", "  if (!spin_until(kCallerSpin, finished)) {", "  if (!spin_until(kCallerSpin, finished) && parts < 0) {", "test_thread_pool"),

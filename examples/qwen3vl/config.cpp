@@ -493,6 +493,8 @@ Result<Config> parse_hf_config(std::string_view json_text, std::string_view sour
   } catch (const json::parse_error& e) {
     return VLPAR_STATUS(StatusCode::kInvalidArgument, "{}: not valid JSON (byte {}): {}", source_name, e.byte,
                         e.what());
+  } catch (const json::exception& e) {  // out_of_range 406: a number beyond double's range (found by fuzz_hf_config)
+    return VLPAR_STATUS(StatusCode::kInvalidArgument, "{}: not valid JSON: {}", source_name, e.what());
   }
   if (!root.is_object())
     return VLPAR_STATUS(StatusCode::kInvalidArgument, "{}: the top level must be a JSON object", source_name);

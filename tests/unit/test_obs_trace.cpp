@@ -230,7 +230,7 @@ TEST(TraceRecorder, WritesAtomicallyAndDisabledRecordsNothing) {
 TEST(TraceRecorder, DisabledSpanCostsAlmostNothing) {
   // A disabled span is a branch and a few stores (~1-13 ns by optimisation level), an enabled one reads the clock
   // twice and appends an event (~250 ns). Checked as a ratio measured in the same run (best of 5 each, so a
-  // loaded machine does not make it flaky), not as an absolute time: a disabled span costs under a third of an
+  // loaded machine does not make it flaky), not as an absolute time: a disabled span costs under a fifth of an
   // enabled one. The absolute figures go to the test's properties.
   TraceRecorder::Options off;
   off.enabled = false;
@@ -251,7 +251,7 @@ TEST(TraceRecorder, DisabledSpanCostsAlmostNothing) {
     if (s.active()) std::abort();
   });
   const double on_ns = best_ns(20000, [&] { Span s = enabled.span(trace_cat::kDecoder, "layer"); });
-  EXPECT_LT(off_ns * 3.0, on_ns) << "disabled span " << off_ns << " ns, enabled " << on_ns << " ns";
+  EXPECT_LT(off_ns * 5.0, on_ns) << "disabled span " << off_ns << " ns, enabled " << on_ns << " ns";
   RecordProperty("disabled_span_ns", std::to_string(off_ns));
   RecordProperty("enabled_span_ns", std::to_string(on_ns));
   std::printf("disabled span: %.2f ns, enabled span: %.1f ns\n", off_ns, on_ns);

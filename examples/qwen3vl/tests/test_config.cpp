@@ -267,6 +267,8 @@ TEST(Config, ParseErrorsNameTheField) {
   const std::string hd = R"("head_dim": 32)";
   const std::vector<ParseCase> cases = {
       {"not json", "{\"model_type\": ", "src: not valid JSON"},
+      // a number beyond double's range: nlohmann throws out_of_range, not parse_error (found by fuzz_hf_config)
+      {"number overflow", R"({"ct": 4e366})", "src: not valid JSON"},
       {"array", "[1, 2]", "src: the top level must be a JSON object"},
       {"no model_type", R"({"text_config": {}, "vision_config": {}})", "src: model_type is missing"},
       {"other model", tiny_json(hd, "", R"("rope_scaling": {})", "qwen2_5_vl"),
