@@ -14,9 +14,9 @@
 namespace {
 const vlpar::data::ConversationBuilder& builder() {
   static const vlpar::data::ConversationBuilder b = [] {
-    auto tok = vlpar::data::Tokenizer::from_file(VLPAR_FIXTURES_DIR "/tokenizer/tokenizer.json");
-    if (!tok.ok()) std::abort();
-    auto shared = std::make_shared<const vlpar::data::Tokenizer>(std::move(tok.value()));
+    // non-owning: the tokenizer is fixture_tokenizer()'s static
+    const std::shared_ptr<const vlpar::data::Tokenizer> shared(std::shared_ptr<void>(),
+                                                               &vlpar::fuzz::fixture_tokenizer());
     auto made = vlpar::data::ConversationBuilder::create(shared, vlpar::data::ConversationOptions{});
     if (!made.ok()) std::abort();
     return std::move(made.value());

@@ -9,19 +9,8 @@
 #include "fuzz_util.hpp"
 #include "vlpar/data/tokenizer.hpp"
 
-namespace {
-const vlpar::data::Tokenizer& qwen_tokenizer() {
-  static const vlpar::data::Tokenizer tok = [] {
-    auto t = vlpar::data::Tokenizer::from_file(VLPAR_FIXTURES_DIR "/tokenizer/tokenizer.json");
-    if (!t.ok()) std::abort();
-    return std::move(t).value();
-  }();
-  return tok;
-}
-}  // namespace
-
 extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
-  const vlpar::data::Tokenizer& tok = qwen_tokenizer();
+  const vlpar::data::Tokenizer& tok = vlpar::fuzz::fixture_tokenizer();
   auto ids = tok.encode(std::string_view(reinterpret_cast<const char*>(data), size));
   if (!ids.ok()) return 0;  // invalid UTF-8: a named error
   auto text = tok.decode_bytes(ids.value());

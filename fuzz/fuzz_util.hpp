@@ -8,6 +8,9 @@
 #include <cstdint>
 #include <cstdlib>
 #include <string>
+#include <utility>
+
+#include "vlpar/data/tokenizer.hpp"
 
 namespace vlpar::fuzz {
 
@@ -31,6 +34,16 @@ class MemFile {
  private:
   int fd_;
 };
+
+/// The Qwen tokenizer of the test fixtures, loaded once per fuzzing process (VLPAR_FIXTURES_DIR from fuzz/).
+inline const data::Tokenizer& fixture_tokenizer() {
+  static const data::Tokenizer tok = [] {
+    auto t = data::Tokenizer::from_file(VLPAR_FIXTURES_DIR "/tokenizer/tokenizer.json");
+    if (!t.ok()) std::abort();
+    return std::move(t.value());
+  }();
+  return tok;
+}
 
 /// A property the parser promises was broken: a finding, like a crash.
 [[noreturn]] inline void violated() { __builtin_trap(); }
