@@ -6,8 +6,8 @@
 #                         GCC's ISO mode keeps -ffp-contract=off at every level, so results are the same bits.
 #                         GCC 12 at -O1 reports -Warray-bounds and -Wstringop-overflow false positives inside
 #                         libstdc++'s std::string (a literal appended to a fresh string, the same 11 test files:
-#                         GCC bug 105651): both off for the tests' own sources
-#                         only; the library keeps it, and the ASan build checks the tests' bounds for real.
+#                         GCC bug 105651): both off for the tests' own sources only; the library keeps them,
+#                         and the ASan build checks the tests' bounds for real.
 #   VLPAR_TEST_PCH        one precompiled header (GoogleTest, the standard library, fmt, nlohmann_json) built once
 #                         and reused by every test (REUSE_FROM: the compiler checks that the flags agree;
 #                         -Winvalid-pch under -Werror turns a mismatch into an error, never a silent reparse).
