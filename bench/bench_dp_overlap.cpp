@@ -12,7 +12,7 @@
 // Numbers are the median over the measured steps of the slowest rank; the modes run interleaved step by step.
 // The last line is the all-reduce of every bucket with no compute (what overlap could hide at most).
 // Run: mpirun -np 2 ./build/cpu/bench/bench_dp_overlap [--steps N] [--bucket-mib M]
-#include <fmt/format.h>
+#include <fmt/core.h>
 #include <mpi.h>
 
 #include <algorithm>

@@ -12,7 +12,7 @@
 //   build/cpu/examples/minimal_decoder/minimal-decoder --data README.md          (one process)
 // Test: examples/minimal_decoder/test_minimal_decoder.sh (ctest minimal_decoder.np4: TP2 × DP2 × ZeRO-1, the loss
 // falls, and a run resumed from its checkpoint ends on the same loss bit for bit as an uninterrupted one).
-#include <fmt/format.h>
+#include <fmt/core.h>
 
 #include <cmath>
 #include <cstdlib>

@@ -6,6 +6,8 @@
 
 #include <fmt/ranges.h>
 
+#include "vlpar/core/log.hpp"
+#include "vlpar/data/pack_checks.hpp"
 #include "vlpar/io/safetensors.hpp"
 
 namespace qwen3vl {
@@ -108,6 +110,15 @@ Result<data::PackedBatch> load_batch(const std::string& path, const data::MropeD
   p.recount();
   if (Status s = p.view().validate(); !s.ok()) return Status(s.code(), fmt::format("{}: {}", path, s.message()));
   return p;
+}
+
+Status check_model_inputs(const data::PackedBatch& pack, int64_t vocab, std::string_view where) {
+  VLPAR_ASSIGN_OR_RETURN(const data::PackInputReport r, data::check_pack_inputs(pack, vocab));
+  if (r.nonfinite_pixels > 0)
+    vlpar::log_warn("{}: {} non-finite pixel values (NaN/Inf) in the batch, the first at {}; a non-finite loss "
+                    "skips the step (training.max_nonfinite_in_a_row)",
+                    where, r.nonfinite_pixels, r.first_nonfinite);
+  return Status::Ok();
 }
 
 }  // namespace qwen3vl

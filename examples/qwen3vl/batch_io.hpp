@@ -13,7 +13,9 @@
 // The file is read into the data pipeline's data::PackedBatch, the one owning form of the packed batch: the MRoPE
 // positions are computed here, once (the model reads them from the batch), and pack.view() is what the model takes.
 // Test: examples/qwen3vl/tests/test_batch_io.cpp; test_parity.cpp reads every golden fixture through it.
+#include <cstdint>
 #include <string>
+#include <string_view>
 
 #include "vlpar/data/mrope_positions.hpp"
 #include "vlpar/data/packing.hpp"
@@ -23,5 +25,11 @@ namespace qwen3vl {
 /// @brief Reads and checks the batch file `path` (errors name the file and the tensor) and computes its MRoPE
 /// positions with `desc` (Config::mrope_desc()). Pixels are widened to f32; sample keys are "<path>#<i>".
 vlpar::Result<vlpar::data::PackedBatch> load_batch(const std::string& path, const vlpar::data::MropeDesc& desc);
+
+/// @brief A pack as the model with vocabulary `vocab` may read it (data::check_pack_inputs): token ids and labels
+/// outside the vocabulary are an error naming the sample (for a batch file "<path>#<i>"), the tensor and the row;
+/// NaN/Inf pixels are logged as a warning with the first one's place (`where` says who read the pack), and the
+/// trainer's non-finite policy then applies to the loss.
+vlpar::Status check_model_inputs(const vlpar::data::PackedBatch& pack, int64_t vocab, std::string_view where);
 
 }  // namespace qwen3vl

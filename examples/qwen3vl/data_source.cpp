@@ -5,7 +5,7 @@
 #include <deque>
 #include <filesystem>
 
-#include <fmt/format.h>
+#include <fmt/core.h>
 
 #include "vlpar/data/energon.hpp"
 #include "vlpar/data/loader.hpp"

@@ -1,6 +1,8 @@
 // Qwen3-VL HF weight import/export. See hf_weights.hpp.
 #include "hf_weights.hpp"
 
+#include <fmt/format.h>
+
 #include <filesystem>
 #include <fstream>
 #include <set>

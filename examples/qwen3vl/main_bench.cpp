@@ -5,7 +5,7 @@
 // also times the same step in PyTorch/transformers and prints the ratio. Output: one line per measured step and a
 // summary (median step time, real tokens/s, patches/s, GFLOP/s, peak MiB); --json prints the summary as JSON (with
 // the mean and the slowest step: bench/contention/contention.py reads them).
-#include <fmt/format.h>
+#include <fmt/core.h>
 
 #include <algorithm>
 #include <chrono>
@@ -48,6 +48,7 @@ vlpar::Status run(const Args& args) {
   VLPAR_ASSIGN_OR_RETURN(qwen3vl::Model model, qwen3vl::load_hf_model(ctx, args.model, qwen3vl::Freeze{}, alloc));
   VLPAR_ASSIGN_OR_RETURN(const vlpar::data::PackedBatch pack,
                          qwen3vl::load_batch(args.input, model.config().mrope_desc()));
+  VLPAR_RETURN_IF_ERROR(qwen3vl::check_model_inputs(pack, model.config().text.vocab, "qwen3vl-bench"));
   const qwen3vl::Batch b = pack.view();
   std::vector<int64_t> lengths;
   for (size_t s = 0; s + 1 < pack.cu_seqlens.size(); ++s) lengths.push_back(pack.cu_seqlens[s + 1] - pack.cu_seqlens[s]);

@@ -3,7 +3,7 @@
 //   qwen3vl-convert --model HF_DIR --out DIR [--dtype f32|bf16|f16] [--max-shard-mb N]
 // Round trip of an F32 checkpoint at the default settings is bit-exact (tests/test_hf_weights.cpp);
 // tools/golden/check_hf_export.py checks that transformers loads the result.
-#include <fmt/format.h>
+#include <fmt/core.h>
 
 #include <cstdlib>
 #include <string>

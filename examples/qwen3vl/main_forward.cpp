@@ -4,7 +4,7 @@
 // OUT holds logits F32 [N, V]; loss, ce_loss, aux_loss F32 []; num_label_tokens I64 []; position_ids I64 [3, N];
 // with --grads, grad.<hf name> F32 for every parameter (tied models: the shared weight under embed_tokens).
 // The batch format is in README.md (batch_io.hpp). Exit status 0 on success, 1 with a one-line error otherwise.
-#include <fmt/format.h>
+#include <fmt/core.h>
 
 #include <cstdlib>
 #include <string>
@@ -43,6 +43,7 @@ vlpar::Status run(const Args& args) {
   VLPAR_ASSIGN_OR_RETURN(qwen3vl::Model model, qwen3vl::load_hf_model(ctx, args.model, qwen3vl::Freeze{}, alloc));
   VLPAR_ASSIGN_OR_RETURN(const vlpar::data::PackedBatch pack,
                          qwen3vl::load_batch(args.input, model.config().mrope_desc()));
+  VLPAR_RETURN_IF_ERROR(qwen3vl::check_model_inputs(pack, model.config().text.vocab, "qwen3vl-forward"));
   const qwen3vl::Batch batch = pack.view();
   qwen3vl::Stash stash;
   VLPAR_ASSIGN_OR_RETURN(qwen3vl::StepLoss loss, model.forward(ctx, batch, stash));

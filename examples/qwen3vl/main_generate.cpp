@@ -172,6 +172,7 @@ vlpar::Status run(const Args& args) {
   const qwen3vl::Model& model = ckpt ? ckpt->model : *hf;
   if (args.eval) return run_eval(args, ctx, model, ckpt ? &ckpt->config : nullptr, alloc);
   VLPAR_ASSIGN_OR_RETURN(vlpar::data::PackedBatch pack, qwen3vl::load_batch(args.input, model.config().mrope_desc()));
+  VLPAR_RETURN_IF_ERROR(qwen3vl::check_model_inputs(pack, model.config().text.vocab, "qwen3vl-generate"));
   VLPAR_ASSIGN_OR_RETURN(vlpar::data::PackedBatch one,
                          vlpar::data::sample_of_pack(pack, args.sample, args.prompt_tokens));
   const qwen3vl::Batch prompt = one.view();

@@ -4,7 +4,7 @@
 // Data: pre-packed batch files (--batches, the batch_io.hpp format), or the dataset in data.train through the data
 // pipeline. Several processes: mpirun -np N qwen3vl-train ... (world = parallel.tp x dp x parallel.pp). Exit status
 // 0 on success, 1 with a one-line error (a rank's error aborts the job).
-#include <fmt/format.h>
+#include <fmt/core.h>
 
 #include <cstdlib>
 #include <string>

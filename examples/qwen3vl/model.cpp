@@ -1,7 +1,7 @@
 // Qwen3-VL forward and backward over the nn blocks. See model.hpp.
 #include "model.hpp"
 
-#include <fmt/format.h>
+#include <fmt/core.h>
 
 #include <unistd.h>
 

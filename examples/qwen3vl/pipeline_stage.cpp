@@ -1,7 +1,7 @@
 // Qwen3-VL as pipeline stages. See pipeline_stage.hpp.
 #include "pipeline_stage.hpp"
 
-#include <fmt/format.h>
+#include <fmt/core.h>
 
 #include <algorithm>
 

@@ -1,7 +1,7 @@
 // The trainer's TOML configuration. See train_config.hpp.
 #include "train_config.hpp"
 
-#include <fmt/format.h>
+#include <fmt/core.h>
 
 #include <algorithm>
 #include <cmath>

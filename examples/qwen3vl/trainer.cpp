@@ -1,7 +1,7 @@
 // The Qwen3-VL trainer. See trainer.hpp.
 #include "trainer.hpp"
 
-#include <fmt/format.h>
+#include <fmt/core.h>
 #include <nlohmann/json.hpp>
 
 #include <algorithm>
@@ -492,6 +492,8 @@ Result<TrainSummary> Trainer::run() {
       const obs::Stopwatch w;
       for (int i = 0; i < cfg_.training.grad_accum; ++i) {
         VLPAR_ASSIGN_OR_RETURN(MicroBatch mb, source_->next());
+        VLPAR_RETURN_IF_ERROR(check_model_inputs(mb.pack, model_->config().text.vocab,
+                                                 fmt::format("step {} micro-batch {}", step_ + 1, i)));
         micro.push_back(std::move(mb));
       }
       logs_->wait.add_wait_s(w.elapsed_s());

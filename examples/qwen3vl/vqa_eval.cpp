@@ -1,7 +1,7 @@
 // Held-out VQA accuracy by greedy generation. See vqa_eval.hpp.
 #include "vqa_eval.hpp"
 
-#include <fmt/format.h>
+#include <fmt/core.h>
 
 #include <algorithm>
 

@@ -1,7 +1,7 @@
 // The packed batch's checks. See include/vlpar/core/batch.hpp.
 #include "vlpar/core/batch.hpp"
 
-#include <fmt/format.h>
+#include <fmt/core.h>
 
 #include "vlpar/core/checked.hpp"
 

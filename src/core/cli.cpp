@@ -1,7 +1,7 @@
 // The command-line helper. See include/vlpar/core/cli.hpp.
 #include "vlpar/core/cli.hpp"
 
-#include <fmt/format.h>
+#include <fmt/core.h>
 
 #include <charconv>
 #include <cstdlib>

@@ -1,7 +1,7 @@
 // MRoPE position ids of a packed batch (HF get_rope_index per sample). See include/vlpar/data/mrope_positions.hpp.
 #include "vlpar/data/mrope_positions.hpp"
 
-#include <fmt/format.h>
+#include <fmt/core.h>
 
 #include <algorithm>
 

@@ -4,7 +4,7 @@
 #include <string>
 #include <vector>
 
-#include <fmt/format.h>
+#include <fmt/core.h>
 
 namespace vlpar::io::detail {
 

@@ -1,7 +1,7 @@
 // Decoder-only transformer stack. See include/vlpar/nn/decoder.hpp.
 #include "vlpar/nn/decoder.hpp"
 
-#include <fmt/format.h>
+#include <fmt/core.h>
 
 #include "nn_util.hpp"
 

@@ -1,7 +1,7 @@
 // The per-step metrics line. See include/vlpar/obs/metrics_line.hpp.
 #include "vlpar/obs/metrics_line.hpp"
 
-#include <fmt/format.h>
+#include <fmt/core.h>
 #include <unistd.h>
 
 #include <cmath>

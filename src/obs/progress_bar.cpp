@@ -1,7 +1,7 @@
 // Progress bar for long non-training work. See include/vlpar/obs/progress_bar.hpp.
 #include "vlpar/obs/progress_bar.hpp"
 
-#include <fmt/format.h>
+#include <fmt/core.h>
 #include <unistd.h>
 
 #include <algorithm>

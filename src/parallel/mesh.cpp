@@ -2,7 +2,7 @@
 // include/vlpar/parallel/mesh.hpp. Test: tests/unit/test_mesh.cpp.
 #include "vlpar/parallel/mesh.hpp"
 
-#include <fmt/format.h>
+#include <fmt/core.h>
 
 namespace vlpar::parallel {
 

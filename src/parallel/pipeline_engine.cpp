@@ -2,7 +2,7 @@
 // Test: tests/unit/test_pipeline_engine.cpp, tests/mpi/test_pipeline_ranks.cpp
 #include "vlpar/parallel/pipeline_engine.hpp"
 
-#include <fmt/format.h>
+#include <fmt/core.h>
 
 #include <algorithm>
 #include <set>

@@ -3,7 +3,7 @@
 // Test: tests/unit/test_pipeline_schedule.cpp
 #include "vlpar/parallel/pipeline_schedule.hpp"
 
-#include <fmt/format.h>
+#include <fmt/core.h>
 
 #include <algorithm>
 #include <array>

@@ -2,7 +2,7 @@
 // Tests: tests/unit/test_mesh.cpp (fake communicator) and tests/mpi/test_process_groups.cpp (mpirun -np 4).
 #include "vlpar/parallel/process_groups.hpp"
 
-#include <fmt/format.h>
+#include <fmt/core.h>
 
 namespace vlpar::parallel {
 

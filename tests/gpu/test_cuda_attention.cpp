@@ -8,7 +8,7 @@
 // packed QKV buffer giving bitwise the results of contiguous ones; repeat runs bitwise equal (deterministic
 // backward); named errors for what the kernels cannot take.
 // Run: ctest --test-dir build/emu -R Attention (emulated, label emu), or on a GPU: ctest -L gpu
-#include <fmt/format.h>
+#include <fmt/core.h>
 #include <gtest/gtest.h>
 
 #include <cmath>

@@ -7,7 +7,7 @@
 // against the same per-group loops with aᵀ; the dense gemm with CUDA views on those kernels (one group per batch
 // entry). Run: ctest --test-dir build/emu -R Grouped (emulated), or -L gpu on a
 // GPU.
-#include <fmt/format.h>
+#include <fmt/core.h>
 #include <gtest/gtest.h>
 
 #include <algorithm>

@@ -7,7 +7,7 @@
 // workspace sources; rotary in place. Every GPU test skips ("no CUDA device") where there is no GPU.
 // CpuOnlyBuild.*: in a build without CUDA, CUDA views give a Status (kNotSupported) and never touch memory.
 // Run: ctest --test-dir build/cuda -L gpu   (or ./build/cuda/tests/test_cuda_kernels)
-#include <fmt/format.h>
+#include <fmt/core.h>
 #include <gtest/gtest.h>
 
 #include <cstdint>

@@ -8,7 +8,7 @@
 //     in ascending expert order and is bitwise reproducible;
 //   - a padded plan (moe_pad_plan): padding rows zero after permute and scale_rows, the rest the CPU path's.
 // Run: ctest --test-dir build/emu -R MoePermute (emulated), or -L gpu on a GPU.
-#include <fmt/format.h>
+#include <fmt/core.h>
 #include <gtest/gtest.h>
 
 #include <algorithm>

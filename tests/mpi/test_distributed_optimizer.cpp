@@ -14,7 +14,7 @@
 // Run: ctest --preset cpu -R distributed_optimizer   (or: mpirun -np 2 ./build/cpu/tests/test_distributed_optimizer)
 #include <gtest/gtest.h>
 
-#include <fmt/format.h>
+#include <fmt/core.h>
 
 #include <cmath>
 

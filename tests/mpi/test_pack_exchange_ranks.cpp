@@ -6,7 +6,7 @@
 #include <algorithm>
 #include <set>
 
-#include <fmt/format.h>
+#include <fmt/core.h>
 
 #include "mpi/mpi_test_util.hpp"
 #include "vlpar/data/pack_exchange.hpp"

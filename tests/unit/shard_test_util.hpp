@@ -6,7 +6,7 @@
 //     uname@265, gname@297, prefix@345);
 //   - the parser of the Energon goldens in tests/fixtures/energon/ (tools/golden/make_energon_fixture.py).
 #include <gtest/gtest.h>
-#include <fmt/format.h>
+#include <fmt/core.h>
 #include <unistd.h>
 
 #include <cstdint>

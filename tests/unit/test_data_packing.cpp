@@ -6,7 +6,9 @@
 //   * Packer: conservation (every admitted sample exactly once), bounded waiting, oversize samples skipped and
 //     counted (no hang), determinism, efficiency >= 97% on a synthetic VQA length distribution (printed);
 //   * balance_packs: equal pack counts, image-heavy packs spread, LPT within 4/3 of the exhaustive optimum,
-//     deterministic, errors.
+//     deterministic, errors;
+//   * check_pack_inputs: ids and labels outside the vocabulary named by sample, tensor, row and position; NaN/Inf
+//     pixels counted, the first one placed in its sample (images and videos).
 // Run: ./build/cpu/tests/test_data_packing
 #include <gtest/gtest.h>
 
@@ -18,6 +20,7 @@
 #include <random>
 
 #include "vlpar/data/image_processor.hpp"
+#include "vlpar/data/pack_checks.hpp"
 #include "vlpar/data/packing.hpp"
 
 namespace vlpar::data {
@@ -146,6 +149,72 @@ TEST(PackedBatch, ConcatenatesAndPositionsRestartPerSample) {
   EXPECT_EQ(p.positions[static_cast<size_t>(1 * n + 7)], 6);
   EXPECT_EQ(p.positions[static_cast<size_t>(2 * n + 7)], 7);
   EXPECT_NE(p.fingerprint(), 0u);
+}
+
+PackedBatch pack_of(const std::vector<TokenizedSample>& samples) {
+  std::vector<const TokenizedSample*> ptrs;
+  for (const TokenizedSample& s : samples) ptrs.push_back(&s);
+  return make_packed_batch(ptrs, kDesc, 1000).value();
+}
+
+std::string check_error(const PackedBatch& pack, int64_t vocab) {
+  Result<PackInputReport> r = check_pack_inputs(pack, vocab);
+  return r.ok() ? std::string("ok") : r.status().message();
+}
+
+TEST(PackChecks, NamesSampleTensorRowAndPosition) {
+  PackedBatch pack = pack_of({synth("a", 5, {}), synth("b", 6, {})});  // text ids 100 + i, rows 0-4 and 5-10
+  Result<PackInputReport> ok = check_pack_inputs(pack, 200);
+  ASSERT_TRUE(ok.ok()) << ok.status().message();
+  EXPECT_EQ(ok.value().nonfinite_pixels, 0);
+  EXPECT_EQ(ok.value().first_nonfinite, "");
+  pack.labels[9] = 999;
+  EXPECT_NE(check_error(pack, 200).find("sample 'b': labels row 9 (position 4 of the sample) is 999, outside [0, 200) "
+                                        "and not the ignore label -100"),
+            std::string::npos)
+      << check_error(pack, 200);
+  pack.labels[9] = -1;
+  EXPECT_NE(check_error(pack, 200).find("labels row 9 (position 4 of the sample) is -1"), std::string::npos);
+  pack.labels[9] = kIgnoreLabel;
+  EXPECT_EQ(check_error(pack, 200), "ok");
+  pack.input_ids[2] = -1;
+  EXPECT_NE(check_error(pack, 200).find("sample 'a': input_ids row 2 (position 2 of the sample) is -1, outside "
+                                        "[0, 200)"),
+            std::string::npos)
+      << check_error(pack, 200);
+  pack.input_ids[2] = 102;
+  // A vocabulary smaller than the data's ids (a config that does not match the tokenizer): the first id past it.
+  EXPECT_NE(check_error(pack, 103).find("sample 'a': input_ids row 3 (position 3 of the sample) is 103"),
+            std::string::npos)
+      << check_error(pack, 103);
+  EXPECT_NE(check_error(pack, 0).find("vocab is 0"), std::string::npos);
+}
+
+TEST(PackChecks, CountsNonFinitePixelsAndPlacesTheFirst) {
+  // Image rows: a 0-3, b 4-11; video rows: c 0-7.
+  PackedBatch pack = pack_of({synth("a", 3, {VisionGrid{1, 2, 2}}), synth("b", 3, {VisionGrid{1, 2, 4}}),
+                              synth("c", 2, {}, {VisionGrid{2, 2, 2}})});
+  pack.pixel_values_videos[size_t(3 * kPatchDim + 1)] = -INFINITY;
+  Result<PackInputReport> r = check_pack_inputs(pack, 200);
+  ASSERT_TRUE(r.ok()) << r.status().message();
+  EXPECT_EQ(r.value().nonfinite_pixels, 1);
+  EXPECT_EQ(r.value().first_nonfinite, "sample 'c': pixel_values_videos row 3, column 1 is -inf");
+  pack.pixel_values[size_t(7 * kPatchDim + 2)] = NAN;
+  pack.pixel_values[size_t(11 * kPatchDim + 5)] = INFINITY;
+  r = check_pack_inputs(pack, 200);
+  ASSERT_TRUE(r.ok()) << r.status().message();
+  EXPECT_EQ(r.value().nonfinite_pixels, 3);
+  EXPECT_EQ(r.value().first_nonfinite, "sample 'b': pixel_values row 7, column 2 is nan");
+  pack.pixel_values[size_t(7 * kPatchDim + 2)] = 0.f;
+  r = check_pack_inputs(pack, 200);
+  EXPECT_EQ(r.value().first_nonfinite, "sample 'b': pixel_values row 11, column 5 is inf");
+  pack.pixel_values[size_t(4 * kPatchDim)] = NAN;  // the first row of b's image
+  pack.pixel_values[size_t(3 * kPatchDim + 5)] = NAN;  // the last row of a's
+  r = check_pack_inputs(pack, 200);
+  EXPECT_EQ(r.value().nonfinite_pixels, 4);
+  EXPECT_EQ(r.value().first_nonfinite, "sample 'a': pixel_values row 3, column 5 is nan");
+  pack.pixel_values[size_t(3 * kPatchDim + 5)] = 0.f;
+  EXPECT_EQ(check_pack_inputs(pack, 200).value().first_nonfinite, "sample 'b': pixel_values row 4, column 0 is nan");
 }
 
 TEST(PackedBatch, RejectsInconsistentSamples) {

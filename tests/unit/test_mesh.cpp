@@ -3,7 +3,7 @@
 // MoE parallel folding, vision TP groups, every ParallelConfig::validate message, and ProcessGroups::create over a
 // fake communicator that records its split calls.
 // Run: ctest --test-dir build/cpu -R 'Mesh|RankGrid|ParallelConfig|ProcessGroupsFake'
-#include <fmt/format.h>
+#include <fmt/core.h>
 #include <gtest/gtest.h>
 
 #include <map>

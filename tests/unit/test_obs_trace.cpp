@@ -1,6 +1,6 @@
 // TraceRecorder: Chrome/Perfetto trace JSON, nesting, per-thread tracks, ring bound, disabled cost.
 // Run: ./build/<dir>/tests/test_obs_trace
-#include <fmt/format.h>
+#include <fmt/core.h>
 #include <gtest/gtest.h>
 #include <unistd.h>
 

@@ -8,7 +8,7 @@
 // (the text form of pipeline_schedule.hpp); the stage → rank map is read from where each stage's actions are, and a
 // file with SEND/RECV actions is validated as lowered. Errors name the rank and the action (exit 1).
 // Test: ctest -R test_vlpar_pipeline (tools/CMakeLists.txt; schedules in tools/pipeline/testdata/).
-#include <fmt/format.h>
+#include <fmt/core.h>
 
 #include <algorithm>
 #include <fstream>

@@ -1,7 +1,7 @@
 // Shared pieces of the vlpar-data subcommands. See cli.hpp.
 #include "cli.hpp"
 
-#include <fmt/format.h>
+#include <fmt/core.h>
 
 #include <algorithm>
 #include <charconv>

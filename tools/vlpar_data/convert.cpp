@@ -9,7 +9,7 @@
 // else to "train"; when no usable record lands in val, the usable one with the smallest hash does. A record whose
 // image is missing, unreadable, not JPEG/PNG, or (with --verify) undecodable, and a record that is not an object
 // with "conversations", is skipped with a warning; the summary counts the skips.
-#include <fmt/format.h>
+#include <fmt/core.h>
 
 #include <cctype>
 #include <cstdio>

@@ -1,6 +1,6 @@
 // `vlpar-data inspect SHARD.tar`: the members of one shard, its samples (grouped as webdataset/Energon group them),
 // sizes per extension, and whether its .tar.idx agrees with the headers; the first samples in detail.
-#include <fmt/format.h>
+#include <fmt/core.h>
 
 #include <cstdio>
 #include <cstring>

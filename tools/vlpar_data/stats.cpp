@@ -2,7 +2,7 @@
 // image resolution histogram, the demo's question/answer balance when records carry "question_type", and with
 // --tokenizer the tokens per sample exactly as the training pipeline builds them (ConversationBuilder: chat
 // template, vision pads after smart_resize with the given pixel limits).
-#include <fmt/format.h>
+#include <fmt/core.h>
 #include <yaml-cpp/yaml.h>
 
 #include <cmath>

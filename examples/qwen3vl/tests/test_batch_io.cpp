@@ -64,6 +64,29 @@ TEST(BatchIo, MalformedBatchesNameTheTensor) {
                "images_per_sample");
 }
 
+TEST(BatchIo, LabelOutsideTheVocabularyNamesTheFileTensorAndRow) {
+  test::Loaded l;
+  test::load(l, "dense");
+  const int64_t vocab = l.model->config().text.vocab;
+  std::vector<int64_t> ids = {9, 10, 11, 12, 13, 14};
+  std::vector<int64_t> cu = {0, 3, 6};
+  std::vector<int64_t> labels = {-100, 10, 11, -100, vocab, 13};  // row 4 = position 1 of sample 1
+  const std::string path = write_batch("vocab", {{"input_ids", TensorView(ids.data(), DType::kI64, Shape{6})},
+                                                 {"cu_seqlens", TensorView(cu.data(), DType::kI64, Shape{3})},
+                                                 {"labels", TensorView(labels.data(), DType::kI64, Shape{6})}});
+  Result<vlpar::data::PackedBatch> lb = load_batch(path, test::fixture_mrope_desc());
+  ASSERT_TRUE(lb.ok()) << lb.status().message();
+  const vlpar::Status s = check_model_inputs(lb.value(), vocab, "test");
+  ASSERT_FALSE(s.ok());
+  EXPECT_NE(s.message().find(fmt::format("sample '{}#1': labels row 4 (position 1 of the sample) is {}, outside "
+                                         "[0, {})", path, vocab, vocab)),
+            std::string::npos)
+      << s.message();
+  lb.value().labels[4] = vocab - 1;
+  EXPECT_TRUE(check_model_inputs(lb.value(), vocab, "test").ok());
+  std::filesystem::remove(path);
+}
+
 TEST(BatchIo, PadCountThatDisagreesWithTheGridsIsAnError) {
   test::Loaded l;
   test::load(l, "dense");

@@ -126,8 +126,18 @@ TEST(Trainer, NonFiniteStepsAreSkippedAndKInARowAbort) {
     TrainConfig c = config(d, 3);
     c.training.grad_accum = 1;
     auto tr = make(c, {good, bad, good, good});
+    testing::internal::CaptureStderr();
     Result<TrainSummary> r = tr->run();
+    const std::string log = testing::internal::GetCapturedStderr();
     ASSERT_TRUE(r.ok()) << r.status().message();
+    // The input is named before the loss goes NaN: the file's samples (the file has no images_per_sample to
+    // tell which one), the tensor, the first NaN's row.
+    EXPECT_NE(log.find(fmt::format("step 2 micro-batch 0: {} non-finite pixel values (NaN/Inf) in the batch, the "
+                                   "first at one of the samples '{}#0' to '{}#{}' (the pack has no images_per_sample)"
+                                   ": pixel_values row 0, column 0 is nan",
+                                   lb.value().pixel_values.size(), bad, bad, lb.value().num_samples() - 1)),
+              std::string::npos)
+        << log;
     EXPECT_EQ(r.value().skipped_steps, 1);
     EXPECT_EQ(tr->step(), 3);
     EXPECT_TRUE(std::isnan(r.value().losses[1]));
@@ -141,6 +151,23 @@ TEST(Trainer, NonFiniteStepsAreSkippedAndKInARowAbort) {
     ASSERT_FALSE(r.ok());
     EXPECT_NE(r.status().message().find("3 consecutive steps"), std::string::npos) << r.status().message();
     EXPECT_NE(r.status().message().find("loss is nan"), std::string::npos) << r.status().message();
+  }
+  fs::remove_all(d);
+  {  // a label outside the vocabulary stops training at its first step, naming the file, tensor and row
+    std::vector<int64_t> labels(size_t(v.labels.numel()));
+    for (size_t i = 0; i < labels.size(); ++i) labels[i] = v.labels.ptr<int64_t>()[i];
+    labels.back() = -7;
+    t[1].view = TensorView(labels.data(), vlpar::DType::kI64, v.labels.shape);
+    for (float& x : lb.value().pixel_values) x = 0.f;
+    ASSERT_TRUE(vlpar::io::write_safetensors(bad, t).ok());
+    TrainConfig c = config(d, 2);
+    c.training.grad_accum = 1;
+    auto tr = make(c, {bad});
+    Result<TrainSummary> r = tr->run();
+    ASSERT_FALSE(r.ok());
+    EXPECT_NE(r.status().message().find("sample '" + bad + "#"), std::string::npos) << r.status().message();
+    EXPECT_NE(r.status().message().find("labels row " + std::to_string(labels.size() - 1)), std::string::npos)
+        << r.status().message();
   }
   fs::remove_all(d);
   fs::remove(bad);

@@ -85,22 +85,40 @@ void parallel_for(const Context& ctx, int64_t n, int64_t work_per_item, Fn&& fn)
   parallel_for_parts(ctx, n, work_per_item, [&](int64_t, int64_t begin, int64_t end) { fn(begin, end); });
 }
 
-/// @brief Like parallel_for but hands out items one at a time, dynamically. Use only where each item's result
-/// does not depend on which thread ran it (item-level outputs, no cross-item float accumulation).
+/// @brief Runs fn(part, begin, end) over `parts` static chunks of [0, n), `parts` computed once by the caller with
+/// num_parts (either form) and clamped to [1, num_parts(ctx, n)]. For reductions: the buffer of per-part partials
+/// and the loop that fills it take the same `parts`, so the two can never disagree (part < parts always).
 template <class Fn>
-void parallel_for_dynamic(const Context& ctx, int64_t n, Fn&& fn) {
+void parallel_for_n_parts(const Context& ctx, int64_t n, int64_t parts, Fn&& fn) {
+  detail::run_parts(ctx, n, std::clamp<int64_t>(parts, 1, num_parts(ctx, n)), fn);
+}
+
+/// @brief Hands out items [0, n) one at a time, dynamically, to num_parts(ctx, n) runners; each runner first
+/// builds its own state with make() (scratch buffers) and calls fn(i, state) for every item it takes. Use only
+/// where each item's result does not depend on which runner ran it (item-level outputs, no cross-item float
+/// accumulation).
+template <class Make, class Fn>
+void parallel_for_dynamic_with(const Context& ctx, int64_t n, Make&& make, Fn&& fn) {
   if (n <= 0) return;
-  const int64_t threads = num_parts(ctx, n);
-  if (threads == 1) {
-    for (int64_t i = 0; i < n; ++i) fn(i);
+  const int64_t runners = num_parts(ctx, n);
+  if (runners == 1) {
+    auto state = make();
+    for (int64_t i = 0; i < n; ++i) fn(i, state);
     return;
   }
   std::atomic<int64_t> next{0};
-  detail::pool_of(ctx).run(threads, [&](int64_t) {
+  detail::pool_of(ctx).run(runners, [&](int64_t) {
+    auto state = make();
     for (int64_t i = next.fetch_add(1, std::memory_order_relaxed); i < n;
          i = next.fetch_add(1, std::memory_order_relaxed))
-      fn(i);
+      fn(i, state);
   });
+}
+
+/// @brief parallel_for_dynamic_with without per-runner state: fn(i).
+template <class Fn>
+void parallel_for_dynamic(const Context& ctx, int64_t n, Fn&& fn) {
+  parallel_for_dynamic_with(ctx, n, [] { return 0; }, [&](int64_t i, int) { fn(i); });
 }
 
 }  // namespace vlpar

@@ -1,7 +1,7 @@
 #pragma once
 // Logging through fmt with a rank prefix: "[vlpar rank 0@host I] message". Writes to stderr.
 // Level threshold comes from VLPAR_LOG_LEVEL (debug|info|warn|error), read from the environment.
-#include <fmt/format.h>
+#include <fmt/core.h>
 
 #include <string_view>
 

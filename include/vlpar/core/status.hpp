@@ -6,7 +6,7 @@
 //   VLPAR_RETURN_IF_ERROR : propagate.
 //   VLPAR_CUDA_CHECK      : turn a cudaError_t into a Status (only in CUDA translation units).
 // All macros can be overridden by defining them before including this header.
-#include <fmt/format.h>
+#include <fmt/core.h>
 
 #include <optional>
 #include <string>

@@ -31,7 +31,7 @@
 #include <variant>
 #include <vector>
 
-#include <fmt/format.h>
+#include <fmt/core.h>
 
 #include "vlpar/comm/communicator.hpp"
 #include "vlpar/comm/conjugate.hpp"

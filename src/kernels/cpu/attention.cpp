@@ -230,12 +230,9 @@ std::vector<WorkItem> make_items(const std::vector<Segment>& segs, int heads, in
 /// arithmetic does not depend on the worker, so results are bitwise reproducible whatever the schedule.
 template <class Fn>
 void run_items(const Context& ctx, const std::vector<WorkItem>& items, AttentionTiles tiles, int64_t D, Fn&& fn) {
-  const int64_t n = int64_t(items.size());
-  std::atomic<int64_t> next{0};
-  parallel_for(ctx, std::min<int64_t>(ctx.num_threads, n), [&](int64_t, int64_t) {
-    Scratch scratch(tiles, D);
-    for (int64_t i = next.fetch_add(1); i < n; i = next.fetch_add(1)) fn(items[size_t(i)], scratch);
-  });
+  parallel_for_dynamic_with(
+      ctx, int64_t(items.size()), [&] { return Scratch(tiles, D); },
+      [&](int64_t i, Scratch& scratch) { fn(items[size_t(i)], scratch); });
 }
 
 // ---- forward ------------------------------------------------------------------------------------------------

@@ -46,7 +46,7 @@ Result<CrossEntropyResult> cross_entropy_forward(const Context& ctx, TensorView 
   const int64_t parts = num_parts(ctx, N, 4 * V);
   std::vector<double> partial(size_t(parts), 0.0);
   VLPAR_FLOAT_SWITCH(logits.dtype, T, op, {
-    parallel_for_parts(ctx, N, 4 * V, [&](int64_t part, int64_t begin, int64_t end) {
+    parallel_for_n_parts(ctx, N, parts, [&](int64_t part, int64_t begin, int64_t end) {
       std::vector<float> row(static_cast<size_t>(V));
       for (int64_t n = begin; n < end; ++n) {
         const T* z = logits.ptr<T>() + n * logits.stride(0);
@@ -197,7 +197,7 @@ Result<CrossEntropyResult> linear_cross_entropy(const Context& ctx, TensorView d
     cpu::gemm_f32(ctx, {rows, V, Hd, h, ldh, false, w, ldw, true, logits.data(), V, 1.f, 0.f});
     const int64_t parts = num_parts(ctx, rows, 4 * V);
     std::vector<double> partial(size_t(parts), 0.0);
-    parallel_for_parts(ctx, rows, 4 * V, [&](int64_t part, int64_t begin, int64_t end) {
+    parallel_for_n_parts(ctx, rows, parts, [&](int64_t part, int64_t begin, int64_t end) {
       for (int64_t r = begin; r < end; ++r) {
         float* z = logits.data() + r * V;
         const int64_t y = index_at(labels, c0 + r);

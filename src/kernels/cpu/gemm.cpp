@@ -44,11 +44,11 @@ void gemm_f32_serial(const GemmF32& g) { gemm_block(g, 0, g.M, 0, g.N); }
 
 void gemm_f32(const Context& ctx, const GemmF32& g) {
   const bool split_m = g.M >= g.N;
-  const int64_t extent = split_m ? g.M : g.N;
-  // Blocks narrower than 64 rows/cols waste Eigen's packing; use fewer parts for small problems.
-  Context c2 = ctx;
-  c2.num_threads = int(std::max<int64_t>(1, std::min<int64_t>(ctx.num_threads, extent / 64)));
-  parallel_for(c2, extent, [&](int64_t begin, int64_t end) {
+  const int64_t extent = split_m ? g.M : g.N, other = split_m ? g.N : g.M;
+  // Parts by the work estimate (2·other·K flops per row or column of the split extent: a small product runs
+  // inline), and no block narrower than 64 rows/cols (narrower ones waste Eigen's packing).
+  const int64_t parts = std::min(num_parts(ctx, extent, 2 * other * g.K), std::max<int64_t>(1, extent / 64));
+  parallel_for_n_parts(ctx, extent, parts, [&](int64_t, int64_t begin, int64_t end) {
     if (split_m) gemm_block(g, begin, end - begin, 0, g.N);
     else gemm_block(g, 0, g.M, begin, end - begin);
   });
@@ -162,7 +162,7 @@ Status linear_backward(const Context& ctx, TensorView dx, TensorView dw, TensorV
     const int64_t n = dy.size(0), out = dy.size(1), parts = num_parts(ctx, n);  // fp32 partials: num_threads parts
     std::vector<float> partial(size_t(parts * out), 0.f);
     VLPAR_FLOAT_SWITCH(dy.dtype, T, "linear_backward", {
-      parallel_for_parts(ctx, n, [&](int64_t part, int64_t begin, int64_t end) {
+      parallel_for_n_parts(ctx, n, parts, [&](int64_t part, int64_t begin, int64_t end) {
         float* acc = partial.data() + part * out;
         for (int64_t r = begin; r < end; ++r) {
           const T* row = dy.ptr<T>() + r * dy.stride(0);

@@ -1,9 +1,10 @@
 #pragma once
 // Internal (not installed): the fp32 GEMM core used by gemm, linear and the fused cross-entropy.
 // C[M, N] = alpha · op(A) · op(B) + beta · C, row-major operands with leading dimensions (row strides).
-// The larger of M and N is split into num_parts(ctx) static blocks, each an Eigen GEMM on one thread, so the result
-// is bitwise reproducible for a given thread count. vlpar is built without OpenMP, so Eigen never starts threads
-// of its own (a second level of threads, and a blocking that would depend on Eigen's thread count).
+// The larger of M and N is split into static blocks (num_parts by the product's work, none narrower than 64), each
+// an Eigen GEMM on one thread, so the result is bitwise reproducible for a given thread count. vlpar is built
+// without OpenMP, so Eigen never starts threads of its own (a second level of threads, and a blocking that would
+// depend on Eigen's thread count).
 #include <cstdint>
 
 #include "isa_namespace.hpp"

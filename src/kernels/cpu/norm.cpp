@@ -47,7 +47,7 @@ void rmsnorm_bwd_cpu(const Context& ctx, RowsView dx, float* dw, RowsView dy, Ro
   // No work estimate here: fp32 partials, and num_threads parts even for small ops (each part's sum is shorter).
   const int64_t H = x.cols, parts = num_parts(ctx, x.rows);
   std::vector<float> partial(dw ? size_t(parts * H) : 0, 0.f);
-  parallel_for_parts(ctx, x.rows, [&](int64_t part, int64_t begin, int64_t end) {
+  parallel_for_n_parts(ctx, x.rows, parts, [&](int64_t part, int64_t begin, int64_t end) {
     float* pdw = dw ? partial.data() + part * H : nullptr;
     for (int64_t r = begin; r < end; ++r) {
       const T* xr = x.row<T>(r);
@@ -95,7 +95,7 @@ void layernorm_bwd_cpu(const Context& ctx, RowsView dx, float* dw, float* db, Ro
   // No work estimate here: fp32 partials, and num_threads parts even for small ops (each part's sum is shorter).
   const int64_t H = x.cols, parts = num_parts(ctx, x.rows);
   std::vector<float> pw(dw ? size_t(parts * H) : 0, 0.f), pb(db ? size_t(parts * H) : 0, 0.f);
-  parallel_for_parts(ctx, x.rows, [&](int64_t part, int64_t begin, int64_t end) {
+  parallel_for_n_parts(ctx, x.rows, parts, [&](int64_t part, int64_t begin, int64_t end) {
     float* pdw = dw ? pw.data() + part * H : nullptr;
     float* pdb = db ? pb.data() + part * H : nullptr;
     for (int64_t r = begin; r < end; ++r) {

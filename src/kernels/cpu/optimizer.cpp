@@ -42,7 +42,7 @@ template <class G>
 double sum_squares(const Context& ctx, const G* g, int64_t n) {
   const int64_t parts = num_parts(ctx, n, 2);
   std::vector<double> partial(size_t(parts), 0.0);
-  parallel_for_parts(ctx, n, 2, [&](int64_t part, int64_t begin, int64_t end) {
+  parallel_for_n_parts(ctx, n, parts, [&](int64_t part, int64_t begin, int64_t end) {
     double s = 0.0;
     for (int64_t i = begin; i < end; ++i) s += double(to_float(g[i])) * double(to_float(g[i]));
     partial[size_t(part)] = s;

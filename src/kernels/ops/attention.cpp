@@ -12,7 +12,7 @@
 #include <tuple>
 #include <utility>
 
-#include <fmt/format.h>
+#include <fmt/core.h>
 
 #include "../cpu_impl.hpp"
 #include "vlpar/core/checks.hpp"

@@ -2,7 +2,7 @@
 // src/kernels/cpu/pos_embed.cpp; no CUDA kernel yet). Test: tests/unit/test_pos_embed.cpp.
 #include "vlpar/kernels/pos_embed.hpp"
 
-#include <fmt/format.h>
+#include <fmt/core.h>
 
 #include <limits>
 

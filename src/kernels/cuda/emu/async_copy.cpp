@@ -5,7 +5,7 @@
 // performs every group but the newest N (memcpy, then zero fill beyond src_size) and records the bytes as written
 // by the issuing thread at that moment, so other threads need a __syncthreads after the wait to read them.
 // Test: tests/emu/test_emu_warp_matrix.cpp (EmuCpAsync.*, EmuFaults.CpAsync*)
-#include <fmt/format.h>
+#include <fmt/core.h>
 
 #include <cstring>
 

@@ -5,7 +5,7 @@
 // atomics of different threads do not race with each other. Return value: the old value, always.
 // Wrap rules: atomicInc stores (old >= v) ? 0 : old + 1; atomicDec stores (old == 0 || old > v) ? v : old - 1.
 // Test: tests/emu/test_emu_runtime.cpp (EmuScheduled.AtomicsOfEveryKind)
-#include <fmt/format.h>
+#include <fmt/core.h>
 
 #include <algorithm>
 #include <atomic>

@@ -4,7 +4,7 @@
 #include "device_memory.hpp"
 
 #include <cuda_runtime.h>
-#include <fmt/format.h>
+#include <fmt/core.h>
 #include <sys/mman.h>
 #include <unistd.h>
 

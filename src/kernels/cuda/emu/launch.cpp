@@ -7,7 +7,7 @@
 #include "launch.hpp"
 
 #include <fcntl.h>
-#include <fmt/format.h>
+#include <fmt/core.h>
 #include <signal.h>
 #include <ucontext.h>
 #include <sys/mman.h>

@@ -3,7 +3,7 @@
 // atomics, faults. Every function here runs inside a fiber, on the OS thread that runs its block.
 // Semantics: ../shared/spec/cuda-emulation.md §2.5–§4. Test: tests/emu/test_emu_runtime.cpp (ctest -L emu)
 #include <dlfcn.h>
-#include <fmt/format.h>
+#include <fmt/core.h>
 
 #include <algorithm>
 #include <atomic>

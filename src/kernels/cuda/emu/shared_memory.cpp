@@ -1,7 +1,7 @@
 // Shared-memory arena and shadow of one emulated block (see shared_memory.hpp).
 #include "shared_memory.hpp"
 
-#include <fmt/format.h>
+#include <fmt/core.h>
 
 #include <algorithm>
 #include <cstring>

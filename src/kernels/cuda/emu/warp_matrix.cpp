@@ -5,7 +5,7 @@
 // Arithmetic: each product of two bf16/f16 values is exact in double; D = C + Σ_k A·B is summed in double in k order
 // and rounded to f32 once. The tensor core's internal accumulation order is not documented; tests bound the
 // difference as a K-term f32 accumulation (docs/cuda-emulation.md). Test: tests/emu/test_emu_warp_matrix.cpp
-#include <fmt/format.h>
+#include <fmt/core.h>
 
 #include <cstring>
 
