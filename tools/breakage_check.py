@@ -34,6 +34,7 @@ cases = [
  ("pack check: a NaN pixel placed in the next image's sample", "src/data/pack_checks.cpp", "if (row < first) break;", "if (row <= first) break;", "test_data_packing"),
  ("pack check: the trainer ignores a bad micro-batch", "examples/qwen3vl/trainer.cpp", "VLPAR_RETURN_IF_ERROR(check_model_inputs(mb.pack,", "(void)(check_model_inputs(mb.pack,", "test_trainer"),
  ("reductions: the loop runs more parts than the partials hold", "include/vlpar/core/context.hpp", "detail::run_parts(ctx, n, std::clamp<int64_t>(parts, 1, num_parts(ctx, n)), fn);", "detail::run_parts(ctx, n, num_parts(ctx, n) + 0 * parts, fn);", "test_optimizer test_losses"),
+ ("cli: an integer out of range reported as the wrong type", "src/core/cli.cpp", "integer_field && integer_text ? \"is out of range for\"", "integer_field && !integer_text ? \"is out of range for\"", "test_cli test_train_config"),
  ("config.json: a number overflow escapes as an exception", "examples/qwen3vl/config.cpp", "  } catch (const json::exception& e) {  // out_of_range 406", "  } catch (const json::type_error& e) {  // out_of_range 406", "test_config"),
  ("thread pool: a late worker starts from the current epoch (misses the shutdown)", "src/core/thread_pool.cpp", "{ worker_loop(seen); });", "{ worker_loop(epoch_.load()); });", "test_thread_pool"),
  ("thread pool: a claim skips a part", "src/core/thread_pool.cpp", "state_.compare_exchange_weak(s, s + 1,", "state_.compare_exchange_weak(s, s + 1 + (next_of(s) == 2),", "test_thread_pool"),

@@ -273,10 +273,13 @@ class Reader {
   Status type_error(const char* key, const char* want, const json& v) const {
     return error(key, fmt::format("must be {}, got {}", want, v.dump()));
   }
+  Status range_error(const char* key, const char* range, const json& v) const {
+    return error(key, fmt::format("{} is out of range ({})", v.dump(), range));
+  }
   Status convert(const json& v, const char* key, int64_t& out) const {
     if (!v.is_number_integer()) return type_error(key, "an integer", v);
     if (v.is_number_unsigned() && v.get<uint64_t>() > uint64_t(std::numeric_limits<int64_t>::max()))
-      return type_error(key, "an integer in int64 range", v);
+      return range_error(key, "int64", v);
     out = v.get<int64_t>();
     return Status::Ok();
   }
@@ -284,7 +287,7 @@ class Reader {
     int64_t x = 0;
     VLPAR_RETURN_IF_ERROR(convert(v, key, x));
     if (x < std::numeric_limits<int>::min() || x > std::numeric_limits<int>::max())
-      return type_error(key, "an integer in int32 range", v);
+      return range_error(key, "int32", v);
     out = static_cast<int>(x);
     return Status::Ok();
   }

@@ -90,8 +90,6 @@ std::vector<Field> fields(TrainConfig& c) {
   };
 }
 
-const char* type_name(const FieldPtr& p) { return vlpar::cli::type_name(p); }
-
 // Assigns a TOML node to a field; false when the node's type does not fit.
 bool assign(const Field& f, const toml::node& n) {
   return std::visit(
@@ -119,6 +117,17 @@ bool assign(const Field& f, const toml::node& n) {
         return true;
       },
       f.ptr);
+}
+
+// A value as written in the file, for messages (strings quoted; tables and arrays by their kind).
+std::string node_text(const toml::node& n) {
+  if (n.is_integer()) return std::to_string(*n.value<int64_t>());
+  if (n.is_floating_point()) return fmt::format("{}", *n.value<double>());
+  if (n.is_boolean()) return *n.value<bool>() ? "true" : "false";
+  if (n.is_string()) return fmt::format("\"{}\"", *n.value<std::string>());
+  std::ostringstream os;
+  os << "a TOML " << n.type();
+  return os.str();
 }
 
 // Assigns command-line text to a field (vlpar/core/cli.hpp).
@@ -271,8 +280,8 @@ Result<TrainConfig> parse_train_config(std::string_view toml_text, std::string_v
       auto it = std::find_if(table.begin(), table.end(),
                              [&](const Field& f) { return f.section == sec && f.key == name; });
       VLPAR_CHECK(it != table.end(), "{}:{}: unknown key {}.{}", source, node.source().begin.line, sec, key.str());
-      VLPAR_CHECK(assign(*it, node), "{}:{}: {} must be {}", source, node.source().begin.line, it->dotted(),
-                  type_name(it->ptr));
+      VLPAR_CHECK(assign(*it, node), "{}:{}: {} = {} {}", source, node.source().begin.line, it->dotted(),
+                  node_text(node), vlpar::cli::why_not(it->ptr, node_text(node)));
     }
   }
   for (const std::string& o : overrides) {
@@ -283,7 +292,7 @@ Result<TrainConfig> parse_train_config(std::string_view toml_text, std::string_v
     const std::string name(s.substr(0, eq)), value(s.substr(eq + 1));
     auto it = std::find_if(table.begin(), table.end(), [&](const Field& f) { return f.dotted() == name; });
     VLPAR_CHECK(it != table.end(), "override '{}': unknown key {}", o, name);
-    VLPAR_CHECK(assign_text(*it, value), "override '{}': {} must be {}", o, name, type_name(it->ptr));
+    VLPAR_CHECK(assign_text(*it, value), "override '{}': {} {}", o, name, vlpar::cli::why_not(it->ptr, value));
   }
   c.derive();
   VLPAR_RETURN_IF_ERROR(c.validate());

@@ -3,6 +3,7 @@
 
 #include <fmt/core.h>
 
+#include <algorithm>
 #include <charconv>
 #include <cstdlib>
 #include <limits>
@@ -50,6 +51,19 @@ bool assign(const Value& v, std::string_view text) {
         return true;
       },
       v);
+}
+
+std::string why_not(const Value& v, std::string_view text) {
+  const bool integer_field = std::visit(
+      [](auto* p) {
+        using T = std::remove_pointer_t<decltype(p)>;
+        return std::is_integral_v<T> && !std::is_same_v<T, bool>;
+      },
+      v);
+  const std::string_view digits = text.starts_with('-') ? text.substr(1) : text;
+  const bool integer_text =
+      !digits.empty() && std::all_of(digits.begin(), digits.end(), [](char c) { return c >= '0' && c <= '9'; });
+  return fmt::format("{} {}", integer_field && integer_text ? "is out of range for" : "must be", type_name(v));
 }
 
 std::string to_text(const Value& v) {
@@ -132,7 +146,7 @@ Status Parser::parse(int argc, const char* const* argv) {
       return error(fmt::format("{}{} needs a value ({})", dashes, name, type_name(o->value)));
     }
     if (!assign(o->value, text))
-      return error(fmt::format("{}{} must be {}, got '{}'", dashes, name, type_name(o->value), text));
+      return error(fmt::format("{}{} {}, got '{}'", dashes, name, why_not(o->value, text), text));
     o->seen = true;
   }
   for (const Option& o : options_)

@@ -71,8 +71,8 @@ TEST(Cli, ErrorsNameTheOptionAndShowTheUsage) {
   expect_error({"--model", "m", "--treads", "2"}, "unknown option --treads");
   expect_error({"--model"}, "--model needs a value");
   expect_error({"--model", "m", "--threads", "two"}, "--threads must be a 32-bit integer, got 'two'");
-  expect_error({"--model", "m", "--threads", "3000000000"}, "--threads must be a 32-bit integer");
-  expect_error({"--model", "m", "--seed=-1"}, "--seed must be an integer in [0, 2^63)");
+  expect_error({"--model", "m", "--threads", "3000000000"}, "--threads is out of range for a 32-bit integer, got '3000000000'");
+  expect_error({"--model", "m", "--seed=-1"}, "--seed is out of range for an integer in [0, 2^63), got '-1'");
   expect_error({"--model", "m", "--lr", "1e-3x"}, "--lr must be a number");
   expect_error({"--model", "m", "--grads=yes"}, "--grads must be true or false");
   expect_error({"--threads", "2"}, "--model is required");

@@ -284,7 +284,7 @@ TEST(Config, ParseErrorsNameTheField) {
        "src: text_config.model_type 'qwen3_vl_moe_text' is not qwen3_vl_text"},
       {"string int", tiny_json(R"("head_dim": "32")"), "src: text_config.head_dim must be an integer, got \"32\""},
       {"float int", tiny_json(R"("head_dim": 32.5)"), "src: text_config.head_dim must be an integer, got 32.5"},
-      {"int32 overflow", tiny_json(R"("head_dim": 4294967296)"), "text_config.head_dim must be an integer in int32"},
+      {"int32 overflow", tiny_json(R"("head_dim": 4294967296)"), "text_config.head_dim 4294967296 is out of range (int32)"},
       {"bool", tiny_json(R"("head_dim": 32, "attention_bias": 0)"),
        "text_config.attention_bias must be true or false, got 0"},
       {"no rope", tiny_json(hd, "", R"("rope_theta": 1e6)"),

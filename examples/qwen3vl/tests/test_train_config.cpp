@@ -83,14 +83,18 @@ void expect_error(const std::string& toml, const std::vector<std::string>& overr
 TEST(TrainConfig, ErrorsNameFileLineAndKey) {
   expect_error("[training]\nstpes = 3\n", {}, "bad.toml:2: unknown key training.stpes");
   expect_error("[trainin]\nsteps = 3\n", {}, "unknown section [trainin]");
-  expect_error("[training]\nsteps = \"many\"\n", {}, "bad.toml:2: training.steps must be a 32-bit integer");
-  expect_error("[model]\nfreeze_vision = 1\n", {}, "model.freeze_vision must be true or false");
+  expect_error("[training]\nsteps = \"many\"\n", {}, "bad.toml:2: training.steps = \"many\" must be a 32-bit integer");
+  expect_error("[training]\nsteps = 99999999999\n", {},
+               "bad.toml:2: training.steps = 99999999999 is out of range for a 32-bit integer");
+  expect_error("[training]\nsteps = [3]\n", {}, "bad.toml:2: training.steps = a TOML array must be a 32-bit integer");
+  expect_error("[model]\nfreeze_vision = 1\n", {}, "model.freeze_vision = 1 must be true or false");
   expect_error("[training\n", {}, "bad.toml:1");
   expect_error("", {"--training.steps=ten"}, "training.steps must be a 32-bit integer");
   expect_error("", {"--training.step=10"}, "unknown key training.step");
   expect_error("", {"training.steps"}, "--section.key=value");
-  expect_error("", {"--model.seed=-1"}, "model.seed must be an integer");
-  expect_error("", {"--model.seed=18446744073709551615"}, "model.seed must be an integer in [0, 2^63)");
+  expect_error("", {"--model.seed=-1"}, "model.seed is out of range for an integer in [0, 2^63)");
+  expect_error("", {"--model.seed=18446744073709551615"}, "model.seed is out of range for an integer in [0, 2^63)");
+  expect_error("", {"--training.steps=4294967296"}, "training.steps is out of range for a 32-bit integer");
 }
 
 TEST(TrainConfig, ValidationIsOneSentenceNamingTheKey) {

@@ -35,6 +35,9 @@ const char* type_name(const Value& v);
 /// @brief Parses `text` into *v (integers: the whole text in the type's range; floats: the whole text, finite or
 /// not; bools: true/false). @return false when the text does not fit the type (the value is left unchanged).
 bool assign(const Value& v, std::string_view text);
+/// @brief Why `text` did not fit *v, for messages: "is out of range for a 32-bit integer" when the text is a
+/// whole integer (an optional '-' and digits) and *v an integer, else "must be <type_name>".
+std::string why_not(const Value& v, std::string_view text);
 /// The value as text that assign() reads back to the same value (floats: shortest round-trip form).
 std::string to_text(const Value& v);
 
