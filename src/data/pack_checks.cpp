@@ -2,7 +2,6 @@
 #include "vlpar/data/pack_checks.hpp"
 
 #include <cmath>
-#include <string_view>
 
 #include <fmt/core.h>
 
@@ -47,7 +46,7 @@ size_t owner_of_row(const PackedBatch& pack, int64_t row, bool videos) {
   if (pack.num_samples() == 1) return 0;
   size_t item = 0;  // the image (video) holding the row
   for (int64_t first = 0; item < grids.size(); ++item) {
-    first += grids[item].t * grids[item].h * grids[item].w;
+    first += grids[item].patches();
     if (row < first) break;
   }
   for (size_t s = 0, seen = 0; s < per_sample.size(); ++s) {
