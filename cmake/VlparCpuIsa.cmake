@@ -1,4 +1,4 @@
-# The CPU paths of vlpar::kernels, chosen at run time (include/vlpar/kernels/cpu_isa.hpp), so that no installed
+# The CPU paths of vlpar::kernels, chosen at run time (include/vlpar/core/cpu_isa.hpp), so that no installed
 # vlpar is built with -march=native and still runs its fastest path on the machine it runs on.
 #
 # VLPAR_CPU_ISAS lists the paths to compile (base is always compiled): every src/kernels/cpu/*.cpp (except the
@@ -31,7 +31,6 @@ function(vlpar_add_cpu_isa_kernels target)
   target_sources(${target} PRIVATE ${op_sources})
   target_sources(${target} PRIVATE ${PROJECT_SOURCE_DIR}/src/kernels/cpu/cuda_stubs.cpp
                                    ${PROJECT_SOURCE_DIR}/src/kernels/cpu_dispatch.cpp
-                                   ${PROJECT_SOURCE_DIR}/src/kernels/cpu_isa.cpp
                                    ${PROJECT_SOURCE_DIR}/src/kernels/kernels_common.cpp)
   set(paths base)
   foreach(isa IN LISTS VLPAR_CPU_ISAS)
@@ -40,7 +39,9 @@ function(vlpar_add_cpu_isa_kernels target)
     endif()
     list(APPEND paths ${isa})
     string(TOUPPER ${isa} ISA)
+    # core's cpu_isas_compiled() reports the paths (src/core/cpu_isa.cpp); the dispatch compiles their calls.
     target_compile_definitions(${target} PRIVATE VLPAR_CPU_ISA_${ISA}=1)
+    target_compile_definitions(vlpar_core PRIVATE VLPAR_CPU_ISA_${ISA}=1)
   endforeach()
   message(STATUS "vlpar: CPU paths ${paths}")
   foreach(isa IN LISTS paths)

@@ -1,10 +1,11 @@
 #!/usr/bin/env bash
-# Builds vlpar's libFuzzer targets (fuzz/, preset sanitize: clang, ASan + UBSan without recovery, the whole tree
+# Builds vlpar's libFuzzer targets (fuzz/, preset sanitize: clang, ASan + UBSan without recovery, vlpar's libraries
 # instrumented for coverage) and runs each one over its committed corpus fuzz/corpus/<target>/ (new inputs go to a
 # scratch copy under build/sanitize/fuzz/, never into the tree). Any finding (a sanitizer report, a crash, a broken
 # property, a timeout of 10 s or 2 GiB of memory for one input) fails the script; its input is kept as
 # build/sanitize/fuzz/<target>-crash-*; add it to fuzz/corpus/<target>/ as a regression seed once fixed.
-# libFuzzer's `Done N runs in S second(s)` line is printed for every target.
+# libFuzzer's `Done N runs in S second(s)` line is printed for every target; as many targets run at once as
+# there are cores.
 #   scripts/fuzz.sh [--seconds S | --runs N] [target...]   (default: every target for 10 s)
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -14,7 +15,7 @@ while [ $# -gt 0 ]; do
   case "$1" in
     --seconds) limit=(-max_total_time="$2"); shift 2 ;;
     --runs) limit=(-runs="$2"); shift 2 ;;
-    -h|--help) sed -n 2,8p "$0"; exit 0 ;;
+    -h|--help) sed -n 2,9p "$0"; exit 0 ;;
     *) targets+=("$1"); shift ;;
   esac
 done
@@ -27,19 +28,37 @@ fi
 cmake --build build/sanitize -j"$(nproc)" --target "${targets[@]}"
 export ASAN_OPTIONS=detect_leaks=1:abort_on_error=1 UBSAN_OPTIONS=print_stacktrace=1:halt_on_error=1
 out=build/sanitize/fuzz
+fuzz_one() {  # fuzz_one <target>: exit status 0 when libFuzzer finished clean
+  mkdir -p "$out/corpus-$1"
+  build/sanitize/fuzz/"$1" "${limit[@]}" -timeout=10 -rss_limit_mb=2048 -print_final_stats=1 \
+    -artifact_prefix="$out/$1-" "$out/corpus-$1" "fuzz/corpus/$1" > "$out/$1.log" 2>&1
+}
+# One target per core at a time; each reports when it ends.
 failed=()
-for t in "${targets[@]}"; do
-  mkdir -p "$out/corpus-$t"
-  log=$out/$t.log
-  if build/sanitize/fuzz/"$t" "${limit[@]}" -timeout=10 -rss_limit_mb=2048 -print_final_stats=1 \
-       -artifact_prefix="$out/$t-" "$out/corpus-$t" "fuzz/corpus/$t" > "$log" 2>&1; then
-    echo "$t: $(grep -E '^Done [0-9]+ runs' "$log")"
+pids=()
+names=()
+report() {  # report <index into pids/names>
+  local t=${names[$1]}
+  if wait "${pids[$1]}"; then
+    echo "$t: $(grep -E '^Done [0-9]+ runs' "$out/$t.log")"
   else
-    tail -60 "$log"
-    echo "$t: FINDING (log $log, input $out/$t-*)" >&2
+    tail -60 "$out/$t.log"
+    echo "$t: FINDING (log $out/$t.log, input $out/$t-*)" >&2
     failed+=("$t")
   fi
+}
+jobs=$(nproc)
+for t in "${targets[@]}"; do
+  if [ ${#pids[@]} -ge "$jobs" ]; then
+    report 0
+    pids=("${pids[@]:1}")
+    names=("${names[@]:1}")
+  fi
+  fuzz_one "$t" &
+  pids+=($!)
+  names+=("$t")
 done
+for i in "${!pids[@]}"; do report "$i"; done
 if [ ${#failed[@]} -gt 0 ]; then
   echo "fuzzing found defects in: ${failed[*]}" >&2
   exit 1

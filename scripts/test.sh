@@ -17,6 +17,10 @@
 #   package   `cmake --install`, then tests/consumer against it (find_package, all components) and
 #             tests/consumer_core (COMPONENTS core kernels comm nn: no image, regex or YAML library on its link
 #             line), and the add_subdirectory consumer (vlpar::core and vlpar::kernels only)
+#   sanitize  clang, ASan + UBSan without recovery: the tests of core, io and data (files, parsers, the data
+#             pipeline, batches, the thread pool) and every libFuzzer target of those parsers for a few seconds on
+#             its committed corpus (`Done N runs` per target); ThreadSanitizer: the thread pool, the loader, the
+#             communicator's watchdog (scripts/sanitize.sh ci; docs/robustness.md)
 #   tests     every ctest (labels unit, isa, mpi, emu), last, so the final summary is the run that executes the
 #             tests; then the proof that every CUDA kernel of the nvcc build ran under emulation
 #             (tools/check_emu_coverage.py: `emulated kernels launched: N of M`)
@@ -104,7 +108,8 @@ cuda() {
 build() {
   # CuTe headers for the fragment-layout cross-check (test only; without them CMake says the check is left out)
   python3 tools/fetch_test_tools.py cute || echo "no CuTe headers: the layout cross-check is left out"
-  cmake --preset emu
+  # Unity builds of the components (VLPAR_UNITY_BUILD): a development tree keeps one file per translation unit.
+  cmake --preset emu -DVLPAR_UNITY_BUILD=ON
   cmake --build --preset emu -j"$jobs"
 }
 
@@ -146,6 +151,8 @@ package() {
   ./build/consumer-subdir/vlpar_consumer
 }
 
+sanitize() { scripts/sanitize.sh ci; }
+
 tests() {
   rm -f build/emu/emu_launches.txt  # appended to by every emulated kernel launch of this run
   ctest --preset emu -j"$jobs"
@@ -157,5 +164,6 @@ stage generated generated
 stage cuda cuda
 stage build build
 stage package package
+stage sanitize sanitize
 stage tests tests
 echo "== all checks passed in $(( $(date +%s) - start )) s"

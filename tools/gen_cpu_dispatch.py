@@ -1,6 +1,6 @@
 #!/usr/bin/env python3
 """Writes src/kernels/cpu_dispatch.cpp (and src/kernels/cpu_impl.hpp): for every op of vlpar::kernels, the call
-into the CPU path that cpu_isa_active() names (include/vlpar/kernels/cpu_isa.hpp, cmake/VlparCpuIsa.cmake).
+into the CPU path that cpu_isa_active() names (include/vlpar/core/cpu_isa.hpp, cmake/VlparCpuIsa.cmake).
 
 Every free function declared at namespace scope (column 0, not inline) in include/vlpar/kernels/*.hpp is defined
 by src/kernels/cpu/*.cpp inside vlpar::isa_<path>; this script reads those declarations, so adding an op to a
@@ -80,7 +80,7 @@ def render():
              ""]
     for h in sorted({f[0] for f in found}):
         lines.append(f'#include "vlpar/kernels/{h}"')
-    lines += ['#include "vlpar/kernels/cpu_isa.hpp"', '#include "cpu_impl.hpp"', ""]
+    lines += ['#include "vlpar/core/cpu_isa.hpp"', '#include "cpu_impl.hpp"', ""]
     # Every path defines the same functions in its own namespace: one list, declared once per namespace.
     lines.append("#define VLPAR_CPU_OPS_DECLARE \\")
     lines += [f"  {ret} {name}({', '.join(ps)}); \\" for _, ret, name, ps, _, _ in found]

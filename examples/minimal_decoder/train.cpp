@@ -144,13 +144,13 @@ std::vector<io::CheckpointTensor> checkpoint_tensors(const nn::DecoderModel& mod
                                                      const std::vector<size_t>& slots, int tp_rank, int tp,
                                                      int dp_rank) {
   const nn::ParamRegistry& reg = model.registry();
-  auto replica = [&](const nn::ParamShard& p) { return io::replica_index(p, tp, tp_rank, dp_rank); };
+  auto replica = [&](const vlpar::ParamShard& p) { return io::replica_index(p, tp, tp_rank, dp_rank); };
   std::vector<io::CheckpointTensor> out;
   for (size_t i = 0; i < reg.size(); ++i)
     out.push_back(io::sharded_tensor(reg.name(i), reg.value(i), reg.entry(i).shard, replica(reg.entry(i).shard)));
   for (size_t i = 0; i < reg.size(); ++i) {  // slots[i]: the optimizer's position of registry parameter i
     if (slots[i] == SIZE_MAX) continue;        // frozen: no optimizer state
-    const nn::ParamShard& p = reg.entry(i).shard;
+    const vlpar::ParamShard& p = reg.entry(i).shard;
     out.push_back(io::sharded_tensor("optim.m." + p.name, opt.m[slots[i]], p, replica(p)));
     out.push_back(io::sharded_tensor("optim.v." + p.name, opt.v[slots[i]], p, replica(p)));
   }

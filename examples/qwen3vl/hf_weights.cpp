@@ -33,7 +33,7 @@ Result<TensorView> part_view(TensorView full, int64_t row, const Shape& shape) {
 }  // namespace
 
 std::vector<HfPart> hf_parts(const Model& model, size_t index) {
-  const nn::ParamShard& p = model.registry().entry(index).shard;
+  const vlpar::ParamShard& p = model.registry().entry(index).shard;
   const std::string& name = p.name;
   const std::string fused = "mlp.gate_up_proj.weight";
   if (name.ends_with(fused)) {
@@ -71,7 +71,7 @@ Status load_hf_weights(Model& model, const std::string& dir, vlpar::obs::Progres
   vlpar::Allocator scratch;
   std::set<std::string> used;
   for (size_t i = 0; i < reg.size(); ++i) {
-    const nn::ParamShard& p = reg.entry(i).shard;
+    const vlpar::ParamShard& p = reg.entry(i).shard;
     // vlpar's expert bias (text.router_expert_bias) is in vlpar's own exports only: from an HF checkpoint it starts
     // at zero, i.e. routing as HF does.
     if (p.name.ends_with(".mlp.gate.e_score_correction_bias") && src.find(p.name) == nullptr) continue;
@@ -88,7 +88,7 @@ Status load_hf_weights(Model& model, const std::string& dir, vlpar::obs::Progres
       row += part.shape.numel() / width;
       used.insert(part.name);
     }
-    VLPAR_RETURN_IF_ERROR(nn::gather_shard_from_full(reg.value(i), full, p));
+    VLPAR_RETURN_IF_ERROR(vlpar::gather_shard_from_full(reg.value(i), full, p));
     if (progress) progress->add(int64_t(full.view().nbytes()));
   }
   for (const std::string& name : src.names()) {
@@ -112,7 +112,7 @@ Result<std::vector<io::NamedTensor>> hf_tensors(const Model& model, HfWhich whic
   const nn::ParamRegistry& reg = model.registry();
   std::vector<io::NamedTensor> out;
   for (size_t i = 0; i < reg.size(); ++i) {
-    const nn::ParamShard& p = reg.entry(i).shard;
+    const vlpar::ParamShard& p = reg.entry(i).shard;
     VLPAR_CHECK(p.local_shape() == p.full_shape, "{} is sharded over tensor parallelism; gather it first", p.name);
     const TensorView full = which == HfWhich::kValues ? reg.value(i) : reg.grad(i);
     if (full.empty()) continue;  // a frozen parameter has no gradient

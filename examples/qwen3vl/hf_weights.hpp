@@ -2,7 +2,7 @@
 // Qwen3-VL weights in Hugging Face layout, both ways (spec qwen3vl.md §7, v4.57 on-disk layout):
 //   import : HF directory (config.json + model.safetensors or sharded index) → Model. Every registry parameter is
 //            built as its FULL vlpar tensor from one or more HF tensors, then this rank takes its shard
-//            (nn::gather_shard_from_full): "convert then split", so any tp layout loads from the same files.
+//            (vlpar::gather_shard_from_full): "convert then split", so any tp layout loads from the same files.
 //   export : Model → HF directory that transformers loads (config.json + safetensors, sharded above a limit).
 // Name/layout rules (HfPart lists): identity for every tensor except
 //   - the dense SwiGLU: vlpar `mlp.gate_up_proj.weight` [2I, H] = rows of HF `mlp.gate_proj.weight` [I, H] then

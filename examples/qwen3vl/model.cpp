@@ -95,15 +95,15 @@ Status Model::register_params() {
   // pipeline part (PipelinePart) registers only the sections it holds (`keep`), with the values the whole model has.
   uint32_t next_id = 0;
   bool keep = part_.vision_and_embedding;
-  auto enroll = [&](nn::ParamShard shard, const char* group) -> Result<size_t> {
+  auto enroll = [&](vlpar::ParamShard shard, const char* group) -> Result<size_t> {
     ++next_id;
     if (!keep) return kNotHeld;
     return reg_.add(std::move(shard), group);
   };
   // Vision and mergers: replicated on every tp rank, reduced over the vision replicas (ReplicaGroup::kVision).
   auto add = [&](std::string name, Shape shape, InitRule init, const char* group) -> Result<size_t> {
-    nn::ParamShard shard = nn::make_replicated_param(std::move(name), shape, next_id, init);
-    shard.replica = nn::ReplicaGroup::kVision;
+    vlpar::ParamShard shard = vlpar::make_replicated_param(std::move(name), shape, next_id, init);
+    shard.replica = vlpar::ReplicaGroup::kVision;
     return enroll(std::move(shard), group);
   };
   // Vision tower (HF order of Qwen3VLVisionModel's state dict).
@@ -149,27 +149,27 @@ Status Model::register_params() {
   // the dense SwiGLU by its width, embed_tokens/lm_head by vocab rows; norms, q/k norms and MoE replicated.
   const int64_t H = t.hidden, hd = t.head_dim;
   const int tp = tp_.size(), rank = tp_.rank();
-  const nn::Range heads = nn::even_shard(t.heads, tp, rank), kv = nn::kv_head_shard(t.kv_heads, tp, rank);
-  const bool kv_summed = nn::kv_head_replicas(t.kv_heads, tp) > 1;
+  const vlpar::Range heads = vlpar::even_shard(t.heads, tp, rank), kv = vlpar::kv_head_shard(t.kv_heads, tp, rank);
+  const bool kv_summed = vlpar::kv_head_replicas(t.kv_heads, tp) > 1;
   const std::string lp = "model.language_model.";
-  auto add_shard = [&](nn::ParamShard shard, bool summed) -> Result<size_t> {
+  auto add_shard = [&](vlpar::ParamShard shard, bool summed) -> Result<size_t> {
     shard.grad_summed_over_tp = summed;
     return enroll(std::move(shard), "language_model");
   };
   auto id = [&]() { return next_id; };
   auto text = [&](std::string name, Shape shape, InitRule init, bool summed = false) {
-    return add_shard(nn::make_replicated_param(std::move(name), shape, id(), init), summed);
+    return add_shard(vlpar::make_replicated_param(std::move(name), shape, id(), init), summed);
   };
   // Experts: this rank's E / ep of them (dim 0), reduced over the expert replicas.
-  const nn::Range experts = nn::even_shard(t.num_experts, ep_.size(), ep_.rank());
+  const vlpar::Range experts = vlpar::even_shard(t.num_experts, ep_.size(), ep_.rank());
   auto expert = [&](std::string name, Shape shape, InitRule init) {
-    nn::ParamShard shard = nn::make_split_param(std::move(name), shape, 0, experts, id(), init);
-    shard.replica = nn::ReplicaGroup::kExpert;
+    vlpar::ParamShard shard = vlpar::make_split_param(std::move(name), shape, 0, experts, id(), init);
+    shard.replica = vlpar::ReplicaGroup::kExpert;
     return add_shard(std::move(shard), false);
   };
   // A tied LM head is embed_tokens itself: the last stage holds it too (its gradient is the two copies' sum).
   keep = part_.vision_and_embedding || (part_.head && t.tie_word_embeddings);
-  VLPAR_ASSIGN_OR_RETURN(embed_, add_shard(nn::make_split_param(lp + "embed_tokens.weight", Shape{t.vocab, H}, 0,
+  VLPAR_ASSIGN_OR_RETURN(embed_, add_shard(vlpar::make_split_param(lp + "embed_tokens.weight", Shape{t.vocab, H}, 0,
                                                                 vocab_block_, id(), w), false));
   for (int l = 0; l < t.layers; ++l) {
     const std::string p = fmt::format("{}layers.{}.", lp, l);
@@ -177,17 +177,17 @@ Status Model::register_params() {
     LayerParams lay;
     lay.attn = keep ? reg_.size() : kNotHeld;
     VLPAR_RETURN_IF_ERROR(text(p + "input_layernorm.weight", Shape{H}, ones).status());
-    VLPAR_RETURN_IF_ERROR(add_shard(nn::make_split_param(p + "self_attn.q_proj.weight", Shape{t.heads * hd, H}, 0,
+    VLPAR_RETURN_IF_ERROR(add_shard(vlpar::make_split_param(p + "self_attn.q_proj.weight", Shape{t.heads * hd, H}, 0,
                                                          {heads.begin * hd, heads.end * hd}, id(), w), false)
                               .status());
     for (const char* kvname : {"self_attn.k_proj.weight", "self_attn.v_proj.weight"})
-      VLPAR_RETURN_IF_ERROR(add_shard(nn::make_split_param(p + kvname, Shape{t.kv_heads * hd, H}, 0,
+      VLPAR_RETURN_IF_ERROR(add_shard(vlpar::make_split_param(p + kvname, Shape{t.kv_heads * hd, H}, 0,
                                                            {kv.begin * hd, kv.end * hd}, id(), w), kv_summed)
                                 .status());
     // Each rank normalises only its own heads: the [hd] q/k norm gradients are partial sums when tp > 1.
     VLPAR_RETURN_IF_ERROR(text(p + "self_attn.q_norm.weight", Shape{hd}, ones, tp > 1).status());
     VLPAR_RETURN_IF_ERROR(text(p + "self_attn.k_norm.weight", Shape{hd}, ones, tp > 1).status());
-    VLPAR_RETURN_IF_ERROR(add_shard(nn::make_split_param(p + "self_attn.o_proj.weight", Shape{H, t.heads * hd}, 1,
+    VLPAR_RETURN_IF_ERROR(add_shard(vlpar::make_split_param(p + "self_attn.o_proj.weight", Shape{H, t.heads * hd}, 1,
                                                          {heads.begin * hd, heads.end * hd}, id(), w), false)
                               .status());
     lay.mlp = keep ? reg_.size() : kNotHeld;
@@ -200,12 +200,12 @@ Status Model::register_params() {
       VLPAR_RETURN_IF_ERROR(expert(p + "mlp.experts.down_proj", Shape{E, I, H}, w).status());
     } else {
       const int64_t I = t.intermediate;
-      const nn::Range inter = nn::even_shard(I, tp, rank);
+      const vlpar::Range inter = vlpar::even_shard(I, tp, rank);
       VLPAR_RETURN_IF_ERROR(
-          add_shard(nn::make_fused_gate_up_param(p + "mlp.gate_up_proj.weight", I, H, inter, id(), w), false)
+          add_shard(vlpar::make_fused_gate_up_param(p + "mlp.gate_up_proj.weight", I, H, inter, id(), w), false)
               .status());
       VLPAR_RETURN_IF_ERROR(
-          add_shard(nn::make_split_param(p + "mlp.down_proj.weight", Shape{H, I}, 1, inter, id(), w), false).status());
+          add_shard(vlpar::make_split_param(p + "mlp.down_proj.weight", Shape{H, I}, 1, inter, id(), w), false).status());
     }
     layers_.push_back(lay);
   }
@@ -214,7 +214,7 @@ Status Model::register_params() {
   if (t.tie_word_embeddings) {
     lm_head_ = embed_;
   } else {
-    VLPAR_ASSIGN_OR_RETURN(lm_head_, add_shard(nn::make_split_param("lm_head.weight", Shape{t.vocab, H}, 0,
+    VLPAR_ASSIGN_OR_RETURN(lm_head_, add_shard(vlpar::make_split_param("lm_head.weight", Shape{t.vocab, H}, 0,
                                                                     vocab_block_, id(), w), false));
   }
   // The expert biases last, so every block keeps its contiguous parameter range; frozen (group "expert_bias":
@@ -223,7 +223,7 @@ Status Model::register_params() {
     if (!layers_[size_t(l)].moe) continue;
     keep = part_.holds(l);
     VLPAR_ASSIGN_OR_RETURN(layers_[size_t(l)].expert_bias,
-                           enroll(nn::make_replicated_param(fmt::format("{}layers.{}.mlp.gate.e_score_correction_bias",
+                           enroll(vlpar::make_replicated_param(fmt::format("{}layers.{}.mlp.gate.e_score_correction_bias",
                                                                         lp, l), Shape{t.num_experts}, id(), zeros),
                                   "expert_bias"));
   }
@@ -251,7 +251,7 @@ Result<Model> Model::create(const Context& ctx, const Config& cfg, const Freeze&
   m.ep_ = ep;
   m.part_ = std::move(part);
   if (m.part_.layers.empty() && m.part_.whole) m.part_.layers = {{0, cfg.text.layers}};
-  m.vocab_block_ = nn::even_shard(cfg.text.vocab, tp.size(), tp.rank());
+  m.vocab_block_ = vlpar::even_shard(cfg.text.vocab, tp.size(), tp.rank());
   const VisionConfig& v = cfg.vision;
   nn::VisionConfig& vc = m.vision_cfg_;
   vc.hidden = v.hidden;

@@ -273,7 +273,7 @@ class Model {
   vlpar::obs::TraceRecorder* trace_ = nullptr;
   vlpar::nn::TensorParallel tp_;
   vlpar::nn::ExpertParallel ep_;
-  vlpar::nn::Range vocab_block_;  // this rank's rows of embed_tokens / lm_head
+  vlpar::Range vocab_block_;  // this rank's rows of embed_tokens / lm_head
   vlpar::nn::ParamRegistry reg_;
   size_t embed_ = 0, final_norm_ = 0, lm_head_ = 0;  // lm_head_ == embed_ when tied
   std::vector<LayerParams> layers_;

@@ -220,21 +220,21 @@ std::vector<io::CheckpointTensor> Trainer::checkpoint_tensors(const vlpar::paral
   const bool second_copy = pipe_ && pipe_->is_second_tied_copy(*model_);
   const nn::ParamRegistry& reg = model_->registry();
   auto replica_of = [&](size_t i) {
-    const nn::ParamShard& p = reg.entry(i).shard;
+    const vlpar::ParamShard& p = reg.entry(i).shard;
     // An expert shard's copies are the ranks of its expert-dp group (the same experts, other data).
-    if (p.replica == nn::ReplicaGroup::kExpert) return groups_->get(vlpar::parallel::Axis::kEdp).rank();
+    if (p.replica == vlpar::ReplicaGroup::kExpert) return groups_->get(vlpar::parallel::Axis::kEdp).rank();
     const int r = io::replica_index(p, cfg_.parallel.tp, tp_rank_, dp_rank_);
     return second_copy && i == model_->embed_param_index() ? r + 1 : r;
   };
   std::vector<io::CheckpointTensor> out;
   for (size_t i = 0; i < reg.size(); ++i) {
-    const nn::ParamShard& p = reg.entry(i).shard;
+    const vlpar::ParamShard& p = reg.entry(i).shard;
     out.push_back(io::sharded_tensor(p.name, reg.value(i), p, replica_of(i)));
   }
   // AdamW m and v per trainable parameter, in registry order (the optimizer's own order is the backward's).
   for (size_t i = 0; i < reg.size(); ++i) {
     if (optim_slot_[i] == SIZE_MAX) continue;
-    const nn::ParamShard& p = reg.entry(i).shard;
+    const vlpar::ParamShard& p = reg.entry(i).shard;
     out.push_back(io::sharded_tensor("optim.m." + p.name, optim.m[optim_slot_[i]], p, replica_of(i)));
     out.push_back(io::sharded_tensor("optim.v." + p.name, optim.v[optim_slot_[i]], p, replica_of(i)));
   }

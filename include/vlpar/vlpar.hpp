@@ -32,7 +32,7 @@
 #include "vlpar/parallel/process_groups.hpp"   // provides: ProcessGroups (one Communicator per Axis, split from the world)
 #include "vlpar/parallel/lr_schedule.hpp"      // provides: LrSchedule (warmup, cosine / linear / constant decay)
 #include "vlpar/nn/config.hpp"             // provides: TransformerConfig (validate, validate_tp)
-#include "vlpar/nn/shard.hpp"              // provides: even_shard, kv_head_shard, vocab_owner, ParamShard, init_param_shard
+#include "vlpar/core/shard.hpp"              // provides: even_shard, kv_head_shard, vocab_owner, ParamShard, init_param_shard
 #include "vlpar/nn/tensor_parallel.hpp"    // provides: TensorParallel, region_enter/exit forward/backward (TP/SP boundaries)
 #include "vlpar/nn/attention_block.hpp"    // provides: AttentionBlock (TP by heads, GQA kv replication), AttentionWeights/Stash
 #include "vlpar/nn/mlp_block.hpp"          // provides: MlpBlock (fused gate/up column-parallel, down row-parallel)

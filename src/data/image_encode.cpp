@@ -25,19 +25,19 @@ namespace {
 
 // ---- JPEG ---------------------------------------------------------------------------------------------------
 
-struct JpegError {
+struct JpegWriteError {
   jpeg_error_mgr pub;  // first member: libjpeg hands us a jpeg_error_mgr*
   std::jmp_buf jump;
   char message[JMSG_LENGTH_MAX + 64];
 };
 
-void jpeg_on_error(j_common_ptr cinfo) {
-  auto* e = reinterpret_cast<JpegError*>(cinfo->err);
+void jpeg_write_on_error(j_common_ptr cinfo) {
+  auto* e = reinterpret_cast<JpegWriteError*>(cinfo->err);
   (*cinfo->err->format_message)(cinfo, e->message);
   std::longjmp(e->jump, 1);
 }
 
-void jpeg_on_message(j_common_ptr, int) {}  // the compressor's warnings and traces: nothing to report
+void jpeg_write_on_message(j_common_ptr, int) {}  // the compressor's warnings and traces: nothing to report
 
 struct JpegOutput {
   unsigned char* buffer = nullptr;  // malloc'd by jpeg_mem_dest; the caller frees it
@@ -45,11 +45,11 @@ struct JpegOutput {
 };
 
 // Returns true on success; on failure err->message says why. out->buffer must be freed by the caller either way.
-bool encode_jpeg_impl(const Image* im, const JpegEncodeOptions* opt, JpegOutput* out, JpegError* err) {
+bool encode_jpeg_impl(const Image* im, const JpegEncodeOptions* opt, JpegOutput* out, JpegWriteError* err) {
   jpeg_compress_struct cinfo;
   cinfo.err = jpeg_std_error(&err->pub);
-  err->pub.error_exit = jpeg_on_error;
-  err->pub.emit_message = jpeg_on_message;
+  err->pub.error_exit = jpeg_write_on_error;
+  err->pub.emit_message = jpeg_write_on_message;
   err->message[0] = '\0';
   if (setjmp(err->jump)) {
     jpeg_destroy_compress(&cinfo);
@@ -88,7 +88,7 @@ bool encode_jpeg_impl(const Image* im, const JpegEncodeOptions* opt, JpegOutput*
 
 // ---- PNG ----------------------------------------------------------------------------------------------------
 
-struct PngError {
+struct PngWriteError {
   char message[256];
   bool out_of_memory;
 };
@@ -102,26 +102,26 @@ void png_write_callback(png_structp png, png_bytep data, size_t n) {
     grown = false;
   }
   if (!grown) {  // longjmp only outside the handler, so the exception object is destroyed first
-    static_cast<PngError*>(png_get_error_ptr(png))->out_of_memory = true;
+    static_cast<PngWriteError*>(png_get_error_ptr(png))->out_of_memory = true;
     png_error(png, "out of memory while growing the output buffer");
   }
 }
 
 void png_flush_callback(png_structp) {}
 
-void png_on_error(png_structp png, png_const_charp msg) {
-  auto* e = static_cast<PngError*>(png_get_error_ptr(png));
+void png_write_on_error(png_structp png, png_const_charp msg) {
+  auto* e = static_cast<PngWriteError*>(png_get_error_ptr(png));
   if (e->message[0] == '\0')
     std::snprintf(e->message, sizeof(e->message), "%s", msg != nullptr ? msg : "unknown libpng error");
   png_longjmp(png, 1);
 }
 
-void png_on_warning(png_structp, png_const_charp) {}
+void png_write_on_warning(png_structp, png_const_charp) {}
 
-bool encode_png_impl(const Image* im, const PngEncodeOptions* opt, std::vector<uint8_t>* out, PngError* err) {
+bool encode_png_impl(const Image* im, const PngEncodeOptions* opt, std::vector<uint8_t>* out, PngWriteError* err) {
   err->message[0] = '\0';
   err->out_of_memory = false;
-  png_structp png = png_create_write_struct(PNG_LIBPNG_VER_STRING, err, png_on_error, png_on_warning);
+  png_structp png = png_create_write_struct(PNG_LIBPNG_VER_STRING, err, png_write_on_error, png_write_on_warning);
   if (png == nullptr) {
     std::snprintf(err->message, sizeof(err->message), "png_create_write_struct failed");
     return false;
@@ -157,7 +157,7 @@ Result<std::vector<uint8_t>> encode_jpeg(const Image& image, const JpegEncodeOpt
   VLPAR_CHECK(options.quality >= 1 && options.quality <= 100, "encode_jpeg('{}'): quality {} is outside 1..100",
               what, options.quality);
   JpegOutput out;
-  JpegError err;
+  JpegWriteError err;
   const bool ok = encode_jpeg_impl(&image, &options, &out, &err);
   std::vector<uint8_t> bytes;
   if (ok) {
@@ -181,7 +181,7 @@ Result<std::vector<uint8_t>> encode_png(const Image& image, const PngEncodeOptio
   VLPAR_CHECK(options.compression_level >= 0 && options.compression_level <= 9,
               "encode_png('{}'): compression_level {} is outside 0..9", what, options.compression_level);
   std::vector<uint8_t> bytes;
-  PngError err;
+  PngWriteError err;
   if (!encode_png_impl(&image, &options, &bytes, &err)) {
     return VLPAR_STATUS(err.out_of_memory ? StatusCode::kOutOfMemory : StatusCode::kInternal,
                         "encode_png('{}'): libpng: {}", what, err.message);

@@ -14,7 +14,7 @@
 #define VLPAR_TARGET(isa) __attribute__((target(isa)))
 #endif
 
-#include "vlpar/kernels/cpu_isa.hpp"
+#include "vlpar/core/cpu_isa.hpp"
 #if defined(__linux__)
 #include <sys/mman.h>
 #endif

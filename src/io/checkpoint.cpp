@@ -99,7 +99,7 @@ uint64_t fnv1a(std::string_view s) {
 
 /// Checks one tensor's shard description and its local view; `ctx` prefixes errors ("saving checkpoint '<dir>'").
 Status check_tensor(const CheckpointTensor& t, std::string_view ctx, bool loading) {
-  const nn::ParamShard& s = t.shard;
+  const ParamShard& s = t.shard;
   VLPAR_CHECK(!t.name.empty(), "{}: a tensor has an empty name", ctx);
   const int nd = s.full_shape.ndim;
   VLPAR_CHECK(nd >= 0 && nd <= kMaxDims, "{}: tensor '{}' has rank {}", ctx, t.name, nd);
@@ -113,22 +113,22 @@ Status check_tensor(const CheckpointTensor& t, std::string_view ctx, bool loadin
                 s.pieces.size());
   } else {
     const int64_t full = s.full_shape[s.shard_dim];
-    std::vector<nn::ShardPiece> by_local = s.pieces, by_full = s.pieces;
-    for (const nn::ShardPiece& p : s.pieces)
+    std::vector<ShardPiece> by_local = s.pieces, by_full = s.pieces;
+    for (const ShardPiece& p : s.pieces)
       VLPAR_CHECK(p.length >= 0 && p.local_begin >= 0 && p.full_begin >= 0 && p.full_begin + p.length <= full,
                   "{}: tensor '{}' piece (local {}, full {}, length {}) does not fit dim {} of size {}", ctx, t.name,
                   p.local_begin, p.full_begin, p.length, s.shard_dim, full);
     // Local ranges tile [0, Σ length) in some order; full ranges are disjoint.
     std::sort(by_local.begin(), by_local.end(), [](auto& a, auto& b) { return a.local_begin < b.local_begin; });
     int64_t at = 0;
-    for (const nn::ShardPiece& p : by_local) {
+    for (const ShardPiece& p : by_local) {
       VLPAR_CHECK(p.local_begin == at, "{}: tensor '{}' pieces do not tile its local dim {}: a piece starts at local {} "
                   "where {} was expected", ctx, t.name, s.shard_dim, p.local_begin, at);
       at += p.length;
     }
     std::sort(by_full.begin(), by_full.end(), [](auto& a, auto& b) { return a.full_begin < b.full_begin; });
     int64_t end = 0;
-    for (const nn::ShardPiece& p : by_full) {
+    for (const ShardPiece& p : by_full) {
       if (p.length == 0) continue;
       VLPAR_CHECK(p.full_begin >= end, "{}: tensor '{}' pieces overlap in the full tensor at dim {} index {}", ctx,
                   t.name, s.shard_dim, p.full_begin);
@@ -153,9 +153,9 @@ json dims_json(const Shape& s) {
   return a;
 }
 
-json pieces_json(const std::vector<nn::ShardPiece>& pieces) {
+json pieces_json(const std::vector<ShardPiece>& pieces) {
   json a = json::array();
-  for (const nn::ShardPiece& p : pieces) a.push_back(json::array({p.local_begin, p.full_begin, p.length}));
+  for (const ShardPiece& p : pieces) a.push_back(json::array({p.local_begin, p.full_begin, p.length}));
   return a;
 }
 
@@ -163,7 +163,7 @@ json pieces_json(const std::vector<nn::ShardPiece>& pieces) {
 
 struct Chunk {                          // what one rank holds of one tensor
   int rank = 0;
-  std::vector<nn::ShardPiece> pieces;   // along the tensor's shard dim; empty when replicated
+  std::vector<ShardPiece> pieces;   // along the tensor's shard dim; empty when replicated
   int64_t local_dim = 0;                // Σ lengths: the size of the shard dim in the rank file
 };
 
@@ -216,10 +216,10 @@ Result<Chunk> parse_chunk(const json& pieces, int rank, const IndexEntry& e, std
     return c;
   }
   // The pieces must tile the rank's local dim and fit the full one (what check_tensor enforced at save).
-  std::vector<nn::ShardPiece> by_local = c.pieces;
+  std::vector<ShardPiece> by_local = c.pieces;
   std::sort(by_local.begin(), by_local.end(), [](auto& a, auto& b) { return a.local_begin < b.local_begin; });
   const int64_t full = e.shape[size_t(e.shard_dim)];
-  for (const nn::ShardPiece& p : by_local) {
+  for (const ShardPiece& p : by_local) {
     VLPAR_CHECK(p.local_begin == c.local_dim && p.length >= 0 && p.full_begin >= 0 && p.full_begin + p.length <= full,
                 "{}: tensor '{}' on rank {}: piece [local {}, full {}, length {}] is inconsistent (local dim so far {}, "
                 "full dim {})", ctx, name, rank, p.local_begin, p.full_begin, p.length, c.local_dim, full);
@@ -250,7 +250,7 @@ Result<std::vector<SavedPiece>> plan_reads(const IndexEntry& e, std::string_view
   }
   std::vector<SavedPiece> all;
   for (size_t c = 0; c < e.chunks.size(); ++c)
-    for (const nn::ShardPiece& p : e.chunks[c].pieces)
+    for (const ShardPiece& p : e.chunks[c].pieces)
       if (p.length > 0) all.push_back({p.full_begin, p.length, p.local_begin, c});
   std::sort(all.begin(), all.end(), [&](const SavedPiece& a, const SavedPiece& b) {
     if (a.full_begin != b.full_begin) return a.full_begin < b.full_begin;
@@ -497,7 +497,7 @@ CheckpointTensor replicated_tensor(std::string name, TensorView local, int repli
   return t;
 }
 
-CheckpointTensor sharded_tensor(std::string name, TensorView local, const nn::ParamShard& shard, int replica) {
+CheckpointTensor sharded_tensor(std::string name, TensorView local, const ParamShard& shard, int replica) {
   CheckpointTensor t;
   t.name = std::move(name);
   t.local = local;
@@ -506,7 +506,7 @@ CheckpointTensor sharded_tensor(std::string name, TensorView local, const nn::Pa
   return t;
 }
 
-int replica_index(const nn::ParamShard& shard, int tp, int tp_rank, int dp_rank) {
+int replica_index(const ParamShard& shard, int tp, int tp_rank, int dp_rank) {
   const int64_t copies = shard.local_shape().numel() * tp / std::max<int64_t>(1, shard.full_shape.numel());
   return int(dp_rank * copies + tp_rank % std::max<int64_t>(1, copies));
 }
@@ -817,7 +817,7 @@ Status load_checkpoint(const std::string& dir, std::span<const CheckpointTensor>
     const size_t es = dtype_size(t.local.dtype);
     std::vector<Region> dst_regions;
     if (t.shard.shard_dim < 0) dst_regions.push_back({});
-    for (const nn::ShardPiece& p : t.shard.pieces)
+    for (const ShardPiece& p : t.shard.pieces)
       if (p.length > 0) dst_regions.push_back({t.shard.shard_dim, p.full_begin, p.length, p.local_begin});
     const Shape dshape = t.local.shape;
     auto region_of = [&](const SavedPiece& p) {

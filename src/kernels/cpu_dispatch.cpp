@@ -18,7 +18,7 @@
 #include "vlpar/kernels/pos_embed.hpp"
 #include "vlpar/kernels/rotary.hpp"
 #include "vlpar/kernels/router.hpp"
-#include "vlpar/kernels/cpu_isa.hpp"
+#include "vlpar/core/cpu_isa.hpp"
 #include "cpu_impl.hpp"
 
 #define VLPAR_CPU_OPS_DECLARE \

@@ -6,7 +6,7 @@
 #include "vlpar/kernels/gemm.hpp"
 #include "vlpar/kernels/norm.hpp"
 #include "vlpar/kernels/rotary.hpp"
-#include "vlpar/nn/shard.hpp"
+#include "vlpar/core/shard.hpp"
 
 namespace vlpar::nn {
 

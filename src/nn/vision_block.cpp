@@ -28,7 +28,7 @@ VisionBlock::VisionBlock(const VisionConfig& cfg, VisionBlockWeights w, VisionBl
 
 namespace {
 
-constexpr const char* kName = "vision block";
+constexpr const char* kBlockName = "vision block";
 
 RotaryDesc vision_rotary(const VisionConfig& cfg) {
   RotaryDesc d;
@@ -59,7 +59,7 @@ TensorView qkv_part(const Tensor& qkv, int which, const VisionConfig& cfg) {
 /// A gradient view is either empty (frozen) or shaped like its weight.
 Status check_grad(const char* what, const TensorView& g, const Shape& want) {
   if (g.empty()) return Status::Ok();
-  return check_shape(kName, (std::string(what) + " gradient").c_str(), g, want);
+  return check_shape(kBlockName, (std::string(what) + " gradient").c_str(), g, want);
 }
 
 bool any_of(std::initializer_list<const TensorView*> vs) {
@@ -88,7 +88,7 @@ Status VisionBlock::check_weights() const {
       {"fc2 weight", &w_.fc2_w, &g_.fc2_w, {Hv, Iv}},    {"fc2 bias", &w_.fc2_b, &g_.fc2_b, {Hv}},
   };
   for (const Entry& e : entries) {
-    VLPAR_RETURN_IF_ERROR(check_shape(kName, e.name, *e.w, e.shape));
+    VLPAR_RETURN_IF_ERROR(check_shape(kBlockName, e.name, *e.w, e.shape));
     VLPAR_RETURN_IF_ERROR(check_grad(e.name, *e.g, e.shape));
   }
   return Status::Ok();
@@ -99,9 +99,9 @@ Status VisionBlock::forward(const Context& ctx, TensorView out, TensorView x, co
   VLPAR_RETURN_IF_ERROR(check_weights());
   const int64_t N = seq.num_patches, Hv = cfg_.hidden, Iv = cfg_.intermediate;
   const int heads = cfg_.heads, hd = cfg_.head_dim();
-  VLPAR_RETURN_IF_ERROR(check_shape(kName, "x", x, {N, Hv}));
-  VLPAR_RETURN_IF_ERROR(check_shape(kName, "out", out, {N, Hv}));
-  VLPAR_CHECK(out.data != x.data, "{}: out may not alias x", kName);
+  VLPAR_RETURN_IF_ERROR(check_shape(kBlockName, "x", x, {N, Hv}));
+  VLPAR_RETURN_IF_ERROR(check_shape(kBlockName, "out", out, {N, Hv}));
+  VLPAR_CHECK(out.data != x.data, "{}: out may not alias x", kBlockName);
 
   st.x = x;
   VLPAR_ASSIGN_OR_RETURN(st.mean1, scratch(ctx, {N}));
@@ -141,13 +141,13 @@ Status VisionBlock::backward(const Context& ctx, TensorView dx, TensorView dout,
                              const VisionBlockStash& st) const {
   const int64_t N = seq.num_patches, Hv = cfg_.hidden, Iv = cfg_.intermediate;
   const int heads = cfg_.heads, hd = cfg_.head_dim();
-  VLPAR_RETURN_IF_ERROR(check_shape(kName, "dout", dout, {N, Hv}));
+  VLPAR_RETURN_IF_ERROR(check_shape(kBlockName, "dout", dout, {N, Hv}));
   if (!dx.empty()) {
-    VLPAR_RETURN_IF_ERROR(check_shape(kName, "dx", dx, {N, Hv}));
-    VLPAR_CHECK(dx.data != dout.data, "{}: dx may not alias dout", kName);
+    VLPAR_RETURN_IF_ERROR(check_shape(kBlockName, "dx", dx, {N, Hv}));
+    VLPAR_CHECK(dx.data != dout.data, "{}: dx may not alias dout", kBlockName);
   }
   VLPAR_CHECK(st.attn.defined() && st.attn.shape() == Shape({N, heads, hd}) && st.act.defined(),
-              "{}: the stash does not come from a forward over {} patches", kName, N);
+              "{}: the stash does not come from a forward over {} patches", kBlockName, N);
 
   // What has to be computed, from the top down: a gradient flows to a point only if something at or below it
   // (a trainable parameter or the caller's dx) needs it.

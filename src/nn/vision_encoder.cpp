@@ -15,7 +15,7 @@ using detail::scratch;
 
 namespace {
 
-constexpr const char* kName = "vision encoder";
+constexpr const char* kEncoder = "vision encoder";
 
 VisionBlockWeights block_or_empty(const std::vector<VisionBlockWeights>& v, size_t i) {
   return i < v.size() ? v[i] : VisionBlockWeights{};
@@ -47,33 +47,33 @@ VisionEncoder::VisionEncoder(const VisionConfig& cfg, VisionEncoderWeights w, Vi
 Status VisionEncoder::check_weights() const {
   VLPAR_RETURN_IF_ERROR(cfg_.validate());
   const int64_t Hv = cfg_.hidden, G = cfg_.pos_side();
-  VLPAR_CHECK(w_.blocks.size() == size_t(cfg_.depth), "{}: {} block weight sets given for depth {}", kName,
+  VLPAR_CHECK(w_.blocks.size() == size_t(cfg_.depth), "{}: {} block weight sets given for depth {}", kEncoder,
               w_.blocks.size(), cfg_.depth);
   VLPAR_CHECK(g_.blocks.empty() || g_.blocks.size() == size_t(cfg_.depth),
-              "{}: {} block gradient sets given for depth {} (give none to freeze every block)", kName,
+              "{}: {} block gradient sets given for depth {} (give none to freeze every block)", kEncoder,
               g_.blocks.size(), cfg_.depth);
   VLPAR_CHECK(w_.deepstack.size() == cfg_.deepstack_indexes.size(),
-              "{}: {} deepstack merger weight sets given for {} deepstack indexes", kName, w_.deepstack.size(),
+              "{}: {} deepstack merger weight sets given for {} deepstack indexes", kEncoder, w_.deepstack.size(),
               cfg_.deepstack_indexes.size());
   VLPAR_CHECK(g_.deepstack.empty() || g_.deepstack.size() == cfg_.deepstack_indexes.size(),
-              "{}: {} deepstack merger gradient sets given for {} deepstack indexes", kName, g_.deepstack.size(),
+              "{}: {} deepstack merger gradient sets given for {} deepstack indexes", kEncoder, g_.deepstack.size(),
               cfg_.deepstack_indexes.size());
-  VLPAR_RETURN_IF_ERROR(check_shape(kName, "patch_embed weight", w_.patch_w, {Hv, cfg_.patch_dim()}));
-  VLPAR_RETURN_IF_ERROR(check_shape(kName, "patch_embed bias", w_.patch_b, {Hv}));
-  VLPAR_RETURN_IF_ERROR(check_shape(kName, "pos_embed weight", w_.pos_embed, {G * G, Hv}));
+  VLPAR_RETURN_IF_ERROR(check_shape(kEncoder, "patch_embed weight", w_.patch_w, {Hv, cfg_.patch_dim()}));
+  VLPAR_RETURN_IF_ERROR(check_shape(kEncoder, "patch_embed bias", w_.patch_b, {Hv}));
+  VLPAR_RETURN_IF_ERROR(check_shape(kEncoder, "pos_embed weight", w_.pos_embed, {G * G, Hv}));
   if (!g_.patch_w.empty())
-    VLPAR_RETURN_IF_ERROR(check_shape(kName, "patch_embed weight gradient", g_.patch_w, {Hv, cfg_.patch_dim()}));
-  if (!g_.patch_b.empty()) VLPAR_RETURN_IF_ERROR(check_shape(kName, "patch_embed bias gradient", g_.patch_b, {Hv}));
+    VLPAR_RETURN_IF_ERROR(check_shape(kEncoder, "patch_embed weight gradient", g_.patch_w, {Hv, cfg_.patch_dim()}));
+  if (!g_.patch_b.empty()) VLPAR_RETURN_IF_ERROR(check_shape(kEncoder, "patch_embed bias gradient", g_.patch_b, {Hv}));
   if (!g_.pos_embed.empty())
-    VLPAR_RETURN_IF_ERROR(check_shape(kName, "pos_embed weight gradient", g_.pos_embed, {G * G, Hv}));
+    VLPAR_RETURN_IF_ERROR(check_shape(kEncoder, "pos_embed weight gradient", g_.pos_embed, {G * G, Hv}));
   for (size_t l = 0; l < w_.blocks.size(); ++l) {
     const Status s = VisionBlock(cfg_, w_.blocks[l], block_or_empty(g_.blocks, l)).check_weights();
-    VLPAR_CHECK(s.ok(), "{}: block {}: {}", kName, l, s.message());
+    VLPAR_CHECK(s.ok(), "{}: block {}: {}", kEncoder, l, s.message());
   }
   VLPAR_RETURN_IF_ERROR(merger_.check_weights());
   for (size_t j = 0; j < deepstack_.size(); ++j) {
     const Status s = deepstack_[j].check_weights();
-    VLPAR_CHECK(s.ok(), "{}: deepstack merger {}: {}", kName, j, s.message());
+    VLPAR_CHECK(s.ok(), "{}: deepstack merger {}: {}", kEncoder, j, s.message());
   }
   return Status::Ok();
 }
@@ -104,19 +104,20 @@ VisionStack VisionEncoder::blocks(int a, int b) const {
 }
 
 Result<std::pair<size_t, size_t>> VisionEncoder::locate(const VisionStash& st, int l) const {
-  VLPAR_CHECK(l >= 0 && l < cfg_.depth, "{}: block {} outside [0, {})", kName, l, cfg_.depth);
+  VLPAR_CHECK(l >= 0 && l < cfg_.depth, "{}: block {} outside [0, {})", kEncoder, l, cfg_.depth);
   const std::vector<std::pair<int, int>> cuts = segments();
-  VLPAR_CHECK(st.segments.size() == cuts.size(), "{}: the stash does not come from a forward of this encoder", kName);
+  VLPAR_CHECK(st.segments.size() == cuts.size(), "{}: the stash does not come from a forward of this encoder",
+              kEncoder);
   size_t s = 0;
   while (l >= cuts[s].second) ++s;  // cuts cover [0, depth) in order
   const auto i = size_t(l - cuts[s].first);
   VLPAR_CHECK(i < st.segments[s].layer.size() && i + 1 < st.segments[s].inputs.size(),
-              "{}: the stash of block {} was consumed by backward", kName, l);
+              "{}: the stash of block {} was consumed by backward", kEncoder, l);
   return std::pair{s, i};
 }
 
 Result<TensorView> VisionEncoder::hidden(const VisionStash& st, int k) const {
-  VLPAR_CHECK(k >= 0 && k <= cfg_.depth, "{}: hidden state {} outside [0, {}]", kName, k, cfg_.depth);
+  VLPAR_CHECK(k >= 0 && k <= cfg_.depth, "{}: hidden state {} outside [0, {}]", kEncoder, k, cfg_.depth);
   if (k == 0) return st.embeds.view();
   VLPAR_ASSIGN_OR_RETURN(const auto at, locate(st, k - 1));
   return st.segments[at.first].inputs[at.second + 1];  // block k − 1's output
@@ -130,19 +131,19 @@ Result<VisionBlockStash*> VisionEncoder::block_stash(VisionStash& st, int l) con
 Status VisionEncoder::forward(const Context& ctx, TensorView pixels, std::span<const VisionGrid> grids,
                               VisionStash& st, VisionOutput& out) const {
   VLPAR_RETURN_IF_ERROR(check_weights());
-  VLPAR_CHECK(!grids.empty(), "{}: no grids given (one {{t, h, w}} per image or video)", kName);
+  VLPAR_CHECK(!grids.empty(), "{}: no grids given (one {{t, h, w}} per image or video)", kEncoder);
   {
     const Status s = check_vision_grids(cfg_, grids);
-    VLPAR_CHECK(s.ok(), "{}: {}", kName, s.message());
+    VLPAR_CHECK(s.ok(), "{}: {}", kEncoder, s.message());
   }
-  VLPAR_CHECK(ctx.allocator != nullptr, "{}: the context has no allocator for stash and scratch tensors", kName);
+  VLPAR_CHECK(ctx.allocator != nullptr, "{}: the context has no allocator for stash and scratch tensors", kEncoder);
   const int64_t np = vision_num_patches(grids), Hv = cfg_.hidden, unit = int64_t(cfg_.merge) * cfg_.merge;
   VLPAR_CHECK(pixels.ndim() == 2 && pixels.size(1) == cfg_.patch_dim(),
-              "{}: pixels must be [Np, {}] (C·Tp·P·P = {}·{}·{}·{}), got {}", kName, cfg_.patch_dim(),
+              "{}: pixels must be [Np, {}] (C·Tp·P·P = {}·{}·{}·{}), got {}", kEncoder, cfg_.patch_dim(),
               cfg_.in_channels, cfg_.temporal_patch, cfg_.patch, cfg_.patch, pixels.to_string());
-  VLPAR_CHECK(pixels.size(0) == np, "{}: pixels has {} rows but the grids hold Σ t·h·w = {} patches", kName,
+  VLPAR_CHECK(pixels.size(0) == np, "{}: pixels has {} rows but the grids hold Σ t·h·w = {} patches", kEncoder,
               pixels.size(0), np);
-  VLPAR_RETURN_IF_ERROR(check_shape(kName, "pixels", pixels, {np, cfg_.patch_dim()}));
+  VLPAR_RETURN_IF_ERROR(check_shape(kEncoder, "pixels", pixels, {np, cfg_.patch_dim()}));
 
   st.grids.assign(grids.begin(), grids.end());
   VLPAR_ASSIGN_OR_RETURN(st.seq, make_vision_seq(*ctx.allocator, cfg_, grids));
@@ -193,14 +194,14 @@ Status VisionEncoder::backward(const Context& ctx, VisionStash& st, TensorView d
   const std::vector<std::pair<int, int>> cuts = segments();
   const int64_t np = st.seq.num_patches, Hv = cfg_.hidden, unit = int64_t(cfg_.merge) * cfg_.merge;
   VLPAR_CHECK(st.segments.size() == cuts.size() && st.embeds.defined() && st.deepstack.size() == deepstack_.size(),
-              "{}: the stash does not come from a forward of this encoder", kName);
-  VLPAR_RETURN_IF_ERROR(check_shape(kName, "d_merged", d_merged, {np / unit, cfg_.out_hidden}));
+              "{}: the stash does not come from a forward of this encoder", kEncoder);
+  VLPAR_RETURN_IF_ERROR(check_shape(kEncoder, "d_merged", d_merged, {np / unit, cfg_.out_hidden}));
   VLPAR_CHECK(d_deepstack.empty() || d_deepstack.size() == deepstack_.size(),
-              "{}: {} deepstack gradients given for {} deepstack outputs (give none or one view each)", kName,
+              "{}: {} deepstack gradients given for {} deepstack outputs (give none or one view each)", kEncoder,
               d_deepstack.size(), deepstack_.size());
   for (size_t j = 0; j < d_deepstack.size(); ++j)
     if (!d_deepstack[j].empty())
-      VLPAR_RETURN_IF_ERROR(check_shape(kName, ("d_deepstack[" + std::to_string(j) + "]").c_str(), d_deepstack[j],
+      VLPAR_RETURN_IF_ERROR(check_shape(kEncoder, ("d_deepstack[" + std::to_string(j) + "]").c_str(), d_deepstack[j],
                                         {np / unit, cfg_.out_hidden}));
   auto d_deep = [&](size_t j) { return j < d_deepstack.size() ? d_deepstack[j] : TensorView{}; };
 

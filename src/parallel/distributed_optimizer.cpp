@@ -34,7 +34,7 @@ Status check_param(size_t i, const OptimParam& p, const OptimizerConfig& cfg) {
               i, p.name, dtype_name(p.value.dtype));
   VLPAR_CHECK(p.norm_weight > 0.0 && p.norm_weight <= 1.0, "optimizer: parameter {} '{}' has norm_weight {}", i,
               p.name, p.norm_weight);
-  VLPAR_CHECK(size_t(p.replica) < nn::kNumReplicaGroups, "optimizer: parameter {} '{}' has replica group {}", i,
+  VLPAR_CHECK(size_t(p.replica) < kNumReplicaGroups, "optimizer: parameter {} '{}' has replica group {}", i,
               p.name, int(p.replica));
   return Status::Ok();
 }
@@ -52,9 +52,9 @@ Result<DistributedOptimizer> DistributedOptimizer::create(const Context& ctx, co
   for (size_t i = 0; i < params.size(); ++i) VLPAR_RETURN_IF_ERROR(check_param(i, params[i], cfg));
   o.params_ = std::move(params);
   o.slot_.resize(o.params_.size());
-  for (size_t k = 0; k < nn::kNumReplicaGroups; ++k) {  // groups in enum order: the same on every rank
+  for (size_t k = 0; k < kNumReplicaGroups; ++k) {  // groups in enum order: the same on every rank
     Group g;
-    g.kind = nn::ReplicaGroup(k);
+    g.kind = ReplicaGroup(k);
     g.comms = groups.by_group[k];
     for (size_t i = 0; i < o.params_.size(); ++i)
       if (o.params_[i].replica == g.kind) {
@@ -66,7 +66,7 @@ Result<DistributedOptimizer> DistributedOptimizer::create(const Context& ctx, co
     VLPAR_CHECK(rep != nullptr || !cfg.zero1,
                 "optimizer: zero1 shards the optimizer state over the {} parameters' replicas, but no communicator "
                 "was given for them (OptimizerGroups)",
-                nn::replica_group_name(g.kind));
+                replica_group_name(g.kind));
     if (rep != nullptr && (rep->size() > 1 || cfg.zero1)) {
       std::vector<TensorView> grads;
       for (size_t i : g.members) grads.push_back(o.params_[i].grad);

@@ -14,7 +14,7 @@ Result<std::vector<OptimParam>> optim_params_from_registry(const nn::ParamRegist
     VLPAR_CHECK(!seen[i], "optim_params_from_registry: parameter {} '{}' appears twice in the order", i, reg.name(i));
     seen[i] = true;
     if (reg.frozen(i)) continue;
-    const nn::ParamShard& s = reg.entry(i).shard;
+    const ParamShard& s = reg.entry(i).shard;
     OptimParam p;
     p.name = s.name;
     p.value = reg.value(i);
@@ -25,7 +25,7 @@ Result<std::vector<OptimParam>> optim_params_from_registry(const nn::ParamRegist
     VLPAR_CHECK(holders >= 1.0 - 1e-9,
                 "optim_params_from_registry: parameter {} '{}' holds {} of {} elements, less than 1/{} (the {} "
                 "group's norm ranks): it is split over ranks the gradient norm would not sum over",
-                i, s.name, s.local_shape().numel(), s.full_shape.numel(), pieces, nn::replica_group_name(s.replica));
+                i, s.name, s.local_shape().numel(), s.full_shape.numel(), pieces, replica_group_name(s.replica));
     p.norm_weight = 1.0 / holders;
     p.registry_index = i;
     p.replica = s.replica;

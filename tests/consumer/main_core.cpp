@@ -5,7 +5,7 @@
 
 #include "vlpar/comm/single_communicator.hpp"
 #include "vlpar/core/context.hpp"
-#include "vlpar/kernels/cpu_isa.hpp"
+#include "vlpar/core/cpu_isa.hpp"
 #include "vlpar/kernels/norm.hpp"
 #include "vlpar/nn/param_registry.hpp"
 
@@ -14,7 +14,7 @@ int main() {
   vlpar::Context ctx = vlpar::Context::cpu_default();
   ctx.allocator = &alloc;
   vlpar::nn::ParamRegistry reg;
-  if (!reg.add(vlpar::nn::make_replicated_param("norm.weight", vlpar::Shape{4}, 0, vlpar::InitRule::ones()), "lm")
+  if (!reg.add(vlpar::make_replicated_param("norm.weight", vlpar::Shape{4}, 0, vlpar::InitRule::ones()), "lm")
            .ok())
     return 1;
   if (!reg.materialize(ctx, alloc, 1).ok()) return 1;

@@ -3,7 +3,7 @@
 #include <cstdio>
 
 #include "rmsnorm_once.hpp"
-#include "vlpar/kernels/cpu_isa.hpp"
+#include "vlpar/core/cpu_isa.hpp"
 
 int main() {
   vlpar::Allocator alloc;

@@ -55,7 +55,7 @@ inline std::vector<std::vector<double>> gather_full(const nn::TransformerConfig&
                                                     const std::string& what) {
   Allocator alloc;
   const int tp = tp_comm ? tp_comm->size() : 1;
-  std::vector<std::vector<nn::ParamShard>> layouts;
+  std::vector<std::vector<ParamShard>> layouts;
   for (int q = 0; q < tp; ++q) layouts.push_back(nn::DecoderModel::param_layout(cfg, tp, q, sp));
   std::vector<std::vector<double>> out;
   for (size_t i = 0; i < local.size(); ++i) {
@@ -67,18 +67,18 @@ inline std::vector<std::vector<double>> gather_full(const nn::TransformerConfig&
     } else {
       EXPECT_TRUE(copy_(TensorView(all.view().data, DType::kF32, local[i].shape), local[i]).ok());
     }
-    const nn::ParamShard& p0 = layouts[0][i];
+    const ParamShard& p0 = layouts[0][i];
     Tensor full = Tensor::zeros(alloc, p0.full_shape, DType::kF32).value();
     Tensor written = Tensor::zeros(alloc, p0.full_shape, DType::kF32).value();
     for (int q = 0; q < tp; ++q) {
-      const nn::ParamShard& p = layouts[size_t(q)][i];
+      const ParamShard& p = layouts[size_t(q)][i];
       TensorView shard(all.ptr<float>() + q * n, DType::kF32, p.local_shape());
       Tensor mine = Tensor::zeros(alloc, p.full_shape, DType::kF32).value();
       Tensor mark = Tensor::zeros(alloc, p.full_shape, DType::kF32).value();
       Tensor ones = Tensor::empty(alloc, p.local_shape(), DType::kF32).value();
       for (int64_t k = 0; k < ones.numel(); ++k) ones.ptr<float>()[k] = 1.f;
-      EXPECT_TRUE(nn::scatter_shard_into_full(mine, shard, p).ok());
-      EXPECT_TRUE(nn::scatter_shard_into_full(mark, ones, p).ok());
+      EXPECT_TRUE(scatter_shard_into_full(mine, shard, p).ok());
+      EXPECT_TRUE(scatter_shard_into_full(mark, ones, p).ok());
       for (int64_t k = 0; k < full.numel(); ++k) {
         if (mark.ptr<float>()[k] == 0.f) continue;
         if (written.ptr<float>()[k] != 0.f && full.ptr<float>()[k] != mine.ptr<float>()[k]) {

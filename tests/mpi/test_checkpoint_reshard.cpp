@@ -15,7 +15,7 @@
 
 #include "mpi/mpi_test_util.hpp"
 #include "vlpar/io/checkpoint.hpp"
-#include "vlpar/nn/shard.hpp"
+#include "vlpar/core/shard.hpp"
 #include "vlpar/parallel/process_groups.hpp"
 
 namespace vlpar::test {
@@ -55,13 +55,13 @@ const std::vector<Param>& params() {
 }
 
 /// Parameter `p` with Philox id `id` as tp rank `tr` of `tp` holds it.
-nn::ParamShard shard_of(const Param& p, uint32_t id, int tp, int tr) {
+ParamShard shard_of(const Param& p, uint32_t id, int tp, int tr) {
   switch (p.split) {
-    case Split::kReplicated: return nn::make_replicated_param(p.name, p.full, id, p.init);
-    case Split::kDim0: return nn::make_split_param(p.name, p.full, 0, nn::even_shard(p.full[0], tp, tr), id, p.init);
-    case Split::kDim1: return nn::make_split_param(p.name, p.full, 1, nn::even_shard(p.full[1], tp, tr), id, p.init);
+    case Split::kReplicated: return make_replicated_param(p.name, p.full, id, p.init);
+    case Split::kDim0: return make_split_param(p.name, p.full, 0, even_shard(p.full[0], tp, tr), id, p.init);
+    case Split::kDim1: return make_split_param(p.name, p.full, 1, even_shard(p.full[1], tp, tr), id, p.init);
     case Split::kGateUp:
-      return nn::make_fused_gate_up_param(p.name, kInter, kHidden, nn::even_shard(kInter, tp, tr), id, p.init);
+      return make_fused_gate_up_param(p.name, kInter, kHidden, even_shard(kInter, tp, tr), id, p.init);
   }
   return {};
 }
@@ -79,12 +79,12 @@ void build(Shards& s, int tp, int tr, int replica, bool zeroed) {
   uint32_t id = 0;
   for (const Param& p : params())
     for (const bool moment : {false, true}) {
-      nn::ParamShard sh = shard_of(p, ++id, tp, tr);
+      ParamShard sh = shard_of(p, ++id, tp, tr);
       const DType dt = moment ? DType::kF32 : p.dtype;
       if (moment) sh.init = InitRule::normal(0.f, 1.f);
       Tensor t = Tensor::zeros(s.alloc, sh.local_shape(), dt).value();
       if (!zeroed) {
-        const Status st = nn::init_param_shard(ctx, t, sh, kSeed);
+        const Status st = init_param_shard(ctx, t, sh, kSeed);
         EXPECT_TRUE(st.ok()) << st.to_string();
       }
       s.tensors.push_back(io::sharded_tensor(moment ? "optim.exp_avg." + p.name : p.name, t, sh, replica));

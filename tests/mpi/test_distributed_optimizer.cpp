@@ -258,9 +258,9 @@ TEST(OptimParamsFromRegistry, SkipsFrozenAndWeightsReplicas) {
   nn::ParamRegistry reg;
   const InitRule init = InitRule::normal(0.f, 0.02f);
   // tp 2, rank 0: a row-split matrix (each element on one rank), a replicated norm (on both), a frozen one.
-  ASSERT_TRUE(reg.add(nn::make_split_param("w", Shape{4, 3}, 0, nn::Range{0, 2}, 0, init), "lm").ok());
-  ASSERT_TRUE(reg.add(nn::make_replicated_param("norm", Shape{3}, 1, InitRule::ones()), "lm").ok());
-  ASSERT_TRUE(reg.add(nn::make_replicated_param("frozen", Shape{3}, 2, init), "vision").ok());
+  ASSERT_TRUE(reg.add(make_split_param("w", Shape{4, 3}, 0, Range{0, 2}, 0, init), "lm").ok());
+  ASSERT_TRUE(reg.add(make_replicated_param("norm", Shape{3}, 1, InitRule::ones()), "lm").ok());
+  ASSERT_TRUE(reg.add(make_replicated_param("frozen", Shape{3}, 2, init), "vision").ok());
   ASSERT_TRUE(reg.freeze_group("vision").ok());
   ASSERT_TRUE(reg.materialize(ctx, alloc, 1).ok());
   const std::vector<size_t> order = {2, 1, 0};
@@ -305,14 +305,14 @@ void two_replica_groups(bool zero1) {
   ASSERT_TRUE(edp_or.ok() && ep_or.ok());
   std::unique_ptr<comm::Communicator> edp = std::move(edp_or).value(), ep = std::move(ep_or).value();
   parallel::OptimizerGroups groups = parallel::OptimizerGroups::uniform(world.get(), nullptr);
-  groups[nn::ReplicaGroup::kExpert] = {edp.get(), {ep.get()}};
+  groups[ReplicaGroup::kExpert] = {edp.get(), {ep.get()}};
   Allocator alloc;
   const Context ctx = test_ctx(1);
   Model mine(alloc, 11), plain(alloc, 11);
   std::vector<parallel::OptimParam> params = mine.params();
   const auto is_expert = [](size_t i) { return i % 2 == 1; };
   for (size_t i = 0; i < params.size(); ++i)
-    if (is_expert(i)) params[i].replica = nn::ReplicaGroup::kExpert;
+    if (is_expert(i)) params[i].replica = ReplicaGroup::kExpert;
   const parallel::OptimizerConfig cfg = config(zero1, 40);
   auto opt = parallel::DistributedOptimizer::create(ctx, groups, params, cfg, alloc);
   ASSERT_TRUE(opt.ok()) << opt.status().to_string();
@@ -350,7 +350,7 @@ void duplicates(bool zero1) {
   ASSERT_TRUE(world);
   if (world->size() % 2 != 0) GTEST_SKIP() << "needs pairs of ranks";
   parallel::OptimizerGroups groups = parallel::OptimizerGroups::uniform(world.get(), nullptr);
-  groups[nn::ReplicaGroup::kDense].duplicates = 2;
+  groups[ReplicaGroup::kDense].duplicates = 2;
   Allocator alloc;
   const Context ctx = test_ctx(1);
   Model mine(alloc, 21), plain(alloc, 21);
@@ -405,7 +405,7 @@ TEST(PipelineStages, NormSumsOverStagesHoldingDifferentParameters) {
   std::vector<size_t> held_index;
   for (size_t i = 0; i < params.size(); ++i) {
     if (on_stage(i) != stage) continue;
-    if (i == 3) params[i].replica = nn::ReplicaGroup::kVision;
+    if (i == 3) params[i].replica = ReplicaGroup::kVision;
     held.push_back(params[i]);
     held_index.push_back(i);
   }

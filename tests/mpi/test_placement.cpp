@@ -33,14 +33,14 @@ TEST(Placement, BlocksOverTwoAxes) {
   auto b = parallel::local_block(Shape{8, 6}, Placements{}.on(Axis::kTp, Shard{0}).on(Axis::kDp, Shard{1}), size_of,
                                  index_of);
   ASSERT_TRUE(b.ok()) << b.status().message();
-  EXPECT_EQ(b->dims[0], (nn::Range{4, 8}));
-  EXPECT_EQ(b->dims[1], (nn::Range{4, 6}));
+  EXPECT_EQ(b->dims[0], (Range{4, 8}));
+  EXPECT_EQ(b->dims[1], (Range{4, 6}));
   EXPECT_EQ(b->shape(), Shape({4, 2}));
   // Two axes on one dim nest in kAllAxes order: tp cuts first, dp cuts tp's block.
   auto nested = parallel::local_block(Shape{12, 2}, Placements{}.on(Axis::kTp, Shard{0}).on(Axis::kDp, Shard{0}),
                                       size_of, index_of);
   ASSERT_TRUE(nested.ok());
-  EXPECT_EQ(nested->dims[0], (nn::Range{10, 12}));
+  EXPECT_EQ(nested->dims[0], (Range{10, 12}));
   const Placements p = Placements{}.on(Axis::kTp, Shard{1}).on(Axis::kDp, Partial{});
   EXPECT_EQ(p.to_string(), "tp: shard(1), dp: partial");
   EXPECT_EQ(Placements{}.to_string(), "replicate");

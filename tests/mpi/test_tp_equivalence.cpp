@@ -102,7 +102,7 @@ TEST(TpEquivalence, VocabParallelCrossEntropyEqualsFullVocab) {
   std::vector<int64_t> labels(static_cast<size_t>(N));
   for (int64_t n = 0; n < N; ++n) labels[size_t(n)] = (n * 13 + 5) % V;
   labels[4] = ignore;
-  const nn::Range block = nn::even_shard(V, tp, world->rank());
+  const Range block = even_shard(V, tp, world->rank());
   Tensor local = Tensor::empty(alloc, {N, block.size()}, DType::kF32).value();
   for (int64_t n = 0; n < N; ++n)
     for (int64_t j = 0; j < block.size(); ++j) local.ptr<float>()[n * block.size() + j] = full.ptr<float>()[n * V + block.begin + j];

@@ -29,7 +29,7 @@
 #include "vlpar/core/allocator.hpp"
 #include "vlpar/io/checkpoint.hpp"
 #include "vlpar/io/safetensors.hpp"
-#include "vlpar/nn/shard.hpp"
+#include "vlpar/core/shard.hpp"
 
 namespace vlpar::io {
 namespace {
@@ -127,19 +127,19 @@ struct Layout {
 };
 
 /// Tensor `s` as rank `r` of `layout` holds it (tp fastest: tp rank r % tp, dp rank r / tp).
-nn::ParamShard shard_of(const TensorSpec& s, Layout layout, int r) {
+ParamShard shard_of(const TensorSpec& s, Layout layout, int r) {
   const int tr = r % layout.tp;
   switch (s.kind) {
-    case Kind::kReplicated: return nn::make_replicated_param(s.name, s.full, 0, {});
-    case Kind::kDim0: return nn::make_split_param(s.name, s.full, 0, nn::even_shard(s.full[0], layout.tp, tr), 0, {});
-    case Kind::kDim1: return nn::make_split_param(s.name, s.full, 1, nn::even_shard(s.full[1], layout.tp, tr), 0, {});
+    case Kind::kReplicated: return make_replicated_param(s.name, s.full, 0, {});
+    case Kind::kDim0: return make_split_param(s.name, s.full, 0, even_shard(s.full[0], layout.tp, tr), 0, {});
+    case Kind::kDim1: return make_split_param(s.name, s.full, 1, even_shard(s.full[1], layout.tp, tr), 0, {});
     case Kind::kGateUp:
-      return nn::make_fused_gate_up_param(s.name, s.full[0] / 2, s.full[1],
-                                          nn::even_shard(s.full[0] / 2, layout.tp, tr), 0, {});
+      return make_fused_gate_up_param(s.name, s.full[0] / 2, s.full[1],
+                                          even_shard(s.full[0] / 2, layout.tp, tr), 0, {});
     case Kind::kZero: {
       const int64_t n = s.full[0], per = (n + layout.world() - 1) / layout.world();
       const int64_t b = std::min(n, per * r), e = std::min(n, per * (r + 1));
-      return nn::make_split_param(s.name, s.full, 0, {b, e}, 0, {});
+      return make_split_param(s.name, s.full, 0, {b, e}, 0, {});
     }
   }
   return {};
@@ -167,9 +167,9 @@ struct RankState {
 RankState rank_state(Model& m, Layout layout, int r, bool mark_replicas) {
   RankState st;
   for (const TensorSpec& s : model_specs()) {
-    const nn::ParamShard sh = shard_of(s, layout, r);
+    const ParamShard sh = shard_of(s, layout, r);
     Tensor t = Tensor::empty(m.alloc, sh.local_shape(), s.dtype).value();
-    EXPECT_TRUE(nn::gather_shard_from_full(t, m.full[s.name], sh).ok());
+    EXPECT_TRUE(gather_shard_from_full(t, m.full[s.name], sh).ok());
     // tp shards and replicated tensors have dp copies; the ZeRO pieces are distinct on every rank.
     const int replica = mark_replicas && s.kind != Kind::kZero ? r / layout.tp : 0;
     st.tensors.push_back(sharded_tensor(s.name, t, sh, replica));
@@ -310,9 +310,9 @@ TEST(Checkpoint, LoadsAlongAnotherDimThanSaved) {
   ASSERT_TRUE(prepare_checkpoint(spec).ok());
   std::vector<Tensor> keep;
   for (int r = 0; r < 4; ++r) {
-    const nn::ParamShard sh = nn::make_split_param("w", {6, 8, 3}, 1, nn::even_shard(8, 4, r), 0, {});
+    const ParamShard sh = make_split_param("w", {6, 8, 3}, 1, even_shard(8, 4, r), 0, {});
     keep.push_back(Tensor::empty(alloc, sh.local_shape(), DType::kF32).value());
-    ASSERT_TRUE(nn::gather_shard_from_full(keep.back(), full, sh).ok());
+    ASSERT_TRUE(gather_shard_from_full(keep.back(), full, sh).ok());
     spec.rank = r;
     spec.tensors = {sharded_tensor("w", keep.back(), sh)};
     ASSERT_TRUE(write_checkpoint_shard(spec).ok());
@@ -320,10 +320,10 @@ TEST(Checkpoint, LoadsAlongAnotherDimThanSaved) {
   spec.rank = 0;
   ASSERT_TRUE(commit_checkpoint(spec).ok());
   for (int r = 0; r < 3; ++r) {
-    const nn::ParamShard sh = nn::make_split_param("w", {6, 8, 3}, 0, nn::even_shard(6, 3, r), 0, {});
+    const ParamShard sh = make_split_param("w", {6, 8, 3}, 0, even_shard(6, 3, r), 0, {});
     Tensor got = Tensor::zeros(alloc, sh.local_shape(), DType::kF32).value();
     Tensor want = Tensor::empty(alloc, sh.local_shape(), DType::kF32).value();
-    ASSERT_TRUE(nn::gather_shard_from_full(want, full, sh).ok());
+    ASSERT_TRUE(gather_shard_from_full(want, full, sh).ok());
     const CheckpointTensor t = sharded_tensor("w", got, sh);
     const Status s = load_checkpoint(tmp.path() + "/step-1", std::span(&t, 1), nullptr);
     ASSERT_TRUE(s.ok()) << s.to_string();
@@ -470,13 +470,13 @@ TEST_F(CheckpointCorrupt, TruncatedFileWithMatchingRecordIsCaughtByTheReader) {
 TEST_F(CheckpointCorrupt, WrongDtypeShapeOrNameIsNamed) {
   Tensor buf = Tensor::zeros(m_.alloc, {8, 6}, DType::kBF16).value();
   CheckpointTensor t = sharded_tensor("model.layers.0.self_attn.q_proj.weight", buf,
-                                      nn::make_replicated_param("q", {8, 6}, 0, {}));
+                                      make_replicated_param("q", {8, 6}, 0, {}));
   Status s = load_checkpoint(dir_, std::span(&t, 1), nullptr);
   ASSERT_FALSE(s.ok());
   EXPECT_TRUE(contains(s.message(), "q_proj.weight") && contains(s.message(), "F32") && contains(s.message(), "bf16"))
       << s.message();
   Tensor buf2 = Tensor::zeros(m_.alloc, {8, 5}, DType::kF32).value();
-  t = sharded_tensor("model.layers.0.self_attn.q_proj.weight", buf2, nn::make_replicated_param("q", {8, 5}, 0, {}));
+  t = sharded_tensor("model.layers.0.self_attn.q_proj.weight", buf2, make_replicated_param("q", {8, 5}, 0, {}));
   s = load_checkpoint(dir_, std::span(&t, 1), nullptr);
   ASSERT_FALSE(s.ok());
   EXPECT_TRUE(contains(s.message(), "[8, 6]") && contains(s.message(), "[8, 5]")) << s.message();
@@ -486,7 +486,7 @@ TEST_F(CheckpointCorrupt, WrongDtypeShapeOrNameIsNamed) {
   EXPECT_TRUE(contains(s.message(), dir_) && contains(s.message(), "model.layers.1.nothing")) << s.message();
   // A destination whose view does not match its own shard is rejected before any read.
   t = sharded_tensor("model.layers.0.self_attn.q_proj.weight", buf2,
-                     nn::make_split_param("q", {8, 6}, 0, {0, 4}, 0, {}));
+                     make_split_param("q", {8, 6}, 0, {0, 4}, 0, {}));
   s = load_checkpoint(dir_, std::span(&t, 1), nullptr);
   ASSERT_FALSE(s.ok());
   EXPECT_TRUE(contains(s.message(), "[4, 6]")) << s.message();
@@ -540,7 +540,7 @@ TEST(Checkpoint, CommitRejectsHolesOverlapsAndMissingRanks) {
     return s;
   };
   auto piece = [&](int64_t b, int64_t e) {
-    return sharded_tensor("w", a.view().slice(0, 0, e - b), nn::make_split_param("w", {8, 3}, 0, {b, e}, 0, {}));
+    return sharded_tensor("w", a.view().slice(0, 0, e - b), make_split_param("w", {8, 3}, 0, {b, e}, 0, {}));
   };
   Status s = run("hole", {{piece(0, 4)}, {piece(5, 8)}}, 2);
   ASSERT_FALSE(s.ok());
@@ -553,7 +553,7 @@ TEST(Checkpoint, CommitRejectsHolesOverlapsAndMissingRanks) {
   ASSERT_FALSE(s.ok());
   EXPECT_TRUE(contains(s.message(), "rank-00001.safetensors") && contains(s.message(), "missing")) << s.message();
   s = run("mismatch", {{piece(0, 4)}, {sharded_tensor("w", a.view().slice(0, 0, 4),
-                                                      nn::make_split_param("w", {9, 3}, 0, {4, 8}, 0, {}))}}, 2);
+                                                      make_split_param("w", {9, 3}, 0, {4, 8}, 0, {}))}}, 2);
   ASSERT_FALSE(s.ok());
   EXPECT_TRUE(contains(s.message(), "'w'") && contains(s.message(), "[9, 3]")) << s.message();
 }
@@ -569,7 +569,7 @@ TEST(Checkpoint, BadSpecsAreRejectedBeforeWriting) {
   Status s = save_checkpoint(spec, nullptr);
   ASSERT_FALSE(s.ok());
   EXPECT_TRUE(contains(s.message(), "'x'") && contains(s.message(), "twice")) << s.message();
-  spec.tensors = {sharded_tensor("y", a, nn::make_split_param("y", {8, 3}, 0, {2, 7}, 0, {}))};
+  spec.tensors = {sharded_tensor("y", a, make_split_param("y", {8, 3}, 0, {2, 7}, 0, {}))};
   s = save_checkpoint(spec, nullptr);
   ASSERT_FALSE(s.ok());
   EXPECT_TRUE(contains(s.message(), "'y'") && contains(s.message(), "[5, 3]")) << s.message();
@@ -630,8 +630,8 @@ Status save_step(StepState& st, const std::string& root, int64_t s, int world, i
   spec.user_json = fmt::format("{{\"step\":{}}}", s);
   spec.on_phase = std::move(hook);
   auto tensors_of = [&](int r) {
-    const nn::Range rows = nn::even_shard(big.shape()[0], world, r);
-    const nn::ParamShard sh = nn::make_split_param("big", big.shape(), 0, rows, 0, {});
+    const Range rows = even_shard(big.shape()[0], world, r);
+    const ParamShard sh = make_split_param("big", big.shape(), 0, rows, 0, {});
     return std::vector<CheckpointTensor>{sharded_tensor("big", big.view().slice(0, rows.begin, rows.end), sh),
                                          replicated_tensor("vec", vec, r),
                                          replicated_tensor("step", TensorView(&step_value, DType::kI64, {}), r)};
@@ -826,10 +826,10 @@ TEST(Checkpoint, SaveAndLoad100MBTimings) {
   for (int r = 0; r < 4; ++r) {
     spec.rank = r;
     spec.tensors.clear();
-    const nn::Range rows = nn::even_shard(shape[0], 4, r);
+    const Range rows = even_shard(shape[0], 4, r);
     for (int k = 0; k < 3; ++k)
       spec.tensors.push_back(sharded_tensor(names[k], full[size_t(k)].view().slice(0, rows.begin, rows.end),
-                                            nn::make_split_param(names[k], shape, 0, rows, 0, {})));
+                                            make_split_param(names[k], shape, 0, rows, 0, {})));
     ASSERT_TRUE(write_checkpoint_shard(spec).ok());
   }
   spec.rank = 0;

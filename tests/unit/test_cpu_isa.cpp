@@ -1,4 +1,4 @@
-// The CPU path selection (include/vlpar/kernels/cpu_isa.hpp): the rule as a pure function, and the process's
+// The CPU path selection (include/vlpar/core/cpu_isa.hpp): the rule as a pure function, and the process's
 // choice under VLPAR_CPU_ISA. ctest runs this binary and every kernel test once more per lower compiled path
 // (label isa), so each path's kernels are checked against the fp64 references with the ops' own tolerances.
 #include <gtest/gtest.h>
@@ -6,7 +6,7 @@
 #include <cstdlib>
 #include <string>
 
-#include "vlpar/kernels/cpu_isa.hpp"
+#include "vlpar/core/cpu_isa.hpp"
 
 namespace vlpar {
 namespace {

@@ -500,10 +500,10 @@ TEST(ProcessGroupsFake, OptimizerGroupsCountNarrowerTowersAsDuplicates) {
   auto pg = ProcessGroups::create(world, cfg);
   ASSERT_TRUE(pg.ok()) << pg.status().to_string();
   const OptimizerGroups g = OptimizerGroups::from(pg.value());
-  EXPECT_EQ(g[nn::ReplicaGroup::kDense].duplicates, 1);
-  EXPECT_EQ(g[nn::ReplicaGroup::kVision].duplicates, 2);
-  EXPECT_EQ(g[nn::ReplicaGroup::kExpert].duplicates, 2);
-  EXPECT_EQ(g[nn::ReplicaGroup::kVision].replicas->size(), 4);
+  EXPECT_EQ(g[ReplicaGroup::kDense].duplicates, 1);
+  EXPECT_EQ(g[ReplicaGroup::kVision].duplicates, 2);
+  EXPECT_EQ(g[ReplicaGroup::kExpert].duplicates, 2);
+  EXPECT_EQ(g[ReplicaGroup::kVision].replicas->size(), 4);
   EXPECT_EQ(g.stages, &pg.value().pp());
   // With tp-wide towers (the default) nothing is duplicated.
   FakeComm world2(1, 4, "world", &log, kTp2Dp2Sizes);

@@ -269,7 +269,7 @@ Composed run_composed(const nn::TransformerConfig& cfg, HostBatch& hb, const std
   }
   const size_t fn = 1 + per_layer * size_t(L), hw = cfg.tie_word_embeddings ? 0 : fn + 1;
   const nn::LmHead head(cfg, tp, {w[fn], w[hw]}, {g[fn], g[hw]}, fn);
-  const nn::Range vocab{0, cfg.vocab};
+  const Range vocab{0, cfg.vocab};
 
   std::vector<Tensor> x;
   for (int i = 0; i < 2 * L + 1; ++i) x.push_back(Tensor::empty(alloc, {N, H}, DType::kF32).value());

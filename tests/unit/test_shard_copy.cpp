@@ -3,7 +3,7 @@
 #include <gtest/gtest.h>
 
 #include "test_util.hpp"
-#include "vlpar/nn/shard.hpp"
+#include "vlpar/core/shard.hpp"
 
 namespace vlpar::nn {
 namespace {

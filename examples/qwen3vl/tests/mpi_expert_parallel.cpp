@@ -68,8 +68,8 @@ void compare_experts(const Model& mine, const Model& whole, double tol) {
   const nn::ParamRegistry& reg = mine.registry();
   int compared = 0;
   for (size_t i = 0; i < reg.size(); ++i) {
-    const nn::ParamShard& p = reg.entry(i).shard;
-    if (p.replica != nn::ReplicaGroup::kExpert) continue;
+    const vlpar::ParamShard& p = reg.entry(i).shard;
+    if (p.replica != vlpar::ReplicaGroup::kExpert) continue;
     const auto w = whole.registry().find(p.name);
     ASSERT_TRUE(w.has_value()) << p.name;
     ASSERT_EQ(p.pieces.size(), 1u) << p.name;

@@ -18,13 +18,13 @@ using vlpar::Shape;
 // Full-shape gradient of parameter i assembled over the group: Σ over ranks of each rank's shard placed in a zero
 // tensor, divided by how many ranks hold each element (replicated elements agree, checked below).
 Tensor assemble(vlpar::comm::Communicator& comm, const nn::ParamRegistry& reg, size_t i, Allocator& alloc) {
-  const nn::ParamShard& p = reg.entry(i).shard;
+  const vlpar::ParamShard& p = reg.entry(i).shard;
   Tensor sum = Tensor::zeros(alloc, p.full_shape, DType::kF32).value();
   Tensor count = Tensor::zeros(alloc, p.full_shape, DType::kF32).value();
   Tensor ones = Tensor::empty(alloc, p.local_shape(), DType::kF32).value();
   for (int64_t k = 0; k < ones.numel(); ++k) ones.ptr<float>()[k] = 1.f;
-  EXPECT_TRUE(nn::scatter_shard_into_full(sum, reg.grad(i), p).ok());
-  EXPECT_TRUE(nn::scatter_shard_into_full(count, ones, p).ok());
+  EXPECT_TRUE(vlpar::scatter_shard_into_full(sum, reg.grad(i), p).ok());
+  EXPECT_TRUE(vlpar::scatter_shard_into_full(count, ones, p).ok());
   EXPECT_TRUE(comm.all_reduce(sum, vlpar::comm::ReduceOp::kSum).ok());
   EXPECT_TRUE(comm.all_reduce(count, vlpar::comm::ReduceOp::kSum).ok());
   for (int64_t k = 0; k < sum.numel(); ++k) {
@@ -33,7 +33,7 @@ Tensor assemble(vlpar::comm::Communicator& comm, const nn::ParamRegistry& reg, s
   }
   // This rank's shard must equal its place in the assembly (replicas agree).
   Tensor back = Tensor::empty(alloc, p.local_shape(), DType::kF32).value();
-  EXPECT_TRUE(nn::gather_shard_from_full(back, sum, p).ok());
+  EXPECT_TRUE(vlpar::gather_shard_from_full(back, sum, p).ok());
   EXPECT_LE(test::rel_diff(back, reg.grad(i)), 1e-6) << p.name << ": ranks holding the same elements disagree";
   return sum;
 }

@@ -68,7 +68,7 @@ TEST(TrainerReshard, Tp2CheckpointResumesAtTp1) {
   const nn::ParamRegistry& reg = tp2.value()->model().registry();
   Allocator alloc;
   for (size_t i = 0; i < reg.size(); ++i) {
-    const nn::ParamShard& p = reg.entry(i).shard;
+    const vlpar::ParamShard& p = reg.entry(i).shard;
     Tensor full = Tensor::zeros(alloc, p.full_shape, vlpar::DType::kF32).value();
     if (rank == 0) {
       const nn::ParamRegistry& r1 = tp1->model().registry();
@@ -77,7 +77,7 @@ TEST(TrainerReshard, Tp2CheckpointResumesAtTp1) {
     }
     ASSERT_TRUE(world->broadcast(full, 0).ok());
     Tensor back = Tensor::empty(alloc, p.local_shape(), vlpar::DType::kF32).value();
-    ASSERT_TRUE(nn::gather_shard_from_full(back, full, p).ok());
+    ASSERT_TRUE(vlpar::gather_shard_from_full(back, full, p).ok());
     EXPECT_EQ(std::memcmp(back.view().data, reg.value(i).data, size_t(back.view().nbytes())), 0)
         << p.name << " differs after the TP2 -> TP1 resume";
   }

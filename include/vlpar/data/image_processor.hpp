@@ -48,11 +48,11 @@
 #include <utility>
 #include <vector>
 
+#include "vlpar/core/batch.hpp"  // VisionGrid: one row of image_grid_thw / video_grid_thw
 #include "vlpar/core/context.hpp"
 #include "vlpar/core/status.hpp"
 #include "vlpar/data/image.hpp"
 #include "vlpar/data/video_sampling.hpp"
-#include "vlpar/kernels/pos_embed.hpp"  // VisionGrid: one row of image_grid_thw / video_grid_thw
 
 namespace vlpar::data {
 

@@ -23,8 +23,8 @@
 #include <span>
 #include <vector>
 
+#include "vlpar/core/batch.hpp"  // VisionGrid: one row of image_grid_thw / video_grid_thw
 #include "vlpar/core/status.hpp"
-#include "vlpar/kernels/pos_embed.hpp"  // VisionGrid: one row of image_grid_thw / video_grid_thw
 
 namespace vlpar::data {
 

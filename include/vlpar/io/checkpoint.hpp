@@ -48,7 +48,7 @@
 #include "vlpar/comm/communicator.hpp"
 #include "vlpar/core/status.hpp"
 #include "vlpar/core/tensor.hpp"
-#include "vlpar/nn/shard.hpp"
+#include "vlpar/core/shard.hpp"
 
 namespace vlpar::io {
 
@@ -57,7 +57,7 @@ struct CheckpointTensor {
   std::string name;     // unique key in the checkpoint ("model.layers.0.mlp.down_proj.weight", "optim.m.<param>", ...)
   TensorView local;     // this rank's shard, shaped shard.local_shape(); save: CPU or CUDA, any strides;
                         // load: contiguous, CPU or CUDA (filled through a host staging buffer)
-  nn::ParamShard shard; // full_shape, shard_dim (−1 = replicated) and pieces; name/param_id/init are not used
+  ParamShard shard; // full_shape, shard_dim (−1 = replicated) and pieces; name/param_id/init are not used
   int replica = 0;      // save: ranks holding an identical copy of this shard (e.g. the dp replicas of a tp shard)
                         // number themselves 0..R−1 and only replica 0 writes it. Ignored by load.
 };
@@ -65,12 +65,12 @@ struct CheckpointTensor {
 /// @brief A tensor every rank holds whole (norm weights, scalars such as the optimizer step, RNG words).
 CheckpointTensor replicated_tensor(std::string name, TensorView local, int replica = 0);
 /// @brief A tensor laid out as `shard` describes (its full_shape, shard_dim and pieces).
-CheckpointTensor sharded_tensor(std::string name, TensorView local, const nn::ParamShard& shard, int replica = 0);
+CheckpointTensor sharded_tensor(std::string name, TensorView local, const ParamShard& shard, int replica = 0);
 
 /// @brief The replica number of this rank's copy of a tp shard in a tp × dp layout: the ranks holding the same
 /// pieces are the dp replicas times the tp ranks with identical pieces (all tp ranks for a replicated tensor,
 /// tp / H_kv for a replicated kv head), numbered dp_rank · copies + tp_rank mod copies; replica 0 writes.
-int replica_index(const nn::ParamShard& shard, int tp, int tp_rank, int dp_rank);
+int replica_index(const ParamShard& shard, int tp, int tp_rank, int dp_rank);
 
 /// What one rank saves.
 struct CheckpointWriteSpec {

@@ -5,7 +5,7 @@
 // The defaults describe a Llama-style decoder (1D rotary, no q/k norm, untied head); Qwen3-VL's language model
 // (spec qwen3vl.md §4) sets qk_norm = true, rope = kMRoPE with mrope_section {24, 20, 20} and, for 2B/4B,
 // tie_word_embeddings = true.
-// Test: tests/unit/test_nn_shard.cpp (validation messages), tests/unit/test_nn_stack.cpp.
+// Test: tests/unit/test_shard.cpp (validation messages), tests/unit/test_nn_stack.cpp.
 #include <array>
 #include <cstdint>
 

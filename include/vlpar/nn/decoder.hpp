@@ -41,7 +41,7 @@
 #include "vlpar/nn/lm_head.hpp"
 #include "vlpar/nn/mlp_block.hpp"
 #include "vlpar/nn/param_registry.hpp"
-#include "vlpar/nn/shard.hpp"
+#include "vlpar/core/shard.hpp"
 #include "vlpar/nn/tensor_parallel.hpp"
 #include "vlpar/nn/vocab_parallel.hpp"
 

@@ -19,7 +19,7 @@
 #include "vlpar/kernels/cross_entropy.hpp"
 #include "vlpar/nn/block.hpp"
 #include "vlpar/nn/config.hpp"
-#include "vlpar/nn/shard.hpp"
+#include "vlpar/core/shard.hpp"
 #include "vlpar/nn/tensor_parallel.hpp"
 #include "vlpar/nn/vocab_parallel.hpp"
 

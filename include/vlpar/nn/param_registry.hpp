@@ -21,7 +21,7 @@
 #include "vlpar/core/context.hpp"
 #include "vlpar/core/dtype.hpp"
 #include "vlpar/core/tensor.hpp"
-#include "vlpar/nn/shard.hpp"
+#include "vlpar/core/shard.hpp"
 
 namespace vlpar::nn {
 

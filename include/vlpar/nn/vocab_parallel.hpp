@@ -15,7 +15,7 @@
 // weight-gradient GEMM, no communication for it). The final RMSNorm + LM head + loss as one block: nn/lm_head.hpp.
 // Storage f32 (CPU); the per-row math is the embedding and cross-entropy ops' (kernels/embedding.hpp,
 // kernels/cross_entropy.hpp: vocab_shard_*, with a VocabBlock), so nothing here loops over tensor data.
-// Test: tests/unit/test_nn_shard.cpp (index arithmetic), tests/unit/test_nn_stack.cpp,
+// Test: tests/unit/test_shard.cpp (index arithmetic), tests/unit/test_nn_stack.cpp,
 // tests/mpi/test_tp_equivalence.cpp.
 #include <cstddef>
 #include <cstdint>
@@ -24,7 +24,7 @@
 #include "vlpar/core/tensor.hpp"
 #include "vlpar/kernels/cross_entropy.hpp"
 #include "vlpar/nn/block.hpp"
-#include "vlpar/nn/shard.hpp"
+#include "vlpar/core/shard.hpp"
 #include "vlpar/nn/tensor_parallel.hpp"
 
 namespace vlpar::nn {

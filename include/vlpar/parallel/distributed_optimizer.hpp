@@ -107,7 +107,7 @@ class DistributedOptimizer {
   };
   /// The parameters of one replica group, with their buckets and (ZeRO) shards.
   struct Group {
-    nn::ReplicaGroup kind = nn::ReplicaGroup::kDense;
+    ReplicaGroup kind = ReplicaGroup::kDense;
     ReplicaComms comms;
     std::vector<size_t> members;         // indices into params_, in backward-completion order
     std::optional<GradBuckets> buckets;  // absent without a replicas communicator to reduce over

@@ -28,7 +28,7 @@ struct OptimParam {
   bool weight_decay = true;
   double norm_weight = 1.0;  // 1 / (norm-group ranks holding a copy of each element)
   size_t registry_index = SIZE_MAX;  // its index in the registry it came from (SIZE_MAX: not from a registry)
-  nn::ReplicaGroup replica = nn::ReplicaGroup::kDense;
+  ReplicaGroup replica = ReplicaGroup::kDense;
 };
 
 /// @brief The trainable parameters of `reg` in `order` (registry indices, e.g. the order the model's backward

@@ -1,5 +1,5 @@
 #pragma once
-// The communicators the data-parallel optimizer reduces over, per replica group of parameters (nn::ReplicaGroup,
+// The communicators the data-parallel optimizer reduces over, per replica group of parameters (ReplicaGroup,
 // read from each parameter's ParamShard in the registry):
 //   replicas : the ranks holding copies of the group's parameters — gradients are summed over it (÷ its size when
 //              averaging), and ZeRO-1 shards the group's optimizer state over it;
@@ -18,7 +18,7 @@
 #include <vector>
 
 #include "vlpar/comm/communicator.hpp"
-#include "vlpar/nn/shard.hpp"
+#include "vlpar/core/shard.hpp"
 #include "vlpar/parallel/placement.hpp"
 #include "vlpar/parallel/process_groups.hpp"
 
@@ -39,11 +39,11 @@ struct ReplicaComms {
 };
 
 struct OptimizerGroups {
-  std::array<ReplicaComms, nn::kNumReplicaGroups> by_group{};
+  std::array<ReplicaComms, kNumReplicaGroups> by_group{};
   comm::Communicator* stages = nullptr;  // pipeline stages: Σg² summed over it last (null or size 1: none)
 
-  ReplicaComms& operator[](nn::ReplicaGroup g) { return by_group[size_t(g)]; }
-  const ReplicaComms& operator[](nn::ReplicaGroup g) const { return by_group[size_t(g)]; }
+  ReplicaComms& operator[](ReplicaGroup g) { return by_group[size_t(g)]; }
+  const ReplicaComms& operator[](ReplicaGroup g) const { return by_group[size_t(g)]; }
 
   /// @brief Each group over its replica_axis() with its piece_axes() as norm groups (placement.hpp): dense =
   /// dp_cp / {tp}, expert = edp / {etp, ep}, vision = vision_dp / {vision_tp}; stages = pp. A vision tower
@@ -53,15 +53,15 @@ struct OptimizerGroups {
   static OptimizerGroups from(const ProcessGroups& pg) {
     OptimizerGroups g;
     g.stages = &pg.pp();
-    for (size_t k = 0; k < nn::kNumReplicaGroups; ++k) {
-      const auto group = nn::ReplicaGroup(k);
+    for (size_t k = 0; k < kNumReplicaGroups; ++k) {
+      const auto group = ReplicaGroup(k);
       g[group].replicas = &pg.get(replica_axis(group));
       for (Axis a : piece_axes(group)) g[group].norm.push_back(&pg.get(a));
     }
     const int tp = pg.get(Axis::kTp).size();
     const auto narrower = [tp](int n) { return n < tp && tp % n == 0 ? tp / n : 1; };
-    g[nn::ReplicaGroup::kVision].duplicates = narrower(pg.get(Axis::kVisionTp).size());
-    if (pg.get(Axis::kEp).size() == 1) g[nn::ReplicaGroup::kExpert].duplicates = narrower(pg.get(Axis::kEtp).size());
+    g[ReplicaGroup::kVision].duplicates = narrower(pg.get(Axis::kVisionTp).size());
+    if (pg.get(Axis::kEp).size() == 1) g[ReplicaGroup::kExpert].duplicates = narrower(pg.get(Axis::kEtp).size());
     return g;
   }
   /// @brief Every group over the same replicas and norm group (null: none): a layout without expert or vision

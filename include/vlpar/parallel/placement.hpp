@@ -37,7 +37,7 @@
 #include "vlpar/comm/conjugate.hpp"
 #include "vlpar/core/status.hpp"
 #include "vlpar/core/tensor.hpp"
-#include "vlpar/nn/shard.hpp"
+#include "vlpar/core/shard.hpp"
 #include "vlpar/parallel/mesh.hpp"
 
 namespace vlpar::parallel {
@@ -89,15 +89,15 @@ class Placements {
 
 /// @brief The mesh axis holding the copies of a replica group's parameters (their gradients are reduced over it;
 /// ZeRO-1 shards their state over it): dense → dp_cp, expert → edp, vision → vision_dp.
-inline Axis replica_axis(nn::ReplicaGroup g) {
-  return g == nn::ReplicaGroup::kExpert ? Axis::kEdp : g == nn::ReplicaGroup::kVision ? Axis::kVisionDp : Axis::kDpCp;
+inline Axis replica_axis(ReplicaGroup g) {
+  return g == ReplicaGroup::kExpert ? Axis::kEdp : g == ReplicaGroup::kVision ? Axis::kVisionDp : Axis::kDpCp;
 }
 
 /// @brief The mesh axes over which a replica group's parameters are cut into pieces (the ranks whose Σg² the norm
 /// adds): dense → tp; expert → etp, ep; vision → vision_tp.
-inline std::vector<Axis> piece_axes(nn::ReplicaGroup g) {
-  if (g == nn::ReplicaGroup::kExpert) return {Axis::kEtp, Axis::kEp};
-  return {g == nn::ReplicaGroup::kVision ? Axis::kVisionTp : Axis::kTp};
+inline std::vector<Axis> piece_axes(ReplicaGroup g) {
+  if (g == ReplicaGroup::kExpert) return {Axis::kEtp, Axis::kEp};
+  return {g == ReplicaGroup::kVision ? Axis::kVisionTp : Axis::kTp};
 }
 
 /// @brief A registry parameter's placements: Shard{shard_dim} (Replicate when shard_dim < 0) on its group's
@@ -105,7 +105,7 @@ inline std::vector<Axis> piece_axes(nn::ReplicaGroup g) {
 /// backward leaves it: additionally Partial on the replica axis (the sum the data-parallel reduction completes).
 /// A shard of several pieces (the fused gate/up weight: its gate rows and its up rows) is Shard{0} of each half;
 /// local_block() describes single-piece shards exactly, ParamShard::pieces every shard.
-inline Placements param_placements(const nn::ParamShard& s, bool gradient = false) {
+inline Placements param_placements(const ParamShard& s, bool gradient = false) {
   Placements p;
   if (s.shard_dim >= 0) p.on(piece_axes(s.replica).front(), Shard{s.shard_dim});
   if (gradient) p.on(replica_axis(s.replica), Partial{});
@@ -114,7 +114,7 @@ inline Placements param_placements(const nn::ParamShard& s, bool gradient = fals
 
 /// A rectangular block of a tensor: [begin, end) per dim.
 struct Block {
-  std::vector<nn::Range> dims;
+  std::vector<Range> dims;
   Shape shape() const {
     Shape s;
     s.ndim = int(dims.size());
@@ -136,7 +136,7 @@ Result<Block> local_block(const Shape& full, const Placements& p, SizeOf size_of
     const int d = std::get<Shard>(pl).dim, n = size_of(a), i = index_of(a);
     VLPAR_CHECK(d >= 0 && d < full.ndim, "placement {} on axis {}: a tensor of shape {} has no dim {}",
                 placement_name(pl), axis_name(a), full.to_string(), d);
-    nn::Range& r = b.dims[size_t(d)];
+    Range& r = b.dims[size_t(d)];
     VLPAR_CHECK(n >= 1 && i >= 0 && i < n, "axis {}: index {} outside a group of {}", axis_name(a), i, n);
     VLPAR_CHECK(r.size() % n == 0, "placement {} on axis {}: dim {} of {} holds {} elements here, not divisible "
                                    "by the axis size {}",

@@ -1,7 +1,7 @@
 // Tensor-parallel shard arithmetic without MPI: head/kv-head/vocab/intermediate blocks, the fused gate/up
 // pieces, vocab ownership, layout-invariant init (the shards of every tp assemble into the TP1 weights bit for
 // bit) and TransformerConfig validation messages.
-// Run: ./build/cpu/tests/test_nn_shard
+// Run: ./build/cpu/tests/test_shard
 #include <gtest/gtest.h>
 
 #include <vector>
@@ -11,7 +11,7 @@
 #include "vlpar/nn/config.hpp"
 #include "vlpar/nn/decoder.hpp"
 #include "vlpar/kernels/vocab_block.hpp"
-#include "vlpar/nn/shard.hpp"
+#include "vlpar/core/shard.hpp"
 #include "vlpar/parallel/placement.hpp"
 
 namespace vlpar::nn {

@@ -8,7 +8,7 @@
 //                            VocabBlock::local, kernels/vocab_block.hpp)
 //   ParamShard             : full logical shape, shard dim and the pieces (local range ↔ full range) this rank
 //                            holds; the fused gate/up weight has two pieces (its gate rows and its up rows)
-// Test: tests/unit/test_nn_shard.cpp.
+// Test: tests/unit/test_shard.cpp.
 #include <cstddef>
 #include <cstdint>
 #include <string>
@@ -18,7 +18,7 @@
 #include "vlpar/core/init.hpp"
 #include "vlpar/core/tensor.hpp"
 
-namespace vlpar::nn {
+namespace vlpar {
 
 struct Range {
   int64_t begin = 0, end = 0;  // [begin, end)
@@ -106,4 +106,4 @@ Status scatter_shard_into_full(TensorView full, TensorView local, const ParamSha
 /// split": a full HF tensor is converted to vlpar's full layout first, then each rank takes its pieces).
 Status gather_shard_from_full(TensorView local, TensorView full, const ParamShard& p);
 
-}  // namespace vlpar::nn
+}  // namespace vlpar

@@ -1,11 +1,11 @@
-// Shard arithmetic and per-parameter shard descriptions. See include/vlpar/nn/shard.hpp.
-#include "vlpar/nn/shard.hpp"
+// Shard arithmetic and per-parameter shard descriptions. See include/vlpar/core/shard.hpp.
+#include "vlpar/core/shard.hpp"
 
 #include <cstring>
 
 #include "vlpar/core/dispatch.hpp"
 
-namespace vlpar::nn {
+namespace vlpar {
 
 Shape ParamShard::local_shape() const {
   Shape s = full_shape;
@@ -111,4 +111,4 @@ Status gather_shard_from_full(TensorView local, TensorView full, const ParamShar
   return copy_shard(full, local, p, ShardCopy::kFullToShard);
 }
 
-}  // namespace vlpar::nn
+}  // namespace vlpar

@@ -1,6 +1,6 @@
-// CPU path selection. See include/vlpar/kernels/cpu_isa.hpp.
+// CPU path selection. See include/vlpar/core/cpu_isa.hpp.
 // Compiled once, for the base path (it must run on any x86-64 CPU to find out which path to take).
-#include "vlpar/kernels/cpu_isa.hpp"
+#include "vlpar/core/cpu_isa.hpp"
 
 #if defined(__x86_64__)
 #include <cpuid.h>
