@@ -30,8 +30,7 @@ function(vlpar_add_cpu_isa_kernels target)
   file(GLOB op_sources CONFIGURE_DEPENDS ${PROJECT_SOURCE_DIR}/src/kernels/ops/*.cpp)
   target_sources(${target} PRIVATE ${op_sources})
   target_sources(${target} PRIVATE ${PROJECT_SOURCE_DIR}/src/kernels/cpu/cuda_stubs.cpp
-                                   ${PROJECT_SOURCE_DIR}/src/kernels/cpu_dispatch.cpp
-                                   ${PROJECT_SOURCE_DIR}/src/kernels/kernels_common.cpp)
+                                   ${PROJECT_SOURCE_DIR}/src/kernels/cpu_dispatch.cpp)
   set(paths base)
   foreach(isa IN LISTS VLPAR_CPU_ISAS)
     if(NOT isa MATCHES "^(avx2|avx512)$")

@@ -18,9 +18,9 @@
 #             tests/consumer_core (COMPONENTS core kernels comm nn: no image, regex or YAML library on its link
 #             line), and the add_subdirectory consumer (vlpar::core and vlpar::kernels only)
 #   sanitize  clang, ASan + UBSan without recovery: the tests of core, io and data (files, parsers, the data
-#             pipeline, batches, the thread pool) and every libFuzzer target of those parsers for a few seconds on
-#             its committed corpus (`Done N runs` per target); ThreadSanitizer: the thread pool, the loader, the
-#             communicator's watchdog (scripts/sanitize.sh ci; docs/robustness.md)
+#             pipeline, batches, the thread pool) and of the trainer's TOML, and every libFuzzer target for a few
+#             seconds on its committed corpus (`Done N runs` per target); ThreadSanitizer: the thread pool, the
+#             loader, the communicator's watchdog (scripts/sanitize.sh ci; docs/robustness.md)
 #   tests     every ctest (labels unit, isa, mpi, emu), last, so the final summary is the run that executes the
 #             tests; then the proof that every CUDA kernel of the nvcc build ran under emulation
 #             (tools/check_emu_coverage.py: `emulated kernels launched: N of M`)

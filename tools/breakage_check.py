@@ -251,6 +251,8 @@ cases = [
  ("pipeline: sequence aux sum not carried across stages", "examples/qwen3vl/pipeline_stage.cpp", "  p[2 * E + 3] = s.seq_aux_sum;", "  p[2 * E + 3] = 0 * s.seq_aux_sum;", "mpi_trainer_pipeline:np2"),
  ("allocator: size classes of 1/16 instead of 1/8", "src/core/allocator.cpp", "const size_t step = pow2 / 8;", "const size_t step = pow2 / 16;", "test_core"),
  ("expert dispatch: received rows placed in arrival order", "src/nn/expert_dispatch.cpp", "      for (int64_t i = 0; i < d.counts[size_t(p * El + e)]; ++i, ++pos) back[at + i] = int32_t(pos);", "      for (int64_t i = 0; i < d.counts[size_t(p * El + e)]; ++i, ++pos) back[at + i] = int32_t(at + i + 0 * pos);", "test_expert_dispatch:np4"),
+ ("loader: a skip line names the sample twice", "src/data/loader.cpp", "const std::string why = without_key(reason, key);", "const std::string why = without_key(reason, std::string());", "test_loader"),
+ ("loader: a skip line forgets where the record lies", "src/data/loader.cpp", "        w.place = sample_place(*raw);", "        w.place = sample_place(Sample{});", "test_loader"),
 ]
 only = sys.argv[1:] 
 # The ctest environment of tests/CMakeLists.txt (VLPAR_MPI_TEST_ENV): root in containers, more ranks than cores.

@@ -71,6 +71,7 @@ struct Work {
   enum Kind { kSample, kSkip, kDrop, kEnd, kFatal } kind = kDrop;
   TokenizedSample sample;
   std::string key, reason;  // kSkip
+  std::string place;        // where the record lies, for skip messages: sample_place()
   std::string state_after;  // the source state after this read
   Status status;            // kFatal
 };
@@ -81,6 +82,20 @@ struct Counters {
   int64_t real_tokens = 0, budget_tokens = 0;
   std::vector<std::string> skipped;
 };
+
+// Where a sample's record lies, so that a skipped one can be found: "shard 'train-003.tar', record 12" (the
+// sample's 0-based index in the shard, its row in the .tar.idx), or "" for a sample of no shard.
+std::string sample_place(const Sample& s) {
+  if (s.shard.empty()) return {};
+  if (s.index_in_shard < 0) return fmt::format("shard '{}'", s.shard);
+  return fmt::format("shard '{}', record {}", s.shard, s.index_in_shard);
+}
+
+// A skip reason without a leading "sample '<key>': " (the parsers name the sample; the loader's line does).
+std::string without_key(const std::string& reason, const std::string& key) {
+  const std::string prefix = "sample '" + key + "': ";
+  return reason.rfind(prefix, 0) == 0 ? reason.substr(prefix.size()) : reason;
+}
 
 struct OutItem {
   enum Kind { kBatch, kEnd, kError } kind = kBatch;
@@ -263,6 +278,7 @@ struct Loader::Impl {
       }
       if (raw.has_value()) {
         w.key = raw->key;
+        w.place = sample_place(*raw);
         try {
           Result<TokenizedSample> t = build(*raw);
           if (t.ok()) {
@@ -297,10 +313,13 @@ struct Loader::Impl {
     cv_out.notify_all();
   }
 
-  void note_skip(const std::string& key, const std::string& reason) {
-    log_warn("loader: skipping sample '{}': {}", key, reason);
+  // Warns and lists one skipped sample: its key, where its record lies, and why (reason without the key again).
+  void note_skip(const std::string& key, const std::string& place, const std::string& reason) {
+    const std::string why = without_key(reason, key);
+    const std::string at = place.empty() ? std::string() : " [" + place + "]";
+    log_warn("loader: skipping sample '{}'{}: {}", key, at, why);
     if (static_cast<int64_t>(counters.skipped.size()) < config.max_logged_skips)
-      counters.skipped.push_back(key + ": " + reason);
+      counters.skipped.push_back(key + ": " + why + at);
   }
 
   SavedState snapshot() const {
@@ -378,7 +397,7 @@ struct Loader::Impl {
         case Work::kSkip:
           ++counters.samples_read;
           ++counters.skipped_invalid;
-          note_skip(w.key, w.reason);
+          note_skip(w.key, w.place, w.reason);
           if (!count_skip_in_a_row(w.key, w.reason)) return;
           break;
         case Work::kSample: {
@@ -387,7 +406,7 @@ struct Loader::Impl {
           Result<Packer::Admit> a = packer->push(std::move(w.sample), seq);
           if (!a.ok()) {
             ++counters.skipped_invalid;
-            note_skip(key, a.status().message());
+            note_skip(key, w.place, a.status().message());
             if (!count_skip_in_a_row(key, a.status().message())) return;
           } else if (a.value() != Packer::Admit::kBuffered) {
             ++counters.skipped_oversize;  // the packer warned

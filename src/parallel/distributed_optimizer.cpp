@@ -7,14 +7,6 @@
 
 namespace vlpar::parallel {
 
-Status OptimizerConfig::validate() const {
-  VLPAR_RETURN_IF_ERROR(adamw.validate());
-  VLPAR_CHECK(max_grad_norm >= 0.0 && std::isfinite(max_grad_norm),
-              "optimizer: max_grad_norm must be a finite number >= 0, got {}", max_grad_norm);
-  VLPAR_CHECK(bucket_bytes >= 4, "optimizer: bucket_bytes must be at least 4, got {}", bucket_bytes);
-  return Status::Ok();
-}
-
 namespace {
 
 /// A parameter the optimizer can update: contiguous float values, a contiguous f32 gradient of the same size.

@@ -12,6 +12,7 @@
 #include <gtest/gtest.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <chrono>
 #include <cstdio>
 #include <filesystem>
@@ -64,6 +65,8 @@ std::vector<Sample> make_samples(int n, std::vector<int> bad = {}, uint64_t seed
   for (int i = 0; i < n; ++i) {
     Sample s;
     s.key = fmt::format("s{:04}", i);
+    s.shard = fmt::format("shard-{}.tar", i / 50);
+    s.index_in_shard = i % 50;
     const int kind = int(rng() % 10);
     const int n_img = kind == 0 ? 0 : (kind == 1 ? 2 : 1);
     std::string q = fmt::format("Question {} about", i);
@@ -197,6 +200,14 @@ TEST(Loader, SkipsCorruptSamplesWithTheirKeys) {
       EXPECT_NE(l->summary().find(k), std::string::npos);
     }
     EXPECT_NE(l->summary().find("skipped as invalid"), std::string::npos);
+    // A skip line names the record's place once and the sample once: "s0010: the record is not valid JSON ...
+    // [shard 'shard-0.tar', record 10]".
+    const auto json_line = std::find_if(st.skipped.begin(), st.skipped.end(),
+                                        [](const std::string& line) { return line.rfind("s0010:", 0) == 0; });
+    ASSERT_NE(json_line, st.skipped.end());
+    EXPECT_NE(json_line->find("not valid JSON"), std::string::npos) << *json_line;
+    EXPECT_NE(json_line->find("[shard 'shard-0.tar', record 10]"), std::string::npos) << *json_line;
+    EXPECT_EQ(json_line->find("sample 's0010'"), std::string::npos) << *json_line;
   }
 }
 

@@ -3,6 +3,7 @@
 //   m = β1·m + (1−β1)·g ; v = β2·v + (1−β2)·g² ; p −= lr·wd·p ; p −= lr · (m/(1−β1^t)) / (sqrt(v/(1−β2^t)) + eps)
 // Master weights, m and v are fp32; the gradient may be any float dtype; an optional low-precision copy of
 // the updated parameter is written for the model's storage dtype.
+#include <cmath>
 #include <cstdint>
 #include <span>
 
@@ -18,7 +19,15 @@ struct AdamWConfig {
   float eps = 1e-8f;
   float weight_decay = 0.0f;
 
-  Status validate() const;
+  /// Inline, like every configuration check: a program's config parser (the trainer's TOML) links no kernel.
+  Status validate() const {
+    VLPAR_CHECK(lr >= 0.f && std::isfinite(lr), "adamw: lr must be finite and >= 0, got {}", lr);
+    VLPAR_CHECK(beta1 >= 0.f && beta1 < 1.f, "adamw: beta1 must be in [0, 1), got {}", beta1);
+    VLPAR_CHECK(beta2 >= 0.f && beta2 < 1.f, "adamw: beta2 must be in [0, 1), got {}", beta2);
+    VLPAR_CHECK(eps > 0.f, "adamw: eps must be positive, got {}", eps);
+    VLPAR_CHECK(weight_decay >= 0.f, "adamw: weight_decay must be >= 0, got {}", weight_decay);
+    return Status::Ok();
+  }
 };
 
 /// @param param      [n] f32 master weights, updated in place

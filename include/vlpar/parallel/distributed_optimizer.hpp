@@ -28,6 +28,7 @@
 // Tests: tests/mpi/test_distributed_optimizer.cpp (np 2, 4: both modes vs plain per-tensor AdamW, clipping,
 // odd sizes, frozen parameters, state round trip across modes, two replica groups over different communicators),
 // tests/mpi/test_data_parallel.cpp.
+#include <cmath>
 #include <cstdint>
 #include <optional>
 #include <span>
@@ -50,7 +51,14 @@ struct OptimizerConfig {
   bool average_grads = true;      // ÷ dp after summing; false when each rank's loss is already scaled by its share
   size_t bucket_bytes = size_t(25) << 20;
 
-  Status validate() const;
+  /// Inline: the trainer's TOML parser checks it without linking the optimizer (examples/qwen3vl, fuzz/).
+  Status validate() const {
+    VLPAR_RETURN_IF_ERROR(adamw.validate());
+    VLPAR_CHECK(max_grad_norm >= 0.0 && std::isfinite(max_grad_norm),
+                "optimizer: max_grad_norm must be a finite number >= 0, got {}", max_grad_norm);
+    VLPAR_CHECK(bucket_bytes >= 4, "optimizer: bucket_bytes must be at least 4, got {}", bucket_bytes);
+    return Status::Ok();
+  }
 };
 
 struct StepReport {
