@@ -9,6 +9,7 @@
 #   scripts/fuzz.sh [--seconds S | --runs N] [target...]   (default: every target for 10 s)
 set -euo pipefail
 cd "$(dirname "$0")/.."
+source scripts/lib/pool.sh
 limit=(-max_total_time=10)
 targets=()
 while [ $# -gt 0 ]; do
@@ -33,33 +34,16 @@ fuzz_one() {  # fuzz_one <target>: exit status 0 when libFuzzer finished clean
   build/sanitize/fuzz/"$1" "${limit[@]}" -timeout=10 -rss_limit_mb=2048 -print_final_stats=1 \
     -artifact_prefix="$out/$1-" "$out/corpus-$1" "fuzz/corpus/$1" > "$out/$1.log" 2>&1
 }
-# One target per core at a time; each reports when it ends.
-failed=()
-pids=()
-names=()
-report() {  # report <index into pids/names>
-  local t=${names[$1]}
-  if wait "${pids[$1]}"; then
-    echo "$t: $(grep -E '^Done [0-9]+ runs' "$out/$t.log")"
+finish_fuzz() {  # finish_fuzz <target> <exit status>: libFuzzer's summary, or the finding
+  if [ "$2" -eq 0 ]; then
+    echo "$1: $(grep -E '^Done [0-9]+ runs' "$out/$1.log")"
   else
-    tail -60 "$out/$t.log"
-    echo "$t: FINDING (log $out/$t.log, input $out/$t-*)" >&2
-    failed+=("$t")
+    tail -60 "$out/$1.log"
+    echo "$1: FINDING (log $out/$1.log, input $out/$1-*)" >&2
+    return 1
   fi
 }
-jobs=$(nproc)
-for t in "${targets[@]}"; do
-  if [ ${#pids[@]} -ge "$jobs" ]; then
-    report 0
-    pids=("${pids[@]:1}")
-    names=("${names[@]:1}")
-  fi
-  fuzz_one "$t" &
-  pids+=($!)
-  names+=("$t")
-done
-for i in "${!pids[@]}"; do report "$i"; done
-if [ ${#failed[@]} -gt 0 ]; then
-  echo "fuzzing found defects in: ${failed[*]}" >&2
+if ! run_in_pool fuzz_one finish_fuzz "${targets[@]}"; then  # one target per core at a time
+  echo "fuzzing found defects (above)" >&2
   exit 1
 fi

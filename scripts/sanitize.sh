@@ -15,6 +15,7 @@
 #   scripts/sanitize.sh [ci|asan|tsan|full] [--fuzz-seconds S]    (default: ci = asan + tsan, fuzz 3 s per target)
 set -euo pipefail
 cd "$(dirname "$0")/.."
+source scripts/lib/pool.sh
 jobs=$(nproc)
 mode=ci
 fuzz_seconds=3
@@ -48,32 +49,23 @@ skip+=':CheckpointCrash.SigkillDuringSavesLeavesTheLatestCheckpointLoadable'
 # EqualsSerialReference..., SkipsCorrupt..., DestructionNeverHangs and MeasuresWait...
 tsan_skip="$skip:Loader.ResumeContinuesWithTheExactNextBatch:Loader.ResumeOverAShuffledSampleStream"
 
-run_tests() {  # run_tests <tree> <program...>: each GoogleTest program once, one per core at a time
-  local tree=$1 exe i failed=() pids=() names=() filter=$skip
-  [ "$1" = tsan ] && filter=$tsan_skip
-  shift
-  report() {  # report <index>: waits for that program and prints its verdict
-    local name=${names[$1]} log=build/$tree/${names[$1]}.log
-    if wait "${pids[$1]}"; then
-      echo "$tree: $name $(grep -E '^\[  PASSED  \]' "$log" | tr -s ' ')"
-    else
-      tail -80 "$log"
-      failed+=("$name")
-    fi
-  }
-  for exe in "$@"; do
-    if [ ${#pids[@]} -ge "$jobs" ]; then
-      report 0
-      pids=("${pids[@]:1}")
-      names=("${names[@]:1}")
-    fi
-    "$exe" --gtest_brief=1 --gtest_filter="-$filter" > "build/$tree/$(basename "$exe").log" 2>&1 &
-    pids+=($!)
-    names+=("$(basename "$exe")")
-  done
-  for i in "${!pids[@]}"; do report "$i"; done
-  if [ ${#failed[@]} -gt 0 ]; then
-    echo "$tree: failed: ${failed[*]} (logs build/$tree/<test>.log)" >&2
+run_tests() {  # run_tests <tree> <gtest filter to leave out> <program...>: each program once, one per core
+  test_tree=$1 test_skip=$2
+  shift 2
+  if ! run_in_pool start_test finish_test "$@"; then
+    echo "$test_tree: failed (logs build/$test_tree/<test>.log)" >&2
+    return 1
+  fi
+}
+start_test() { "$1" --gtest_brief=1 --gtest_filter="-$test_skip" > "build/$test_tree/$(basename "$1").log" 2>&1; }
+finish_test() {  # finish_test <program> <exit status>: its verdict
+  local log
+  log=build/$test_tree/$(basename "$1").log
+  if [ "$2" -eq 0 ]; then
+    echo "$test_tree: $(basename "$1") $(grep -E '^\[  PASSED  \]' "$log" | tr -s ' ')"
+  else
+    tail -80 "$log"
+    echo "$test_tree: $(basename "$1") FAILED" >&2
     return 1
   fi
 }
@@ -86,14 +78,14 @@ asan() {  # asan [full]
   local programs
   mapfile -t programs < build/sanitize/input_tests.txt
   for t in "${extra[@]}"; do programs+=("build/sanitize/examples/qwen3vl/$t"); done
-  run_tests sanitize "${programs[@]}"
+  run_tests sanitize "$skip" "${programs[@]}"
   scripts/fuzz.sh --seconds "$fuzz_seconds"
 }
 
 tsan() {
   configure tsan
   cmake --build build/tsan -j"$jobs" --target test_thread_pool test_loader test_watchdog
-  run_tests tsan build/tsan/tests/test_thread_pool build/tsan/tests/test_loader
+  run_tests tsan "$tsan_skip" build/tsan/tests/test_thread_pool build/tsan/tests/test_loader
   # The watchdog test ends the job with MPI_Abort on purpose (tests/mpi/test_watchdog.cpp): rank 0's OK line
   # is the verdict. Open MPI itself is not instrumented; the reports that count are in vlpar's code.
   local log=build/tsan/test_watchdog.log
