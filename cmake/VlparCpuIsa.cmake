@@ -55,6 +55,7 @@ function(vlpar_add_cpu_isa_kernels target)
     target_link_libraries(${objlib} PRIVATE vlpar_core Eigen3::Eigen)
     target_include_directories(${objlib} PRIVATE ${PROJECT_SOURCE_DIR}/include)
     vlpar_use_warnings(${objlib})
+    vlpar_library_options(${objlib})  # unity where VLPAR_UNITY_BUILD is on: Eigen is parsed once per batch
     string(LENGTH "isa_${isa}" len)
     set(joined ${CMAKE_CURRENT_BINARY_DIR}/${objlib}.joined.o)
     set(merged ${CMAKE_CURRENT_BINARY_DIR}/${objlib}.o)

@@ -92,35 +92,40 @@ endif()
 
 function(vlpar_add_cuda_kernels target)
   vlpar_cuda_kernel_sources(cu_sources dtype_defs)
-  target_sources(${target} PRIVATE ${cu_sources})
-  set_target_properties(${target} PROPERTIES CUDA_ARCHITECTURES "${VLPAR_CUDA_ARCHS}" CUDA_SEPARABLE_COMPILATION OFF)
+  # The .cu files are their own object library, <target>_cuda, whose objects join <target>: CI's cuda stage
+  # builds it (and core and comm, whose host code changes with CUDA) without the CPU kernels, which compile the
+  # same with CUDA on or off and are built by the CPU stage.
+  set(cuda_objs ${target}_cuda)
+  add_library(${cuda_objs} OBJECT ${cu_sources})
+  target_link_libraries(${cuda_objs} PRIVATE vlpar_core CUDA::cudart)
+  target_sources(${target} PRIVATE $<TARGET_OBJECTS:${cuda_objs}>)
+  set_target_properties(${cuda_objs} PROPERTIES CUDA_ARCHITECTURES "${VLPAR_CUDA_ARCHS}"
+                                                CUDA_SEPARABLE_COMPILATION OFF)
   # FMT_USE_CONSTEXPR=1: fmt 9 switches constexpr off when it sees nvcc, which leaves its consteval format-string
   # checks calling non-constexpr helpers (a hard error in the CUDA front end); the host compiler handles them.
   # VLPAR_CUDA_RUNTIME_INCLUDED: lets host .cpp files that include <cuda_runtime.h> use VLPAR_CUDA_CHECK
   # (status.hpp only defines it for nvcc otherwise).
-  target_compile_definitions(${target} PRIVATE VLPAR_WITH_CUDA=1
-    $<$<COMPILE_LANGUAGE:CXX>:VLPAR_CUDA_RUNTIME_INCLUDED=1>
-    $<$<COMPILE_LANGUAGE:CUDA>:FMT_USE_CONSTEXPR=1 ${dtype_defs}>)
-  target_compile_options(${target} PRIVATE
-    $<$<COMPILE_LANGUAGE:CUDA>:-lineinfo -Xptxas=--warn-on-spills --threads=0 --expt-relaxed-constexpr
-                               ${VLPAR_CUDA_WERROR}>)
+  target_compile_definitions(${target} PRIVATE VLPAR_WITH_CUDA=1 VLPAR_CUDA_RUNTIME_INCLUDED=1)
+  target_compile_definitions(${cuda_objs} PRIVATE VLPAR_WITH_CUDA=1 FMT_USE_CONSTEXPR=1 ${dtype_defs})
+  target_compile_options(${cuda_objs} PRIVATE
+    -lineinfo -Xptxas=--warn-on-spills --threads=0 --expt-relaxed-constexpr ${VLPAR_CUDA_WERROR})
   target_link_libraries(${target} PUBLIC CUDA::cudart)
 
   # ptxas's resource usage comes from the build's own compiles: --resource-usage on every kernel source, whose
   # output the launcher (cmake/nvcc_capture.cmake) keeps per source under <build>/ptxas/; ptxas_report then reads
   # those files (no second compile). Spills already fail the compile itself (--warn-on-spills as an error).
   set(raw_dir ${CMAKE_BINARY_DIR}/ptxas)
-  target_compile_options(${target} PRIVATE $<$<COMPILE_LANGUAGE:CUDA>:--resource-usage>)
+  target_compile_options(${cuda_objs} PRIVATE --resource-usage)
   set(launcher ${CMAKE_COMMAND} -DRAW_DIR=${raw_dir} -P ${PROJECT_SOURCE_DIR}/cmake/nvcc_capture.cmake --
       ${CMAKE_CUDA_COMPILER_LAUNCHER})
-  set_target_properties(${target} PROPERTIES CUDA_COMPILER_LAUNCHER "${launcher}")
+  set_target_properties(${cuda_objs} PROPERTIES CUDA_COMPILER_LAUNCHER "${launcher}")
   string(REPLACE ";" "|" report_sources "${cu_sources}")
   string(REPLACE ";" "|" report_archs "${VLPAR_CUDA_ARCHS}")
   add_custom_target(ptxas_report
     COMMAND ${CMAKE_COMMAND} -DNVCC=${CMAKE_CUDA_COMPILER} "-DARCHS=${report_archs}" "-DSOURCES=${report_sources}"
             -DSOURCE_DIR=${PROJECT_SOURCE_DIR} -DOUT=${CMAKE_BINARY_DIR}/ptxas_report.txt
             -DRAW_DIR=${raw_dir} -P ${PROJECT_SOURCE_DIR}/cmake/ptxas_report.cmake
-    DEPENDS ${target}
-    COMMENT "ptxas resource usage of every vlpar CUDA kernel (from the build of ${target})"
+    DEPENDS ${cuda_objs}
+    COMMENT "ptxas resource usage of every vlpar CUDA kernel (from the build of ${cuda_objs})"
     VERBATIM)
 endfunction()

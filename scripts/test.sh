@@ -7,7 +7,8 @@
 #   deps      Debian packages (scripts/install_deps.sh)
 #   generated the generated sources are up to date (CUDA instantiations, CPU dispatch), the layering of #includes,
 #             the rules of CUDA sources (prelude first, VLPAR_SHARED, launch<Kernel>: tools/check_cuda_sources.py)
-#   cuda      where nvcc exists: vlpar::kernels and vlpar::comm of the CUDA build (host code, NCCL backend), and
+#   cuda      where nvcc exists: the CUDA kernels (vlpar_kernels_cuda) and the host code CUDA changes (core, comm
+#             with the NCCL backend), and
 #             the ptxas report of that very compile (every kernel per architecture: registers, spills; fails on
 #             any spill),
 #             the PTX wrappers assembled for sm_80/sm_90a, and the SASS of every kernel checked against the
@@ -80,11 +81,12 @@ cuda() {
     return
   fi
   echo "CUDA: $(/usr/local/cuda/bin/nvcc --version | tail -1)"
-  # Host code of the CUDA build (core's device allocator, the kernels' launchers, the NCCL backend; only the base
-  # CPU path: the CPU stage builds the others), then every kernel per architecture for the ptxas report.
+  # What CUDA changes: the kernels (vlpar_kernels_cuda: every .cu file, kernels and their launchers, for each
+  # architecture) and the host code that compiles differently with CUDA on (core's device allocator and devices,
+  # comm's NCCL backend); the CPU kernels compile the same either way and are the build stage's.
   cmake --preset cuda -DVLPAR_BUILD_TESTS=OFF -DVLPAR_BUILD_EXAMPLES=OFF -DVLPAR_CPU_ISAS= > /dev/null
   # ptxas_report reads the resource usage the kernels' own compile left behind (one nvcc compile per source).
-  cmake --build build/cuda -j"$jobs" --target vlpar_kernels vlpar_comm
+  cmake --build build/cuda -j"$jobs" --target vlpar_kernels_cuda vlpar_comm
   cmake --build build/cuda -j"$jobs" --target ptxas_report
   # The PTX wrappers (src/kernels/cuda/ptx/) through the emulator's warp-matrix test kernels: the inline PTX must
   # assemble for both architectures (the emulated build never sees it).
@@ -100,7 +102,7 @@ cuda() {
   if python3 tools/fetch_test_tools.py sass > /dev/null; then
     python3 tools/check_sass.py --cuobjdump build/third_party/sass-13.5.37/bin/cuobjdump \
       --sources 'src/kernels/cuda/*.cuh' 'src/kernels/cuda/*.cu' tests/emu/warp_matrix_kernels.cu \
-      --objects build/cuda/CMakeFiles/vlpar_kernels.dir/src/kernels/cuda/*.cu.o build/cuda/warp_matrix_kernels.o \
+      --objects build/cuda/CMakeFiles/vlpar_kernels_cuda.dir/src/kernels/cuda/*.cu.o build/cuda/warp_matrix_kernels.o \
       --table build/cuda/sass_table.md --cuda-include /usr/local/cuda/include
   else
     echo "SASS CHECK SKIPPED: cuobjdump/nvdisasm could not be fetched from PyPI (tools/fetch_test_tools.py sass)"

@@ -33,7 +33,7 @@ namespace vlpar::tools {
 
 namespace {
 
-constexpr const char* kHelp =
+constexpr const char* kConvertHelp =
     "usage: vlpar-data convert --json FILE --images DIR --out DATASET [options]\n"
     "  --json FILE          ShareGPT/LLaVA records: a JSON array or JSONL\n"
     "  --images DIR         folder the records' image paths are relative to\n"
@@ -68,7 +68,7 @@ struct Skips {
 int run_convert(int argc, char** argv) {
   for (int i = 2; i < argc; ++i)
     if (std::strcmp(argv[i], "--help") == 0) {
-      std::fputs(kHelp, stdout);
+      std::fputs(kConvertHelp, stdout);
       return 0;
     }
   auto args = Args::parse(argc, argv, 2,

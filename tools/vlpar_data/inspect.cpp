@@ -19,7 +19,7 @@ namespace vlpar::tools {
 
 namespace {
 
-constexpr const char* kHelp =
+constexpr const char* kInspectHelp =
     "usage: vlpar-data inspect SHARD.tar [options]\n"
     "  --samples N   samples listed in detail (default 5; 0: none)\n"
     "  --decode      decode the listed samples' images and show their sizes\n";
@@ -35,7 +35,7 @@ struct ExtStats {
 int run_inspect(int argc, char** argv) {
   for (int i = 2; i < argc; ++i)
     if (std::strcmp(argv[i], "--help") == 0) {
-      std::fputs(kHelp, stdout);
+      std::fputs(kInspectHelp, stdout);
       return 0;
     }
   auto args = Args::parse(argc, argv, 2, {"--samples"}, {"--decode"});

@@ -31,7 +31,7 @@ namespace {
 
 namespace fs = std::filesystem;
 
-constexpr const char* kHelp =
+constexpr const char* kStatsHelp =
     "usage: vlpar-data stats DATASET|SHARD.tar [options]\n"
     "  --split P          only this split part (default: every part of .nv-meta/split.yaml)\n"
     "  --limit N          at most N samples per part (default: all)\n"
@@ -105,7 +105,7 @@ Histogram token_histogram() {
 int run_stats(int argc, char** argv) {
   for (int i = 2; i < argc; ++i)
     if (std::strcmp(argv[i], "--help") == 0) {
-      std::fputs(kHelp, stdout);
+      std::fputs(kStatsHelp, stdout);
       return 0;
     }
   auto args = Args::parse(argc, argv, 2, {"--split", "--limit", "--tokenizer", "--min-pixels", "--max-pixels"}, {});

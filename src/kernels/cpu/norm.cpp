@@ -16,8 +16,9 @@
 namespace vlpar::VLPAR_CPU_ISA_NAMESPACE {
 namespace {
 
-// Arguments are checked by the public ops (src/kernels/ops/norm.cpp): CPU views that collapse to rows.
-RowsView rows(const TensorView& v) { return as_rows(v, "norm").value(); }
+// Arguments are checked by the public ops (src/kernels/ops/norm.cpp): CPU views that collapse to rows. (Named
+// apart from activation.cpp's rows(): the unity build puts both in one translation unit.)
+RowsView norm_rows(const TensorView& v) { return as_rows(v, "norm").value(); }
 
 /// Adds the per-part partial column sums [parts, H] into acc [H] in part order.
 void reduce_partials(float* acc, const std::vector<float>& partial, int64_t parts, int64_t H) {
@@ -130,7 +131,8 @@ float* optional_f32(const TensorView& v) { return v.empty() ? nullptr : v.ptr<fl
 Status rmsnorm_forward(const Context& ctx, TensorView y, TensorView rstd, TensorView x, TensorView w, float eps) {
   VLPAR_FLOAT_SWITCH(x.dtype, T, "rmsnorm_forward", {
     VLPAR_FLOAT_SWITCH(w.dtype, W, "rmsnorm_forward",
-                       { rmsnorm_fwd_cpu<T, W>(ctx, rows(y), optional_f32(rstd), rows(x), w.ptr<W>(), eps); });
+                       { rmsnorm_fwd_cpu<T, W>(ctx, norm_rows(y), optional_f32(rstd), norm_rows(x), w.ptr<W>(),
+                                               eps); });
   });
   return Status::Ok();
 }
@@ -139,7 +141,8 @@ Status rmsnorm_backward(const Context& ctx, TensorView dx, TensorView dw, Tensor
                         TensorView rstd) {
   VLPAR_FLOAT_SWITCH(x.dtype, T, "rmsnorm_backward", {
     VLPAR_FLOAT_SWITCH(w.dtype, W, "rmsnorm_backward", {
-      rmsnorm_bwd_cpu<T, W>(ctx, rows(dx), optional_f32(dw), rows(dy), rows(x), w.ptr<W>(), rstd.ptr<float>());
+      rmsnorm_bwd_cpu<T, W>(ctx, norm_rows(dx), optional_f32(dw), norm_rows(dy), norm_rows(x), w.ptr<W>(),
+                            rstd.ptr<float>());
     });
   });
   return Status::Ok();
@@ -147,7 +150,7 @@ Status rmsnorm_backward(const Context& ctx, TensorView dx, TensorView dw, Tensor
 
 Status rmsnorm_weight_grad(const Context& ctx, TensorView dw, TensorView dy, TensorView x, TensorView rstd) {
   constexpr int64_t kChunkRows = 64;  // fixed: the sum order never depends on the thread count
-  const RowsView xr = rows(x), gr = rows(dy);
+  const RowsView xr = norm_rows(x), gr = norm_rows(dy);
   const int64_t N = xr.rows, H = xr.cols, chunks = (N + kChunkRows - 1) / kChunkRows;
   std::vector<float> partial(static_cast<size_t>(chunks * H), 0.f);
   VLPAR_FLOAT_SWITCH(x.dtype, T, "rmsnorm_weight_grad", {
@@ -174,8 +177,8 @@ Status layernorm_forward(const Context& ctx, TensorView y, TensorView mean, Tens
                          TensorView w, TensorView b, float eps) {
   VLPAR_FLOAT_SWITCH(x.dtype, T, "layernorm_forward", {
     VLPAR_FLOAT_SWITCH(w.dtype, W, "layernorm_forward", {
-      layernorm_fwd_cpu<T, W>(ctx, rows(y), mean.ptr<float>(), rstd.ptr<float>(), rows(x), w.ptr<W>(), b.ptr<W>(),
-                              eps);
+      layernorm_fwd_cpu<T, W>(ctx, norm_rows(y), mean.ptr<float>(), rstd.ptr<float>(), norm_rows(x), w.ptr<W>(),
+                              b.ptr<W>(), eps);
     });
   });
   return Status::Ok();
@@ -185,8 +188,8 @@ Status layernorm_backward(const Context& ctx, TensorView dx, TensorView dw, Tens
                           TensorView x, TensorView w, TensorView mean, TensorView rstd) {
   VLPAR_FLOAT_SWITCH(x.dtype, T, "layernorm_backward", {
     VLPAR_FLOAT_SWITCH(w.dtype, W, "layernorm_backward", {
-      layernorm_bwd_cpu<T, W>(ctx, rows(dx), optional_f32(dw), optional_f32(db), rows(dy), rows(x), w.ptr<W>(),
-                              mean.ptr<float>(), rstd.ptr<float>());
+      layernorm_bwd_cpu<T, W>(ctx, norm_rows(dx), optional_f32(dw), optional_f32(db), norm_rows(dy), norm_rows(x),
+                              w.ptr<W>(), mean.ptr<float>(), rstd.ptr<float>());
     });
   });
   return Status::Ok();
