@@ -234,14 +234,30 @@ Result<Schedule> zb_v(int ranks, int microbatches) {
   return s;
 }
 
+Result<Schedule> forward_only(int ranks, int microbatches, std::vector<int> stage_rank) {
+  VLPAR_RETURN_IF_ERROR(check_sizes("forward_only", ranks, microbatches));
+  if (stage_rank.empty()) stage_rank = loop_placement(ranks, 1);
+  for (size_t st = 0; st < stage_rank.size(); ++st)
+    VLPAR_CHECK(stage_rank[st] >= 0 && stage_rank[st] < ranks, "forward_only: stage {} is placed on rank {}, "
+                "outside [0, {})", st, stage_rank[st], ranks);
+  Schedule s = shell(ranks, microbatches, std::move(stage_rank));
+  s.forward_only = true;
+  for (int g = 0; g * ranks < microbatches; ++g)  // groups of `ranks` micro-batches, stage by stage
+    for (int st = 0; st < s.num_stages(); ++st)
+      for (int j = g * ranks; j < std::min(microbatches, (g + 1) * ranks); ++j)
+        s.ranks[size_t(s.stage_rank[size_t(st)])].push_back(act(st, ActionKind::kF, j));
+  return s;
+}
+
 Result<Schedule> generate(std::string_view name, int ranks, int microbatches, int chunks) {
   if (name == "gpipe") return gpipe(ranks, microbatches);
   if (name == "1f1b") return one_f_one_b(ranks, microbatches);
   if (name == "interleaved") return interleaved_1f1b(ranks, chunks, microbatches);
   if (name == "zb_h1") return zb_h1(ranks, microbatches);
   if (name == "zb_v") return zb_v(ranks, microbatches);
+  if (name == "forward_only") return forward_only(ranks, microbatches);
   return VLPAR_STATUS(StatusCode::kInvalidArgument, "pipeline schedule '{}': expected gpipe, 1f1b, interleaved, "
-                      "zb_h1 or zb_v", name);
+                      "zb_h1, zb_v or forward_only", name);
 }
 
 namespace {
@@ -269,6 +285,7 @@ bool lower_ready(const Schedule& s, int r, const Action& a, const std::set<Key>&
 Result<Schedule> lower(const Schedule& in) {
   VLPAR_RETURN_IF_ERROR(validate(in, /*lowered=*/false));
   Schedule out = shell(in.num_ranks(), in.num_microbatches, in.stage_rank);
+  out.forward_only = in.forward_only;
   std::vector<size_t> head(size_t(in.num_ranks()), 0);
   std::set<Key> placed, received;
   size_t remaining = 0;
@@ -331,7 +348,13 @@ Status validate_ranges(const Schedule& s) {
   return Status::Ok();
 }
 
-/// Invariants 2 and 3: per (stage, mb) one F and either one B or one I and one W, F before I/B before W.
+bool is_backward(ActionKind k) {
+  return k == ActionKind::kB || k == ActionKind::kI || k == ActionKind::kW || k == ActionKind::kSendB ||
+         k == ActionKind::kRecvB;
+}
+
+/// Invariants 2 and 3: per (stage, mb) one F and either one B or one I and one W, F before I/B before W; in a
+/// forward-only schedule one F and nothing of the backward.
 Status validate_compute(const Schedule& s, bool lowered) {
   std::map<Key, size_t> pos;  // (stage, kind, mb) → position on its rank
   for (int r = 0; r < s.num_ranks(); ++r)
@@ -339,6 +362,8 @@ Status validate_compute(const Schedule& s, bool lowered) {
       const Action& a = s.ranks[size_t(r)][i];
       VLPAR_CHECK(lowered || is_compute(a.kind), "pipeline schedule: r{} position {}: {} in a compute-only schedule",
                   r, i, to_string(a));
+      VLPAR_CHECK(!s.forward_only || !is_backward(a.kind), "pipeline schedule: r{} position {}: {} in a "
+                  "forward-only schedule (evaluation runs no backward)", r, i, to_string(a));
       VLPAR_CHECK(pos.emplace(key(a), i).second, "pipeline schedule: r{} position {}: {} appears twice", r, i,
                   to_string(a));
     }
@@ -352,6 +377,7 @@ Status validate_compute(const Schedule& s, bool lowered) {
       const int64_t in = at(st, ActionKind::kI, j), w = at(st, ActionKind::kW, j);
       const int r = s.stage_rank[size_t(st)];
       VLPAR_CHECK(f >= 0, "pipeline schedule: r{}: stage {} micro-batch {} has no F", r, st, j);
+      if (s.forward_only) continue;
       VLPAR_CHECK((b >= 0) != (in >= 0 || w >= 0) && (in >= 0) == (w >= 0), "pipeline schedule: r{}: stage {} "
                   "micro-batch {} needs one B or one I and one W", r, st, j);
       VLPAR_CHECK(f < std::max(b, in), "pipeline schedule: r{} position {}: {}{}{} runs before its F", r,
@@ -388,6 +414,7 @@ Status validate_comm(const Schedule& s) {
                       recv_f.second < f_next.second,
                   "pipeline schedule: micro-batch {} from stage {} to {}: needs {}SEND_F{} after {}F{} and one "
                   "{}RECV_F{} before {}F{}", j, st, st + 1, st, j, st, j, st + 1, j, st + 1, j);
+      if (s.forward_only) continue;
       auto bwd = find(st + 1, ActionKind::kB, j);
       if (bwd.first < 0) bwd = find(st + 1, ActionKind::kI, j);
       auto bwd_prev = find(st, ActionKind::kB, j);
@@ -495,8 +522,9 @@ Result<SimResult> simulate(const Schedule& s, const SimCosts& costs) {
         finish[key(a)] = free_at[size_t(r)] = start + cost;
         res.busy[size_t(r)] += cost;
         const bool f = a.kind == ActionKind::kF, b = a.kind == ActionKind::kB;
-        act_stash[size_t(r)] += f ? 1 : (b || a.kind == ActionKind::kI ? -1 : 0);
-        w_stash[size_t(r)] += f ? 1 : (b || a.kind == ActionKind::kW ? -1 : 0);
+        const int push = f && !s.forward_only ? 1 : 0;  // forward-only: nothing outlives its F
+        act_stash[size_t(r)] += push - (b || a.kind == ActionKind::kI ? 1 : 0);
+        w_stash[size_t(r)] += push - (b || a.kind == ActionKind::kW ? 1 : 0);
         res.peak_activations[size_t(r)] = std::max(res.peak_activations[size_t(r)], act_stash[size_t(r)]);
         res.peak_wgrad[size_t(r)] = std::max(res.peak_wgrad[size_t(r)], w_stash[size_t(r)]);
         progress = true;

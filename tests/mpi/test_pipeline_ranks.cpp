@@ -5,13 +5,16 @@
 // does), the allocator's peak within the bound derived from the simulator's in-flight stashes, nothing left
 // allocated after a step; and a peer that never runs its part is reported by the watchdog naming the rank, the
 // action and the pending receive. Tied parameters: sum_tied_gradient leaves the first + second copies' sum in both,
-// bitwise equal, and a rank without a copy gets a named error.
+// bitwise equal, and a rank without a copy gets a named error. Forward-only evaluation on the training placements:
+// the reference's losses, no gradient, one stash at a time.
 // Run: ctest --preset emu -R test_pipeline_ranks   (mpirun -np 2 and -np 4)
 #include <gtest/gtest.h>
 
 #include <cstring>
 #include <functional>
 #include <string>
+#include <utility>
+#include <vector>
 
 #include "mpi/mpi_test_util.hpp"
 #include "pipeline_toy.hpp"
@@ -84,6 +87,46 @@ TEST(PipelineEngineRanks, EveryScheduleMatchesReferenceBitwiseWithinMemoryBound)
       }
       if (ids[i] != s.num_stages() - 1) continue;
       for (size_t j = 0; j < want.size(); ++j) EXPECT_EQ(stages[i].losses()[j], want[j]) << "micro-batch " << j;
+    }
+    ASSERT_TRUE(world->barrier().ok());
+  }
+}
+
+/// Forward-only evaluation on the placements of the training schedules (one stage per rank, two loop chunks, V):
+/// the last stage's losses bitwise equal to the reference's forward, no gradient touched, at most one stash alive
+/// (the bound with one in-flight micro-batch), nothing left allocated after the step.
+TEST(PipelineEngineRanks, ForwardOnlyOnEveryTrainingPlacementGivesTheReferenceLosses) {
+  auto world = world_comm("pp");
+  ASSERT_NE(world, nullptr);
+  const int p = world->size(), rank = world->rank();
+  const std::pair<const char*, std::vector<int>> placements[] = {
+      {"loop1", pipeline::loop_placement(p, 1)}, {"loop2", pipeline::loop_placement(p, 2)},
+      {"v", pipeline::v_placement(p)}};
+  for (const auto& [name, placement] : placements) {
+    SCOPED_TRACE(name);
+    auto lowered = pipeline::lower(pipeline::forward_only(p, int(kRows.size()), placement).value());
+    ASSERT_TRUE(lowered.ok()) << lowered.status().to_string();
+    const Schedule& s = lowered.value();
+    Allocator params, acts;
+    Context ctx;
+    ctx.allocator = &acts;
+    ToyModel ref = ToyModel::make(params, kHidden, kLayers, kRows, 23);
+    ToyModel model = ToyModel::make(params, kHidden, kLayers, kRows, 23);
+    ToyRank mine = toy_rank(model, s, rank);
+    auto engine = pipeline::Engine<ToyStage>::create(s, mine.args(), *world);
+    ASSERT_TRUE(engine.ok()) << engine.status().to_string();
+    const ToyStepResult r = toy_step(engine.value(), ctx, ref, acts);
+    ASSERT_TRUE(r.status.ok()) << r.status.to_string();
+    EXPECT_EQ(r.left, 0) << "rank " << rank << " kept allocations";
+    EXPECT_LE(r.peak, toy_memory_bound(model, mine, s, rank, 1)) << "rank " << rank;
+    for (size_t i = 0; i < mine.stages.size(); ++i) {
+      const auto [a, b] = toy_layers(kLayers, mine.ids[i], s.num_stages());
+      for (int l = a; l < b; ++l)
+        for (const Tensor* g : {&model.dw[size_t(l)], &model.db[size_t(l)]})
+          for (int64_t k = 0; k < g->numel(); ++k) ASSERT_EQ(g->ptr<float>()[k], 0.f) << "layer " << l;
+      if (mine.ids[i] != s.num_stages() - 1) continue;
+      for (size_t j = 0; j < r.want.size(); ++j)
+        EXPECT_EQ(mine.stages[i].losses()[j], r.want[j]) << "micro-batch " << j;
     }
     ASSERT_TRUE(world->barrier().ok());
   }

@@ -3,8 +3,10 @@
 // hand-off. Checks: loss and every gradient bitwise equal to the single-process reference over two steps; the
 // allocator's peak within the bound derived from the simulator's in-flight stashes; per-action timings; and the
 // named errors (wrong group size, stages the schedule does not place here, a split schedule for a stage type without
-// backward_input/backward_weight, ports of neighbouring stages that disagree).
+// backward_input/backward_weight, ports of neighbouring stages that disagree); forward-only evaluation (the losses,
+// no gradient, no stash kept).
 // The multi-rank half: tests/mpi/test_pipeline_ranks.cpp.
+#include <fmt/format.h>
 #include <gtest/gtest.h>
 
 #include <functional>
@@ -92,6 +94,36 @@ TEST(PipelineEngine, OneRankMatchesReferenceBitwiseWithinMemoryBound) {
         EXPECT_LE(t[i - 1].end, t[i].start);
       }
     }
+  }
+}
+
+// Forward-only (evaluation) on one rank with one to three chunks: the losses of the training forward bitwise, no
+// parameter gradient touched, no stash past its F (the peak fits one in-flight micro-batch), nothing left after.
+TEST(PipelineEngine, ForwardOnlyGivesTheLossesWithoutGradientsOrStashes) {
+  for (int chunks = 1; chunks <= 3; ++chunks) {
+    SCOPED_TRACE(fmt::format("{} chunks", chunks));
+    auto lowered = pipeline::lower(pipeline::forward_only(1, int(kRows.size()), pipeline::loop_placement(1, chunks))
+                                       .value());
+    ASSERT_TRUE(lowered.ok()) << lowered.status().to_string();
+    Allocator params, acts;
+    Context ctx;
+    ctx.allocator = &acts;
+    ToyModel ref = ToyModel::make(params, kHidden, kLayers, kRows, 13);
+    ToyModel model = ToyModel::make(params, kHidden, kLayers, kRows, 13);
+    comm::SingleCommunicator world;
+    ToyRank rs = toy_rank(model, lowered.value(), 0);
+    auto engine = pipeline::Engine<ToyStage>::create(lowered.value(), rs.args(), world);
+    ASSERT_TRUE(engine.ok()) << engine.status().to_string();
+    const ToyStepResult r = toy_step(engine.value(), ctx, ref, acts);
+    ASSERT_TRUE(r.status.ok()) << r.status.to_string();
+    EXPECT_EQ(r.left, 0) << "the step left allocations behind";
+    EXPECT_LE(r.peak, toy_memory_bound(model, rs, lowered.value(), 0, 1)) << "more than one stash alive";
+    const ToyStage& last = rs.stages.back();
+    for (size_t j = 0; j < r.want.size(); ++j) EXPECT_EQ(last.losses()[j], r.want[j]) << "micro-batch " << j;
+    for (int l = 0; l < kLayers; ++l)
+      for (const Tensor* g : {&model.dw[size_t(l)], &model.db[size_t(l)]})
+        for (int64_t i = 0; i < g->numel(); ++i) ASSERT_EQ(g->ptr<float>()[i], 0.f) << "layer " << l;
+    EXPECT_EQ(engine.value().timings().size(), lowered.value().ranks[0].size());
   }
 }
 

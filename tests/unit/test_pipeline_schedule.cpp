@@ -2,10 +2,14 @@
 // simulator table of ../shared/spec/pipeline-and-experts.md A2.8 (there derived from PyTorch's generators and
 // Megatron's schedule table): generated lists in the text form, the lowering example of A1.4, makespan, bubble and
 // peak stashes per schedule; the validator's and simulator's named errors (missing backward, W before I, unmatched
-// receive, a deadlock), and the text form's round trip and parse errors.
+// receive, a deadlock), and the text form's round trip and parse errors; the forward-only schedule of evaluation
+// (its order, every placement lowered and simulated, its bubble, what its validation rejects).
+#include <fmt/format.h>
 #include <gtest/gtest.h>
 
 #include <string>
+#include <utility>
+#include <vector>
 
 #include "vlpar/parallel/pipeline_schedule.hpp"
 
@@ -187,9 +191,10 @@ TEST(PipelineSchedule, GeneratorsByName) {
   EXPECT_EQ(to_string(generate("interleaved", 2, 4, 3).value()), to_string(interleaved_1f1b(2, 3, 4).value()));
   EXPECT_EQ(to_string(generate("zb_h1", 4, 8).value()), to_string(zb_h1(4, 8).value()));
   EXPECT_EQ(to_string(generate("zb_v", 2, 4).value()), to_string(zb_v(2, 4).value()));
+  EXPECT_EQ(to_string(generate("forward_only", 3, 5).value()), to_string(forward_only(3, 5).value()));
   const Status bad = generate("dualpipe", 2, 4).status();
-  EXPECT_NE(bad.message().find("pipeline schedule 'dualpipe': expected gpipe, 1f1b, interleaved, zb_h1 or zb_v"),
-            std::string::npos) << bad.message();
+  EXPECT_NE(bad.message().find("pipeline schedule 'dualpipe': expected gpipe, 1f1b, interleaved, zb_h1, zb_v or "
+                               "forward_only"), std::string::npos) << bad.message();
 }
 
 TEST(PipelineSchedule, BadConfigurationsAreNamedErrors) {
@@ -198,6 +203,80 @@ TEST(PipelineSchedule, BadConfigurationsAreNamedErrors) {
   EXPECT_FALSE(one_f_one_b(0, 4).ok());
   EXPECT_TRUE(interleaved_1f1b(2, 2, 5, 3).ok());  // Megatron's own example: p=2, g=3, m=5
   EXPECT_TRUE(one_f_one_b(4, 2).ok());             // fewer micro-batches than ranks: warm-up capped
+}
+
+// Forward-only (evaluation): micro-batches in groups of p through each stage, on the placement given; lowered, the
+// receives land before the F that consumes them.
+TEST(PipelineSchedule, ForwardOnlyMatchesItsOrderAndLowers) {
+  EXPECT_EQ(ranks_text(forward_only(2, 3)),
+            "r0: 0F0 0F1 0F2\n"
+            "r1: 1F0 1F1 1F2\n");
+  EXPECT_EQ(ranks_text(forward_only(2, 3, loop_placement(2, 2))),  // groups {0, 1}, {2}
+            "r0: 0F0 0F1 2F0 2F1 0F2 2F2\n"
+            "r1: 1F0 1F1 3F0 3F1 1F2 3F2\n");
+  EXPECT_EQ(ranks_text(forward_only(2, 2, v_placement(2))),  // r0 holds stages 0 and 3, r1 stages 1 and 2
+            "r0: 0F0 0F1 3F0 3F1\n"
+            "r1: 1F0 1F1 2F0 2F1\n");
+  EXPECT_EQ(ranks_text(lower(forward_only(2, 2).value())),
+            "r0: 0F0 0SEND_F0 0F1 0SEND_F1\n"
+            "r1: 1RECV_F0 1F0 1RECV_F1 1F1\n");
+}
+
+// Every placement the training generators use, p 1..5 and m around p: validates lowered, simulates without
+// deadlock, holds no stash between actions, and with one stage per rank and equal costs has the closed-form bubble
+// (p − 1) / (m + p − 1): rank r runs F(r, j) at time r + j.
+TEST(PipelineSchedule, ForwardOnlySweepValidatesWithTheClosedFormBubble) {
+  for (int p = 1; p <= 5; ++p)
+    for (int m : {1, p, p + 1, 2 * p + 1}) {
+      std::vector<std::pair<std::string, std::vector<int>>> placements = {{"loop1", loop_placement(p, 1)},
+                                                                          {"loop3", loop_placement(p, 3)}};
+      if (p > 1) placements.push_back({"v", v_placement(p)});
+      for (const auto& [name, placement] : placements) {
+        SCOPED_TRACE(fmt::format("p {} m {} {}", p, m, name));
+        const Result<Schedule> s = forward_only(p, m, placement);
+        ASSERT_TRUE(s.ok()) << s.status().to_string();
+        EXPECT_TRUE(s->forward_only);
+        const Result<Schedule> low = lower(s.value());
+        ASSERT_TRUE(low.ok()) << low.status().to_string();
+        EXPECT_TRUE(low->forward_only);
+        ASSERT_TRUE(validate(low.value(), true).ok()) << validate(low.value(), true).to_string();
+        const Result<SimResult> sim = simulate(low.value());
+        ASSERT_TRUE(sim.ok()) << sim.status().to_string();
+        for (int r = 0; r < p; ++r) {
+          EXPECT_EQ(sim->peak_activations[size_t(r)], 0) << "rank " << r;
+          EXPECT_EQ(sim->peak_wgrad[size_t(r)], 0) << "rank " << r;
+          EXPECT_EQ(sim->busy[size_t(r)], double(m * int(placement.size()) / p)) << "rank " << r;
+        }
+        if (name == "loop1") {
+          EXPECT_EQ(sim->makespan, double(m + p - 1));
+          EXPECT_NEAR(sim->bubble, double(p - 1) / double(m + p - 1), 1e-12);
+        }
+      }
+    }
+}
+
+TEST(PipelineSchedule, ForwardOnlyRejectsBackwardAndTrainingNeedsIt) {
+  Schedule s = forward_only(2, 2).value();
+  Schedule with_b = s;
+  with_b.ranks[1].push_back({1, ActionKind::kB, 0});
+  Status st = validate(with_b, false);
+  ASSERT_FALSE(st.ok());
+  EXPECT_NE(st.message().find("r1 position 2: 1B0 in a forward-only schedule"), std::string::npos) << st.message();
+  Schedule low = lower(s).value();
+  low.ranks[0].push_back({0, ActionKind::kRecvB, 0});
+  st = validate(low, true);
+  ASSERT_FALSE(st.ok());
+  EXPECT_NE(st.message().find("0RECV_B0 in a forward-only schedule"), std::string::npos) << st.message();
+  Schedule training = s;
+  training.forward_only = false;  // the same lists as a training schedule: every backward missing
+  st = validate(training, false);
+  ASSERT_FALSE(st.ok());
+  EXPECT_NE(st.message().find("stage 0 micro-batch 0 needs one B or one I and one W"), std::string::npos)
+      << st.message();
+  EXPECT_FALSE(forward_only(2, 0).ok());
+  const Status placed = forward_only(2, 2, {0, 2}).status();
+  EXPECT_NE(placed.message().find("forward_only: stage 1 is placed on rank 2, outside [0, 2)"), std::string::npos)
+      << placed.message();
 }
 
 }  // namespace

@@ -3,6 +3,8 @@
 //   vlpar-pipeline --schedule 1f1b --ranks 4 --microbatches 8            the schedule, its timeline and statistics
 //   vlpar-pipeline --schedule interleaved --chunks 2 --lowered           ... with the SEND/RECV actions
 //   vlpar-pipeline --file my_schedule.txt                                 validate and simulate a written schedule
+//   vlpar-pipeline --schedule forward_only --ranks 4 --microbatches 8     evaluation: F only (also --file with
+//                                                                          --forward-only)
 //   vlpar-pipeline --layout "V E t*5 | t*9 | t*9 | t*8 L" --layers 31     check a layout
 // Costs: --f, --b, --i, --w (defaults 1, 2, 1, 1); the timeline draws one cell per the smallest of them. A schedule file holds one "r<rank>: <actions>" line per rank
 // (the text form of pipeline_schedule.hpp); the stage → rank map is read from where each stage's actions are, and a
@@ -28,6 +30,7 @@ using namespace vlpar::pipeline;
 struct Args {
   std::string schedule, file, layout;
   int ranks = 2, microbatches = 4, chunks = 2, layers = 0;
+  bool forward_only = false;  // --file: an evaluation schedule (F only)
   bool lowered = false;
   double f = 1, b = 2, i = 1, w = 1;
 };
@@ -82,6 +85,7 @@ Status run(const Args& a) {
   }
   if (!a.file.empty()) {
     VLPAR_ASSIGN_OR_RETURN(Schedule s, read_file(a.file));
+    s.forward_only = a.forward_only;
     bool comm = false;
     for (const auto& list : s.ranks)
       for (const Action& act : list) comm = comm || !is_compute(act.kind);
@@ -101,12 +105,13 @@ Status run(const Args& a) {
 int main(int argc, char** argv) {
   Args a;
   cli::Parser p("vlpar-pipeline", "pipeline schedules and layouts: print, validate, simulate");
-  p.add("schedule", &a.schedule, "gpipe, 1f1b, interleaved, zb_h1 or zb_v");
+  p.add("schedule", &a.schedule, "gpipe, 1f1b, interleaved, zb_h1, zb_v or forward_only");
   p.add("ranks", &a.ranks, "pipeline ranks p");
   p.add("microbatches", &a.microbatches, "micro-batches per step m");
   p.add("chunks", &a.chunks, "stages per rank for interleaved (v)");
   p.add("lowered", &a.lowered, "insert the SEND/RECV actions");
   p.add("file", &a.file, "a written schedule to validate and simulate");
+  p.add("forward-only", &a.forward_only, "the --file schedule is forward-only (evaluation: no backward)");
   p.add("layout", &a.layout, "a layout string to check (with --layers)");
   p.add("layers", &a.layers, "decoder layers of the model (for --layout)");
   p.add("f", &a.f, "cost of F");

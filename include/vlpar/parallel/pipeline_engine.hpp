@@ -11,6 +11,9 @@
 //                the input gradients and runs backward / backward_input; B frees the stash and the inputs, I keeps
 //                them for W; the output gradients are freed;
 //   W(s,j)       backward_weight; frees the stash and the inputs;
+//   (forward-only schedules, Schedule::forward_only: evaluation and generation) F(s,j) frees its stash and its
+//                inputs as soon as forward returns, so a rank holds no stash between actions; the stages' parameter
+//                gradients are left untouched;
 //   SEND_*       posts non-blocking sends of the buffers just produced; each send is waited (and its buffers
 //                freed) before the second compute action after it, so a send overlaps one compute; before each
 //                compute the engine tests every pending op and, for up to EngineOptions::send_progress, the sends
@@ -97,7 +100,8 @@ class Engine {
   /// The actions of the last step with their times (for traces and the bubble benchmark).
   const std::vector<ActionTiming>& timings() const { return timings_; }
 
-  /// @brief Runs this rank's list once (one optimizer step's forward and backward over every micro-batch).
+  /// @brief Runs this rank's list once: one optimizer step's forward and backward over every micro-batch, or,
+  /// for a forward-only schedule, their forward (an evaluation).
   Status step(const Context& ctx) {
     VLPAR_CHECK(ctx.allocator != nullptr, "pipeline engine: ctx.allocator must be set");
     st_ = State{};
@@ -181,7 +185,11 @@ class Engine {
     typename S::Stash& stash = st_.stash[k];
     const std::vector<TensorView> iv = detail::views(in), ov = detail::views(out);
     VLPAR_RETURN_IF_ERROR(stage.forward(ctx, ov, iv, a.mb, stash));
-    st_.in[k] = std::move(in);
+    if (sched_.forward_only) {
+      st_.stash.erase(k);  // no backward will need it (before the inputs: the stash may view them)
+    } else {
+      st_.in[k] = std::move(in);
+    }
     if (!out.empty()) st_.out[k] = std::move(out);
     return Status::Ok();
   }

@@ -12,7 +12,8 @@
 //               r holds stages r and 2p−1−r).
 //   generators  gpipe, one_f_one_b (PipeDream-flush), interleaved_1f1b (v chunks per rank, Megatron's
 //               micro-batch groups), zb_h1 (backward split into I and W, one stage per rank), zb_v (two chunks per
-//               rank in V placement): compute-only lists.
+//               rank in V placement): compute-only lists; forward_only (evaluation, generation: F only, on any
+//               placement, e.g. the training schedule's, so the same stage objects serve both).
 //   lower       inserts SEND/RECV after the compute that produces each tensor, receives appended on the peer at
 //               placement time (so blocking p2p cannot deadlock); same-rank neighbours exchange in process.
 //   validate    the invariants of spec A1.5 (counts, F before I/B before W, sends matched by receives in order),
@@ -47,6 +48,9 @@ struct Schedule {
   int num_microbatches = 0;
   std::vector<int> stage_rank;              // [stages]
   std::vector<std::vector<Action>> ranks;   // [ranks]
+  /// Evaluation / generation: one F per (stage, micro-batch) and no backward at all (validate rejects a B, I or
+  /// W, and a training schedule without them); the engine keeps no stash past its F.
+  bool forward_only = false;
 
   int num_ranks() const { return int(ranks.size()); }
   int num_stages() const { return int(stage_rank.size()); }
@@ -72,9 +76,14 @@ Result<Schedule> one_f_one_b(int ranks, int microbatches);
 Result<Schedule> interleaved_1f1b(int ranks, int chunks, int microbatches, int group = 0);
 Result<Schedule> zb_h1(int ranks, int microbatches);
 Result<Schedule> zb_v(int ranks, int microbatches);
+/// Forward only, on `stage_rank` (empty: one stage per rank): F(s, j) of each rank's stages in the order
+/// (⌊j / ranks⌋, s, j) — micro-batches in groups of `ranks`, a group through each stage before the next stage — the
+/// same order on every rank, and every F depends only on an earlier F in it, so any placement lowers and runs
+/// without deadlock. Bubble with equal costs and one stage per rank: (p − 1) / (m + p − 1).
+Result<Schedule> forward_only(int ranks, int microbatches, std::vector<int> stage_rank = {});
 
-/// The generator named `name`: "gpipe", "1f1b", "interleaved" (`chunks` per rank), "zb_h1" or "zb_v"; another
-/// name is an error listing these.
+/// The generator named `name`: "gpipe", "1f1b", "interleaved" (`chunks` per rank), "zb_h1", "zb_v" or
+/// "forward_only" (one stage per rank); another name is an error listing these.
 Result<Schedule> generate(std::string_view name, int ranks, int microbatches, int chunks = 2);
 
 /// Compute-only → compute + SEND/RECV (spec A1.4); a schedule that cannot make progress is a named error.
@@ -94,7 +103,7 @@ struct SimResult {
   double makespan = 0;
   std::vector<double> busy;          // [ranks] compute time
   double bubble = 0;                 // 1 − Σ busy / (ranks · makespan)
-  std::vector<int> peak_activations; // [ranks] max in-flight (stage, mb) between F and I/B
+  std::vector<int> peak_activations; // [ranks] max in-flight (stage, mb) between F and I/B (0 forward-only)
   std::vector<int> peak_wgrad;       // [ranks] max in-flight (stage, mb) between F and W/B
   std::vector<std::vector<double>> start, end;  // [ranks][position in the list] when each action runs
 };
