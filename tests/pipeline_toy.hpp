@@ -13,6 +13,8 @@
 #include <climits>
 #include <cstdint>
 #include <map>
+#include <memory>
+#include <optional>
 #include <tuple>
 #include <span>
 #include <vector>
@@ -23,6 +25,7 @@
 #include "vlpar/kernels/activation.hpp"
 #include "vlpar/kernels/elementwise.hpp"
 #include "vlpar/kernels/gemm.hpp"
+#include "vlpar/parallel/pipeline_engine.hpp"
 #include "vlpar/parallel/pipeline_schedule.hpp"
 #include "vlpar/parallel/pipeline_stage.hpp"
 
@@ -331,5 +334,31 @@ ToyStepResult toy_step(Engine& engine, const Context& ctx, ToyModel& ref, Alloca
   out.peak = acts.stats(Device::cpu()).peak_bytes - base;
   return out;
 }
+
+/// One rank's engine run in the tests (tests/unit/test_pipeline_engine.cpp, tests/mpi/test_pipeline_ranks.cpp): the
+/// reference and the engine's model built from one seed, this rank's stages of `s` and the engine over `pp`; the
+/// activations on their own allocator, where step() measures the step's peak and what it leaves. On the heap: the
+/// stages point into `model`, the engine into `mine`.
+struct ToyRun {
+  Allocator params, acts;
+  Context ctx;
+  ToyModel ref, model;
+  ToyRank mine;
+  std::optional<pipeline::Engine<ToyStage>> engine;
+
+  static Result<std::unique_ptr<ToyRun>> make(const pipeline::Schedule& s, comm::Communicator& pp, int64_t hidden,
+                                             int layers, std::span<const int64_t> rows, uint64_t seed) {
+    auto r = std::make_unique<ToyRun>();
+    r->ctx.allocator = &r->acts;
+    r->ref = ToyModel::make(r->params, hidden, layers, rows, seed);
+    r->model = ToyModel::make(r->params, hidden, layers, rows, seed);
+    r->mine = toy_rank(r->model, s, pp.rank());
+    VLPAR_ASSIGN_OR_RETURN(pipeline::Engine<ToyStage> e, pipeline::Engine<ToyStage>::create(s, r->mine.args(), pp));
+    r->engine.emplace(std::move(e));
+    return r;
+  }
+  /// One reference step and one engine step (toy_step).
+  ToyStepResult step() { return toy_step(*engine, ctx, ref, acts); }
+};
 
 }  // namespace vlpar::test

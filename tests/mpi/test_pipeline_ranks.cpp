@@ -58,25 +58,21 @@ TEST(PipelineEngineRanks, EveryScheduleMatchesReferenceBitwiseWithinMemoryBound)
     auto sim = pipeline::simulate(s);
     ASSERT_TRUE(sim.ok()) << sim.status().to_string();
 
-    Allocator params, acts;
-    Context ctx;
-    ctx.allocator = &acts;
-    ToyModel ref = ToyModel::make(params, kHidden, kLayers, kRows, 21);
-    ToyModel model = ToyModel::make(params, kHidden, kLayers, kRows, 21);
-    ToyRank mine = toy_rank(model, s, rank);
-    auto engine = pipeline::Engine<ToyStage>::create(s, mine.args(), *world);
-    ASSERT_TRUE(engine.ok()) << engine.status().to_string();
-    const int64_t bound = toy_memory_bound(model, mine, s, rank, sim.value().peak_wgrad[size_t(rank)]);
+    auto run = ToyRun::make(s, *world, kHidden, kLayers, kRows, 21);
+    ASSERT_TRUE(run.ok()) << run.status().to_string();
+    ToyRun& t = *run.value();
+    const ToyModel &model = t.model, &ref = t.ref;
+    const int64_t bound = toy_memory_bound(t.model, t.mine, s, rank, sim.value().peak_wgrad[size_t(rank)]);
     std::vector<double> want;
     for (int step = 0; step < 2; ++step) {
-      const ToyStepResult r = toy_step(engine.value(), ctx, ref, acts);
+      const ToyStepResult r = t.step();
       ASSERT_TRUE(r.status.ok()) << r.status.to_string();
       want = r.want;
       EXPECT_EQ(r.left, 0) << "rank " << rank << " kept allocations";
       EXPECT_LE(r.peak, bound) << "rank " << rank << ": peak_wgrad " << sim.value().peak_wgrad[size_t(rank)];
     }
-    const std::vector<ToyStage>& stages = mine.stages;
-    const std::vector<int>& ids = mine.ids;
+    const std::vector<ToyStage>& stages = t.mine.stages;
+    const std::vector<int>& ids = t.mine.ids;
     for (size_t i = 0; i < stages.size(); ++i) {
       const auto [a, b] = toy_layers(kLayers, ids[i], s.num_stages());
       for (int l = a; l < b; ++l) {
@@ -107,26 +103,21 @@ TEST(PipelineEngineRanks, ForwardOnlyOnEveryTrainingPlacementGivesTheReferenceLo
     auto lowered = pipeline::lower(pipeline::forward_only(p, int(kRows.size()), placement).value());
     ASSERT_TRUE(lowered.ok()) << lowered.status().to_string();
     const Schedule& s = lowered.value();
-    Allocator params, acts;
-    Context ctx;
-    ctx.allocator = &acts;
-    ToyModel ref = ToyModel::make(params, kHidden, kLayers, kRows, 23);
-    ToyModel model = ToyModel::make(params, kHidden, kLayers, kRows, 23);
-    ToyRank mine = toy_rank(model, s, rank);
-    auto engine = pipeline::Engine<ToyStage>::create(s, mine.args(), *world);
-    ASSERT_TRUE(engine.ok()) << engine.status().to_string();
-    const ToyStepResult r = toy_step(engine.value(), ctx, ref, acts);
+    auto run = ToyRun::make(s, *world, kHidden, kLayers, kRows, 23);
+    ASSERT_TRUE(run.ok()) << run.status().to_string();
+    ToyRun& t = *run.value();
+    const ToyStepResult r = t.step();
     ASSERT_TRUE(r.status.ok()) << r.status.to_string();
     EXPECT_EQ(r.left, 0) << "rank " << rank << " kept allocations";
-    EXPECT_LE(r.peak, toy_memory_bound(model, mine, s, rank, 1)) << "rank " << rank;
-    for (size_t i = 0; i < mine.stages.size(); ++i) {
-      const auto [a, b] = toy_layers(kLayers, mine.ids[i], s.num_stages());
+    EXPECT_LE(r.peak, toy_memory_bound(t.model, t.mine, s, rank, 1)) << "rank " << rank;
+    for (size_t i = 0; i < t.mine.stages.size(); ++i) {
+      const auto [a, b] = toy_layers(kLayers, t.mine.ids[i], s.num_stages());
       for (int l = a; l < b; ++l)
-        for (const Tensor* g : {&model.dw[size_t(l)], &model.db[size_t(l)]})
+        for (const Tensor* g : {&t.model.dw[size_t(l)], &t.model.db[size_t(l)]})
           for (int64_t k = 0; k < g->numel(); ++k) ASSERT_EQ(g->ptr<float>()[k], 0.f) << "layer " << l;
-      if (mine.ids[i] != s.num_stages() - 1) continue;
+      if (t.mine.ids[i] != s.num_stages() - 1) continue;
       for (size_t j = 0; j < r.want.size(); ++j)
-        EXPECT_EQ(mine.stages[i].losses()[j], r.want[j]) << "micro-batch " << j;
+        EXPECT_EQ(t.mine.stages[i].losses()[j], r.want[j]) << "micro-batch " << j;
     }
     ASSERT_TRUE(world->barrier().ok());
   }

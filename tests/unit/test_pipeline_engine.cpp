@@ -59,39 +59,33 @@ TEST(PipelineEngine, OneRankMatchesReferenceBitwiseWithinMemoryBound) {
     auto sim = pipeline::simulate(lowered.value());
     ASSERT_TRUE(sim.ok()) << sim.status().to_string();
 
-    Allocator params;
-    ToyModel ref = ToyModel::make(params, kHidden, kLayers, kRows, 11);
-    ToyModel model = ToyModel::make(params, kHidden, kLayers, kRows, 11);
-    Allocator acts;
-    Context ctx;
-    ctx.allocator = &acts;
     comm::SingleCommunicator world;
-    ToyRank rs = toy_rank(model, lowered.value(), 0);
-    auto engine = pipeline::Engine<ToyStage>::create(lowered.value(), rs.args(), world);
-    ASSERT_TRUE(engine.ok()) << engine.status().to_string();
+    auto run = ToyRun::make(lowered.value(), world, kHidden, kLayers, kRows, 11);
+    ASSERT_TRUE(run.ok()) << run.status().to_string();
+    ToyRun& t = *run.value();
 
-    const int64_t bound = toy_memory_bound(model, rs, lowered.value(), 0, sim.value().peak_wgrad[0]);
+    const int64_t bound = toy_memory_bound(t.model, t.mine, lowered.value(), 0, sim.value().peak_wgrad[0]);
     std::vector<double> want;
     for (int step = 0; step < 2; ++step) {  // the second step accumulates onto the first's gradients
-      const ToyStepResult r = toy_step(engine.value(), ctx, ref, acts);
+      const ToyStepResult r = t.step();
       ASSERT_TRUE(r.status.ok()) << r.status.to_string();
       want = r.want;
       EXPECT_EQ(r.left, 0) << "the step left allocations behind";
       EXPECT_LE(r.peak, bound) << "peak_wgrad " << sim.value().peak_wgrad[0];
     }
-    const ToyStage& last = rs.stages.back();
+    const ToyStage& last = t.mine.stages.back();
     ASSERT_EQ(last.losses().size(), want.size());
     for (size_t j = 0; j < want.size(); ++j) EXPECT_EQ(last.losses()[j], want[j]) << "micro-batch " << j;
-    expect_same_grads(model, ref);
+    expect_same_grads(t.model, t.ref);
 
-    const auto& t = engine.value().timings();
-    ASSERT_EQ(t.size(), lowered.value().ranks[0].size());
-    for (size_t i = 0; i < t.size(); ++i) {
-      EXPECT_EQ(t[i].action, lowered.value().ranks[0][i]);
-      EXPECT_LE(t[i].start, t[i].end);
-      EXPECT_LE(t[i].wait, t[i].end - t[i].start + 1e-9);
+    const auto& times = t.engine->timings();
+    ASSERT_EQ(times.size(), lowered.value().ranks[0].size());
+    for (size_t i = 0; i < times.size(); ++i) {
+      EXPECT_EQ(times[i].action, lowered.value().ranks[0][i]);
+      EXPECT_LE(times[i].start, times[i].end);
+      EXPECT_LE(times[i].wait, times[i].end - times[i].start + 1e-9);
       if (i) {
-        EXPECT_LE(t[i - 1].end, t[i].start);
+        EXPECT_LE(times[i - 1].end, times[i].start);
       }
     }
   }
@@ -105,25 +99,20 @@ TEST(PipelineEngine, ForwardOnlyGivesTheLossesWithoutGradientsOrStashes) {
     auto lowered = pipeline::lower(pipeline::forward_only(1, int(kRows.size()), pipeline::loop_placement(1, chunks))
                                        .value());
     ASSERT_TRUE(lowered.ok()) << lowered.status().to_string();
-    Allocator params, acts;
-    Context ctx;
-    ctx.allocator = &acts;
-    ToyModel ref = ToyModel::make(params, kHidden, kLayers, kRows, 13);
-    ToyModel model = ToyModel::make(params, kHidden, kLayers, kRows, 13);
     comm::SingleCommunicator world;
-    ToyRank rs = toy_rank(model, lowered.value(), 0);
-    auto engine = pipeline::Engine<ToyStage>::create(lowered.value(), rs.args(), world);
-    ASSERT_TRUE(engine.ok()) << engine.status().to_string();
-    const ToyStepResult r = toy_step(engine.value(), ctx, ref, acts);
+    auto run = ToyRun::make(lowered.value(), world, kHidden, kLayers, kRows, 13);
+    ASSERT_TRUE(run.ok()) << run.status().to_string();
+    ToyRun& t = *run.value();
+    const ToyStepResult r = t.step();
     ASSERT_TRUE(r.status.ok()) << r.status.to_string();
     EXPECT_EQ(r.left, 0) << "the step left allocations behind";
-    EXPECT_LE(r.peak, toy_memory_bound(model, rs, lowered.value(), 0, 1)) << "more than one stash alive";
-    const ToyStage& last = rs.stages.back();
+    EXPECT_LE(r.peak, toy_memory_bound(t.model, t.mine, lowered.value(), 0, 1)) << "more than one stash alive";
+    const ToyStage& last = t.mine.stages.back();
     for (size_t j = 0; j < r.want.size(); ++j) EXPECT_EQ(last.losses()[j], r.want[j]) << "micro-batch " << j;
     for (int l = 0; l < kLayers; ++l)
-      for (const Tensor* g : {&model.dw[size_t(l)], &model.db[size_t(l)]})
+      for (const Tensor* g : {&t.model.dw[size_t(l)], &t.model.db[size_t(l)]})
         for (int64_t i = 0; i < g->numel(); ++i) ASSERT_EQ(g->ptr<float>()[i], 0.f) << "layer " << l;
-    EXPECT_EQ(engine.value().timings().size(), lowered.value().ranks[0].size());
+    EXPECT_EQ(t.engine->timings().size(), lowered.value().ranks[0].size());
   }
 }
 
