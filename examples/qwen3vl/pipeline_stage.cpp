@@ -163,4 +163,30 @@ Status PipelineStage::backward(const Context& ctx, std::span<const TensorView> d
   return Status::Ok();
 }
 
+Status PipelineStage::backward_input(const Context& ctx, std::span<const TensorView> din,
+                                     std::span<const TensorView> dout, int j, Stash& st) {
+  VLPAR_CHECK(st.weight_grads.empty(), "pipeline stage {}: micro-batch {}'s backward_input ran twice before its "
+              "backward_weight", stage_, j);
+  Context ictx = ctx;
+  ictx.weight_grads = &st.weight_grads;
+  VLPAR_RETURN_IF_ERROR(backward(ictx, din, dout, j, st));
+  st.model = qwen3vl::Stash{};  // only the queue's operands stay for W
+  return Status::Ok();
+}
+
+Status PipelineStage::backward_weight(const Context& ctx, int j, Stash& st) {
+  VLPAR_RETURN_IF_ERROR(check_j(j));
+  return st.weight_grads.run(ctx);
+}
+
+int64_t PipelineStage::weight_stash_bytes(int j) const {
+  if (!check_j(j).ok()) return 0;
+  const int64_t N = micro_[size_t(j)].input_ids.numel();
+  const vlpar::nn::LayerStack<vlpar::nn::DecoderLayer> layers =
+      model_->decoder_layers(first_, last_, vlpar::nn::MoeLoss{});
+  int64_t bytes = 0;
+  for (size_t l = 0; l < layers.size(); ++l) bytes += layers.layer(l).weight_stash_bytes(N);
+  return bytes;
+}
+
 }  // namespace qwen3vl

@@ -22,6 +22,7 @@
 #include <vector>
 
 #include "model.hpp"
+#include "vlpar/core/weight_grad_queue.hpp"
 #include "vlpar/parallel/pipeline_split.hpp"
 #include "vlpar/parallel/pipeline_stage.hpp"
 
@@ -31,6 +32,7 @@ class PipelineStage {
  public:
   struct Stash {
     qwen3vl::Stash model;
+    vlpar::WeightGradQueue weight_grads;  // between I and W: the decoder layers' weight-gradient work
   };
 
   /// @brief Stage `stage` of `layout` over `model` (which must outlive it and hold the stage's part).
@@ -56,6 +58,17 @@ class PipelineStage {
   /// The decoder layers' stash plus the stage's output (the vision tower's and the head's stashes not counted).
   int64_t stash_bytes(int j) const;
 
+  // ---- the split backward of the zero-bubble schedules (a pipeline::SplitStage) ----
+  /// I: backward() with the decoder layers' weight-gradient GEMMs queued in the stash (core/weight_grad_queue.hpp);
+  /// din written as backward() writes it. The vision tower, embedding, final norm and head compute their
+  /// gradients here (stage 0 and the last stage), and so do the norms.
+  Status backward_input(const Context& ctx, std::span<const TensorView> din, std::span<const TensorView> dout, int j,
+                        Stash& st);
+  /// W: the queued work, in order; I then W gives every gradient bitwise equal to backward().
+  Status backward_weight(const Context& ctx, int j, Stash& st);
+  /// What the queue holds between I and W (the decoder layers' DecoderLayer::weight_stash_bytes).
+  int64_t weight_stash_bytes(int j) const;
+
  private:
   PipelineStage(const Model& m, int stage, int stages, int first, int last)
       : model_(&m), stage_(stage), stages_(stages), first_(first), last_(last) {}
@@ -72,6 +85,6 @@ class PipelineStage {
   std::vector<double> expert_load_;
 };
 
-static_assert(vlpar::pipeline::Stage<PipelineStage>);
+static_assert(vlpar::pipeline::SplitStage<PipelineStage>);
 
 }  // namespace qwen3vl

@@ -213,17 +213,12 @@ Status TrainConfig::validate() const {
               parallel.ep, parallel.tp);
   VLPAR_CHECK(parallel.pp >= 1 && parallel.vpp >= 1, "parallel.pp and parallel.vpp must be >= 1, got {} and {}",
               parallel.pp, parallel.vpp);
-  // Qwen3-VL stages run a whole backward (no input/weight split in the nn blocks yet): the zero-bubble
-  // schedules need it.
-  VLPAR_CHECK(one_of(parallel.schedule, {"gpipe", "1f1b", "interleaved"}),
-              "parallel.schedule must be gpipe, 1f1b or interleaved, got '{}'{}", parallel.schedule,
-              one_of(parallel.schedule, {"zb_h1", "zb_v"})
-                  ? " (the zero-bubble schedules split the backward into input and weight parts, which the Qwen3-VL "
-                    "blocks do not implement yet)"
-                  : "");
-  VLPAR_CHECK((parallel.vpp > 1) == (parallel.schedule == "interleaved"),
-              "parallel.schedule = '{}' with parallel.vpp = {}: the interleaved schedule needs vpp > 1 and the others "
-              "vpp = 1", parallel.schedule, parallel.vpp);
+  VLPAR_CHECK(one_of(parallel.schedule, {"gpipe", "1f1b", "interleaved", "zb_h1", "zb_v"}),
+              "parallel.schedule must be gpipe, 1f1b, interleaved, zb_h1 or zb_v, got '{}'", parallel.schedule);
+  const int want_vpp = parallel.schedule == "zb_v" ? 2 : 1;
+  VLPAR_CHECK(parallel.schedule == "interleaved" ? parallel.vpp > 1 : parallel.vpp == want_vpp,
+              "parallel.schedule = '{}' with parallel.vpp = {}: the interleaved schedule needs vpp > 1, zb_v "
+              "(two chunks per rank in a V) vpp = 2 and the others vpp = 1", parallel.schedule, parallel.vpp);
   VLPAR_CHECK(checkpoint.export_hf.empty() || (parallel.tp == 1 && parallel.pp == 1 && parallel.vpp == 1),
               "checkpoint.export_hf needs parallel.tp = 1 and parallel.pp = 1, got tp {} and pp {} (to export a "
               "parallel run, resume its checkpoint in one process with checkpoint.export_hf set: checkpoints load "

@@ -115,9 +115,9 @@ struct MetricsSection {
 /// parsing derives optimizer.bucket_bytes).
 struct ParallelSection : vlpar::parallel::ParallelConfig {
   double bucket_mb = 25;
-  int vpp = 1;                     // virtual stages per pipeline rank (> 1: the interleaved schedule)
-  std::string schedule = "1f1b";   // pipeline schedule: gpipe | 1f1b | interleaved (vpp > 1); micro-batches per
-                                   // step = training.grad_accum
+  int vpp = 1;                     // virtual stages per pipeline rank (> 1: interleaved; 2: zb_v)
+  std::string schedule = "1f1b";   // pipeline schedule: gpipe | 1f1b | interleaved (vpp > 1) | zb_h1 | zb_v
+                                   // (vpp = 2); micro-batches per step = training.grad_accum
   std::string pipeline_layout;     // Megatron layout string ("V E t*2 | t*3 L"); "" = the cost-model split
 };
 

@@ -129,15 +129,15 @@ Status AttentionBlock::backward(const Context& ctx, TensorView dx, TensorView do
   }
   // ready(first_param + offset) once that gradient is final; never for a frozen parameter.
   auto mark = [&](size_t offset, const TensorView& grad) {
-    return ready && !frozen(grad) ? ready(first_param_ + offset) : Status::Ok();
+    return frozen(grad) ? Status::Ok() : detail::mark_ready(ctx, ready, first_param_ + offset);
   };
 
   // o projection (row-parallel): dpartial = exit⁻¹(dout); dattn = dpartial · Wo; dWo += dpartialᵀ · attn.
   VLPAR_ASSIGN_OR_RETURN(Tensor dpartial, scratch(ctx, {N, H}));
   VLPAR_ASSIGN_OR_RETURN(Tensor dattn, scratch(ctx, {N, hq_, D}));
   VLPAR_RETURN_IF_ERROR(region_exit_backward(tp_, dpartial, dout));
-  VLPAR_RETURN_IF_ERROR(linear_backward(ctx, as_shape(dattn, {N, hq_ * D}), g_.o, {}, dpartial,
-                                        as_shape(st.attn, {N, hq_ * D}), w_.o));
+  VLPAR_RETURN_IF_ERROR(detail::linear_backward_split(ctx, as_shape(dattn, {N, hq_ * D}), g_.o, {}, dpartial, dpartial,
+                                                      as_shape(st.attn, {N, hq_ * D}), st.attn, w_.o));
   VLPAR_RETURN_IF_ERROR(mark(o_offset(cfg_), g_.o));
 
   VLPAR_ASSIGN_OR_RETURN(Tensor dq, scratch(ctx, {N, hq_, D}));
@@ -171,15 +171,20 @@ Status AttentionBlock::backward(const Context& ctx, TensorView dx, TensorView do
 
   // k/v weight gradients: a replicated kv head (tp > H_kv) gets contributions from every rank whose query
   // heads read it, so the local contribution is placed in a full-size [H_kv·D, H] buffer and summed over tp.
+  // Run now or queued for a split backward's W (by value: the block need not outlive the queue).
   const bool kv_replicated = kv_head_replicas(cfg_.kv_heads, tp_.size()) > 1;
-  auto kv_weight_grad = [&](TensorView dw_local, TensorView dy) -> Status {
+  const int64_t kv_rows = int64_t(cfg_.kv_heads) * D, mine_begin = kv_begin_ * D, mine_end = (kv_begin_ + hkv_) * D;
+  auto kv_weight_grad = [&](TensorView dw_local, TensorView dy, const Tensor& dy_owner) -> Status {
     if (frozen(dw_local)) return Status::Ok();
-    if (!kv_replicated) return detail::weight_grad(ctx, dw_local, dy, st.h);
-    VLPAR_ASSIGN_OR_RETURN(Tensor full, scratch_zeros(ctx, {int64_t(cfg_.kv_heads) * D, H}));
-    TensorView mine = full.view().slice(0, kv_begin_ * D, (kv_begin_ + hkv_) * D);
-    VLPAR_RETURN_IF_ERROR(detail::weight_grad(ctx, mine, dy, st.h));
-    VLPAR_RETURN_IF_ERROR(tp_sum_partial_grad(tp_, full));
-    return add_(ctx, dw_local, mine);
+    const TensorView h = st.h;
+    return detail::weight_work(ctx, {dy_owner, st.h}, [=, tp = tp_](const Context& c) -> Status {
+      if (!kv_replicated) return detail::weight_grad(c, dw_local, dy, h);
+      VLPAR_ASSIGN_OR_RETURN(Tensor full, scratch_zeros(c, {kv_rows, H}));
+      TensorView mine = full.view().slice(0, mine_begin, mine_end);
+      VLPAR_RETURN_IF_ERROR(detail::weight_grad(c, mine, dy, h));
+      VLPAR_RETURN_IF_ERROR(tp_sum_partial_grad(tp, full));
+      return add_(c, dw_local, mine);
+    });
   };
   // dh = dv·Wv + dk·Wk + dq·Wq (the column-parallel input gradient, partial over tp until region_enter⁻¹).
   VLPAR_ASSIGN_OR_RETURN(Tensor dh, scratch(ctx, {N, H}));
@@ -188,13 +193,17 @@ Status AttentionBlock::backward(const Context& ctx, TensorView dx, TensorView do
   GemmDesc acc;
   acc.beta = 1.f;
   VLPAR_RETURN_IF_ERROR(gemm(ctx, dh, dv2, w_.v, GemmDesc{}));
-  VLPAR_RETURN_IF_ERROR(kv_weight_grad(g_.v, dv2));
+  VLPAR_RETURN_IF_ERROR(kv_weight_grad(g_.v, dv2, dv));
   VLPAR_RETURN_IF_ERROR(mark(3, g_.v));
   VLPAR_RETURN_IF_ERROR(gemm(ctx, dh, dk2, w_.k, acc));
-  VLPAR_RETURN_IF_ERROR(kv_weight_grad(g_.k, dk2));
+  VLPAR_RETURN_IF_ERROR(kv_weight_grad(g_.k, dk2, cfg_.qk_norm ? dk_raw : dk));
   VLPAR_RETURN_IF_ERROR(mark(2, g_.k));
   VLPAR_RETURN_IF_ERROR(gemm(ctx, dh, dq2, w_.q, acc));
-  VLPAR_RETURN_IF_ERROR(detail::weight_grad(ctx, g_.q, dq2, st.h));
+  if (!frozen(g_.q)) {
+    const TensorView h = st.h, dq_w = g_.q;
+    VLPAR_RETURN_IF_ERROR(detail::weight_work(ctx, {cfg_.qk_norm ? dq_raw : dq, st.h},
+                                              [=](const Context& c) { return detail::weight_grad(c, dq_w, dq2, h); }));
+  }
   VLPAR_RETURN_IF_ERROR(mark(1, g_.q));
 
   // Back through region entry and the RMSNorm; under SP the norm weight gradient is a partial sum over tokens.

@@ -81,6 +81,19 @@ int64_t DecoderLayer::stash_bytes(int64_t tokens, Recompute mode) const {
   return bytes;
 }
 
+int64_t DecoderLayer::weight_stash_bytes(int64_t tokens) const {
+  const int64_t N = tokens, H = cfg_.hidden, D = cfg_.head_dim;
+  const int64_t hq = attn_.local_heads(), hkv = attn_.local_kv_heads();
+  int64_t bytes = 4 * (2 * N * H + 2 * N * hq * D + 2 * N * hkv * D);  // h, dpartial; attn, dq; dk, dv
+  if (moe_) {
+    const MoeConfig& m = moe_->moe_config();
+    const int64_t E = m.num_experts, I = m.intermediate, R = N * m.top_k;
+    return bytes + 4 * (R * I + 2 * R * H + 2 * R * I + N * E + N * H);  // act, dyp, hp, dgu; dlogits, h
+  }
+  const int64_t Il = cfg_.intermediate / tp_.size();
+  return bytes + 4 * (2 * N * H + 3 * N * Il);  // h, dpartial; act, d(gate|up)
+}
+
 double DecoderLayer::flops(const PackedSeq& seq) const {
   const double N = double(seq.num_tokens()), H = double(cfg_.hidden), D = double(cfg_.head_dim);
   const double hq = attn_.local_heads(), hkv = attn_.local_kv_heads();

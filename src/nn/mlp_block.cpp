@@ -61,13 +61,14 @@ Status MlpBlock::backward(const Context& ctx, TensorView dx, TensorView dout, in
   VLPAR_RETURN_IF_ERROR(check_grad(kName, "down grad", g_.down, {H, il_}));
   // ready(first_param + k) once that gradient is final; never for a frozen parameter (empty gradient view).
   auto mark = [&](size_t k, const TensorView& grad) {
-    return ready && !frozen(grad) ? ready(first_param_ + k) : Status::Ok();
+    return frozen(grad) ? Status::Ok() : detail::mark_ready(ctx, ready, first_param_ + k);
   };
 
   VLPAR_ASSIGN_OR_RETURN(Tensor dpartial, scratch(ctx, {N, H}));
   VLPAR_ASSIGN_OR_RETURN(Tensor dact, scratch(ctx, {N, il_}));
   VLPAR_RETURN_IF_ERROR(region_exit_backward(tp_, dpartial, dout));
-  VLPAR_RETURN_IF_ERROR(linear_backward(ctx, dact, g_.down, {}, dpartial, st.act, w_.down));
+  VLPAR_RETURN_IF_ERROR(detail::linear_backward_split(ctx, dact, g_.down, {}, dpartial, dpartial, st.act, st.act,
+                                                      w_.down));
   VLPAR_RETURN_IF_ERROR(mark(2, g_.down));
 
   VLPAR_ASSIGN_OR_RETURN(Tensor dgu, scratch(ctx, {N, 2 * il_}));
@@ -75,7 +76,7 @@ Status MlpBlock::backward(const Context& ctx, TensorView dx, TensorView dout, in
   VLPAR_RETURN_IF_ERROR(swiglu_backward(ctx, dgu.view().slice(1, 0, il_), dgu.view().slice(1, il_, 2 * il_), dact,
                                         gate, up));
   VLPAR_ASSIGN_OR_RETURN(Tensor dh, scratch(ctx, {N, H}));
-  VLPAR_RETURN_IF_ERROR(linear_backward(ctx, dh, g_.gate_up, {}, dgu, st.h, w_.gate_up));
+  VLPAR_RETURN_IF_ERROR(detail::linear_backward_split(ctx, dh, g_.gate_up, {}, dgu, dgu, st.h, st.h, w_.gate_up));
   VLPAR_RETURN_IF_ERROR(mark(1, g_.gate_up));
 
   VLPAR_RETURN_IF_ERROR(detail::pre_norm_residual_backward(ctx, tp_, dx, g_.norm, dh, dout, st.x, w_.norm, st.rstd));

@@ -132,7 +132,14 @@ Status MoeBlock::backward(const Context& ctx, TensorView dx, TensorView dout, in
   // ready(first_param + k) once that gradient is final; never for a frozen parameter (empty gradient view).
   const TensorView grads_by_offset[4] = {g_.norm, g_.router, g_.gate_up, g_.down};
   auto mark = [&](size_t k) {
-    return ready && !grads_by_offset[k].empty() ? ready(first_param_ + k) : Status::Ok();
+    return grads_by_offset[k].empty() ? Status::Ok() : detail::mark_ready(ctx, ready, first_param_ + k);
+  };
+  // The expert weight gradients, now or queued for a split backward's W (core/weight_grad_queue.hpp).
+  auto expert_weight_grad = [&](TensorView dw, const Tensor& a, TensorView dc, const Tensor& dc_owner,
+                                std::vector<int64_t> offs) {
+    return detail::weight_work(ctx, {a, dc_owner}, [dw, a = a.view(), dc, offs = std::move(offs)](const Context& c) {
+      return grouped_weight_grad(c, dw, a, dc, offs);
+    });
   };
   const RouterDesc rdesc{int(E), int(K)};
   const auto& offsets = d.expert_offsets;
@@ -152,13 +159,15 @@ Status MoeBlock::backward(const Context& ctx, TensorView dx, TensorView dout, in
   VLPAR_RETURN_IF_ERROR(moe_scale_rows(ctx, dact, st.row_weights, rows_plan));
   if (!g_.down.empty()) {  // dD_e += act_eᵀ · (w ⊙ dout)_e
     VLPAR_RETURN_IF_ERROR(moe_scale_rows(ctx, dyp, st.row_weights, rows_plan));
-    VLPAR_RETURN_IF_ERROR(grouped_weight_grad(ctx, g_.down, st.act, dyp, offsets));
+    VLPAR_RETURN_IF_ERROR(expert_weight_grad(g_.down, st.act, dyp, dyp, offsets));
   }
   VLPAR_RETURN_IF_ERROR(mark(3));
 
   // SwiGLU and gate/up projection; the input gradient goes back to the tokens, summed per token in ascending
   // expert order.
-  Tensor dgu = std::move(dyp);  // reuse [R, H] storage only if it fits; otherwise allocate
+  // Reuse dyp's [R, H] storage only if it fits and no queued down gradient still reads it; otherwise allocate.
+  const bool dyp_queued = ctx.weight_grads != nullptr && !g_.down.empty();
+  Tensor dgu = dyp_queued ? Tensor{} : std::move(dyp);
   if (dgu.numel() < R * 2 * I) {
     VLPAR_ASSIGN_OR_RETURN(dgu, scratch(ctx, {R, 2 * I}));
   }
@@ -168,7 +177,7 @@ Status MoeBlock::backward(const Context& ctx, TensorView dx, TensorView dout, in
   if (!g_.gate_up.empty()) {  // dGU_e += h_eᵀ · dgu_e, h sent to the experts again (not stashed: [R, H])
     VLPAR_ASSIGN_OR_RETURN(Tensor hp, scratch(ctx, {R, H}));
     VLPAR_RETURN_IF_ERROR(dispatch_rows(ctx, ep_.comm, d, hp, st.h));
-    VLPAR_RETURN_IF_ERROR(grouped_weight_grad(ctx, g_.gate_up, hp, dgu_v, offsets));
+    VLPAR_RETURN_IF_ERROR(expert_weight_grad(g_.gate_up, hp, dgu_v, dgu, offsets));
   }
   VLPAR_RETURN_IF_ERROR(mark(2));
   VLPAR_ASSIGN_OR_RETURN(Tensor dhp, scratch(ctx, {R, H}));
@@ -188,8 +197,8 @@ Status MoeBlock::backward(const Context& ctx, TensorView dx, TensorView dout, in
     VLPAR_RETURN_IF_ERROR(
         router_seq_aux_backward(ctx, dlogits, st.probs, st.indices, st.cu_seqlens, rdesc, losses.seq_aux));
   if (!g_.router.empty())  // drouter [E, H] += dlogitsᵀ · h
-    VLPAR_RETURN_IF_ERROR(
-        grouped_weight_grad(ctx, detail::as_shape(g_.router, {1, E, H}), dlogits, st.h, one_group(N)));
+    VLPAR_RETURN_IF_ERROR(expert_weight_grad(detail::as_shape(g_.router, {1, E, H}), dlogits, st.h, st.h,
+                                             one_group(N)));
   VLPAR_RETURN_IF_ERROR(mark(1));
   VLPAR_RETURN_IF_ERROR(grouped_gemm(ctx, dh, dlogits, detail::as_shape(w_.router, {1, E, H}), one_group(N),
                                      GemmDesc{false, false, 1.f, 1.f}));  // dh += dlogits · router

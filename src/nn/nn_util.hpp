@@ -1,12 +1,16 @@
 // Private helpers of the nn blocks: scratch tensors from ctx.allocator on ctx.device, reshapes, the rotary
 // descriptor of a config, and the frozen-parameter convention (an empty gradient view: see nn/block.hpp).
 #pragma once
+#include <initializer_list>
+
 #include "vlpar/core/context.hpp"
 #include "vlpar/core/tensor.hpp"
+#include "vlpar/core/weight_grad_queue.hpp"
 #include "vlpar/kernels/elementwise.hpp"
 #include "vlpar/kernels/gemm.hpp"
 #include "vlpar/kernels/norm.hpp"
 #include "vlpar/kernels/rotary_math.hpp"
+#include "vlpar/nn/block.hpp"
 #include "vlpar/nn/config.hpp"
 #include "vlpar/nn/tensor_parallel.hpp"
 
@@ -31,6 +35,37 @@ inline bool frozen(const TensorView& grad) { return grad.empty(); }
 inline Status weight_grad(const Context& ctx, TensorView dw, TensorView dy, TensorView x) {
   if (frozen(dw)) return Status::Ok();
   return gemm(ctx, dw, dy, x, GemmDesc{true, false, 1.f, 1.f});
+}
+
+/// @brief Runs `work` (a Status(const Context&) that computes parameter gradients) now, or, in the I of a split
+/// backward (ctx.weight_grads set), queues it with the tensors it reads (`keep`) for the W (core/weight_grad_queue.hpp).
+/// A queued work runs later on W's context: it must capture views and values, never the block or a local by
+/// reference.
+template <class Work>
+Status weight_work(const Context& ctx, std::initializer_list<Tensor> keep, Work work) {
+  if (ctx.weight_grads == nullptr) return work(ctx);
+  ctx.weight_grads->push(WeightGradQueue::Work(std::move(work)), keep);
+  return Status::Ok();
+}
+
+/// @brief `ready(index)` now, or queued behind the gradient work of a split backward's I (the gradient is final
+/// only after W). Nothing without a hook.
+inline Status mark_ready(const Context& ctx, const GradReadyFn& ready, size_t index) {
+  if (!ready) return Status::Ok();
+  if (ctx.weight_grads == nullptr) return ready(index);
+  ctx.weight_grads->push([r = ready, index](const Context&) { return r(index); }, {});
+  return Status::Ok();
+}
+
+/// @brief linear_backward with the weight gradient run or queued by weight_work: dx = dy·W and dbias += Σ dy now
+/// (empty views: skipped), dw += dyᵀ·x now or in W (empty dw: frozen). dy_owner / x_owner own dy / x (x may be a
+/// reshaped view of its owner).
+inline Status linear_backward_split(const Context& ctx, TensorView dx, TensorView dw, TensorView dbias,
+                                    TensorView dy, const Tensor& dy_owner, TensorView x, const Tensor& x_owner,
+                                    TensorView w) {
+  if (ctx.weight_grads == nullptr || frozen(dw)) return linear_backward(ctx, dx, dw, dbias, dy, x, w);
+  if (!dx.empty() || !dbias.empty()) VLPAR_RETURN_IF_ERROR(linear_backward(ctx, dx, {}, dbias, dy, x, w));
+  return weight_work(ctx, {dy_owner, x_owner}, [dw, dy, x](const Context& c) { return weight_grad(c, dw, dy, x); });
 }
 
 /// @brief rmsnorm_backward (dx [rows, D] written, dw [D] accumulated) for a replicated weight whose rows are split

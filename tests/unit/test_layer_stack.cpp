@@ -15,6 +15,7 @@
 
 #include "nn_reference.hpp"
 #include "test_util.hpp"
+#include "vlpar/core/weight_grad_queue.hpp"
 #include "vlpar/nn/decoder.hpp"
 
 namespace vlpar::test {
@@ -149,6 +150,63 @@ TEST(LayerStack, FlopsCountProjectionsAndCausalPairs) {
   EXPECT_DOUBLE_EQ(t.model->layer(0).flops(t.seq), proj + 4 * D * hq * pairs);
 }
 
+// The split backward of the zero-bubble pipeline schedules (core/weight_grad_queue.hpp): a LayerStack's backward
+// with ctx.weight_grads set (I) writes the same dx as the full backward and queues exactly
+// DecoderLayer::weight_stash_bytes of operands (nothing else stays allocated); running the queue (W) then gives
+// every gradient and the order of the ready() hooks of the full backward, bitwise. Dense layers with and without
+// q/k norm, under kNone and kFull recompute.
+TEST(LayerStack, PipelineSplitBackwardEqualsTheFullOneBitwise) {
+  nn::TransformerConfig cfg = tiny_decoder_config();
+  cfg.num_layers = 2;
+  for (bool qk : {false, true})
+    for (nn::Recompute mode : {nn::Recompute::kNone, nn::Recompute::kFull}) {
+      SCOPED_TRACE(fmt::format("qk_norm {} recompute {}", qk, int(mode)));
+      cfg.qk_norm = qk;
+      ModelSetup t(cfg, {11, 8}, 9);
+      ASSERT_TRUE(t.model);
+      Allocator& alloc = t.alloc;
+      const Context& ctx = t.ctx;
+      nn::DecoderModel* model = &*t.model;
+      model->set_recompute(mode);
+      const int64_t N = t.batch.input_ids.numel(), H = cfg.hidden;
+      Tensor x = random_tensor(alloc, {N, H}, DType::kF32, 11), dout = random_tensor(alloc, {N, H}, DType::kF32, 12);
+      Tensor dx_full = Tensor::empty(alloc, {N, H}, DType::kF32).value();
+      Tensor dx_split = Tensor::empty(alloc, {N, H}, DType::kF32).value();
+      const nn::LayerStack<nn::DecoderLayer> stack = model->layers();
+      std::vector<size_t> ready_full, ready_split;
+      auto hook = [](std::vector<size_t>& v) {
+        return nn::GradReadyFn([&v](size_t i) { v.push_back(i); return Status::Ok(); });
+      };
+      nn::LayerStack<nn::DecoderLayer>::Stash st;
+      ASSERT_TRUE(stack.forward(ctx, x, t.seq, st).ok());
+      ASSERT_TRUE(stack.backward(ctx, dx_full, dout, t.seq, st, hook(ready_full)).ok());
+      const std::vector<std::vector<double>> g_full = views_as<double>(model->grads());
+      ASSERT_TRUE(model->zero_grads().ok());
+
+      const int64_t before = alloc.stats(Device::cpu()).current_bytes;
+      ASSERT_TRUE(stack.forward(ctx, x, t.seq, st).ok());
+      WeightGradQueue queue;
+      Context ictx = ctx;
+      ictx.weight_grads = &queue;
+      ASSERT_TRUE(stack.backward(ictx, dx_split, dout, t.seq, st, hook(ready_split)).ok());
+      EXPECT_EQ(to_f64(dx_split), to_f64(dx_full));
+      EXPECT_TRUE(ready_split.empty()) << "a gradient was declared ready before W";
+      int64_t predicted = 0;
+      for (size_t l = 0; l < stack.size(); ++l) predicted += stack.layer(l).weight_stash_bytes(N);
+      EXPECT_EQ(queue.bytes(), predicted);
+      // The stash and the layers' outputs are gone: only the queue's operands stay.
+      EXPECT_EQ(alloc.stats(Device::cpu()).current_bytes - before, predicted);
+      ASSERT_TRUE(queue.run(ctx).ok());
+      EXPECT_EQ(alloc.stats(Device::cpu()).current_bytes, before);
+      EXPECT_TRUE(queue.empty());
+      EXPECT_EQ(queue.bytes(), 0);
+      const std::vector<std::vector<double>> g_split = views_as<double>(model->grads());
+      ASSERT_EQ(g_split.size(), g_full.size());
+      for (size_t i = 0; i < g_full.size(); ++i) EXPECT_EQ(g_split[i], g_full[i]) << "parameter " << i;
+      EXPECT_EQ(ready_split, ready_full);
+    }
+}
+
 // Two MoE decoder layers (attention without q/k norm, E = 4 experts, top-2) over random weights and one step's
 // router statistics, run as a LayerStack under a recompute policy.
 struct MoeStackRun {
@@ -160,7 +218,7 @@ struct MoeStackRun {
 
 constexpr int kMoeLayers = 2;
 
-MoeStackRun run_moe(nn::Recompute mode, bool check_bytes = false) {
+MoeStackRun run_moe(nn::Recompute mode, bool check_bytes = false, bool split = false) {
   nn::TransformerConfig cfg = tiny_decoder_config();
   const nn::MoeConfig mc{4, 2, 24};
   const int64_t H = cfg.hidden, D = cfg.head_dim, hq = cfg.heads, hkv = cfg.kv_heads, E = mc.num_experts,
@@ -218,7 +276,19 @@ MoeStackRun run_moe(nn::Recompute mode, bool check_bytes = false) {
     EXPECT_TRUE(y.ok()) << y.status().to_string();
     if (!y.ok()) return r;
     r.out = to_f64(y.value());
-    EXPECT_TRUE(stack.backward(ctx, dx, dout, seq, st, {}).ok());
+    if (!split) {
+      EXPECT_TRUE(stack.backward(ctx, dx, dout, seq, st, {}).ok());
+    } else {  // I, then W: only the queue's operands stay in between
+      WeightGradQueue queue;
+      Context ictx = ctx;
+      ictx.weight_grads = &queue;
+      EXPECT_TRUE(stack.backward(ictx, dx, dout, seq, st, {}).ok());
+      int64_t predicted = 0;
+      for (size_t l = 0; l < stack.size(); ++l) predicted += stack.layer(l).weight_stash_bytes(N);
+      EXPECT_EQ(queue.bytes(), predicted);
+      EXPECT_EQ(alloc.stats(Device::cpu()).current_bytes - base, predicted) << "recompute " << int(mode);
+      EXPECT_TRUE(queue.run(ctx).ok());
+    }
   }
   r.peak = alloc.stats(Device::cpu()).peak_bytes - base;
   r.dx = to_f64(dx);
@@ -243,6 +313,17 @@ TEST(LayerStack, MoeRecomputeIsBitwiseTheSameAndLeavesTheRouterStatistics) {
 }
 
 TEST(LayerStack, MoeStashBytesAreWhatTheStashHolds) { run_moe(nn::Recompute::kNone, true); }
+
+// The pipeline's split backward on MoE layers (router statistics, aux loss, grouped expert GEMMs): I then W equal
+// the full backward bitwise, and the queue holds DecoderLayer::weight_stash_bytes between them.
+TEST(LayerStack, MoePipelineSplitBackwardEqualsTheFullOneBitwise) {
+  for (nn::Recompute mode : {nn::Recompute::kNone, nn::Recompute::kSelective}) {
+    const MoeStackRun full = run_moe(mode), split = run_moe(mode, false, true);
+    EXPECT_EQ(split.out, full.out);
+    EXPECT_EQ(split.dx, full.dx);
+    EXPECT_TRUE(split.grads == full.grads) << "recompute mode " << int(mode) << ": I then W changed a gradient";
+  }
+}
 
 }  // namespace
 }  // namespace vlpar::test

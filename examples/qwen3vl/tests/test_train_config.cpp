@@ -105,8 +105,10 @@ TEST(TrainConfig, ValidationIsOneSentenceNamingTheKey) {
   expect_error("", {"--model.hf_dir=a", "--model.config_json=b"}, "at most one of model.hf_dir");
   expect_error("", {"--optimizer.beta2=1"}, "optimizer.beta1 and beta2");
   expect_error("", {"--parallel.pp=0"}, "parallel.pp and parallel.vpp must be >= 1, got 0 and 1");
-  expect_error("", {"--parallel.schedule=zb_h1"}, "parallel.schedule must be gpipe, 1f1b or interleaved, got 'zb_h1' "
-               "(the zero-bubble schedules split the backward");
+  expect_error("", {"--parallel.schedule=zb"}, "parallel.schedule must be gpipe, 1f1b, interleaved, zb_h1 or zb_v, "
+               "got 'zb'");
+  expect_error("", {"--parallel.schedule=zb_v"}, "zb_v (two chunks per rank in a V) vpp = 2");
+  expect_error("", {"--parallel.schedule=zb_h1", "--parallel.vpp=2"}, "parallel.schedule = 'zb_h1' with parallel.vpp = 2");
   expect_error("", {"--parallel.schedule=interleaved"}, "the interleaved schedule needs vpp > 1");
   expect_error("", {"--parallel.vpp=2"}, "parallel.schedule = '1f1b' with parallel.vpp = 2");
   expect_error("", {"--parallel.pp=2", "--checkpoint.export_hf=out"}, "checkpoint.export_hf needs parallel.tp = 1 and "

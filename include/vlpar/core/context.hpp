@@ -14,12 +14,17 @@
 
 namespace vlpar {
 
+class WeightGradQueue;
+
 struct Context {
   Device device = Device::cpu();
   int num_threads = 1;          // CPU parts per parallel op (>= 1); also the pool's thread count
   void* stream = nullptr;       // cudaStream_t when device is CUDA; nullptr is the legacy default stream
   Allocator* allocator = nullptr;
   ThreadPool* pool = nullptr;   // nullptr: ThreadPool::shared(), the process-wide pool
+  /// Set: the nn blocks' backward computes input gradients only and queues its parameter-gradient GEMMs here (the
+  /// I of a split backward, core/weight_grad_queue.hpp); nullptr: they run at once (the full backward).
+  WeightGradQueue* weight_grads = nullptr;
 
   /// @brief A CPU context with default_cpu_threads() threads.
   static Context cpu_default();

@@ -60,6 +60,13 @@ class DecoderLayer {
   /// Bytes the stash holds between forward and backward for `tokens` tokens under `mode` (f32; the tp-local
   /// heads and MLP width; a MoE layer's dispatch plan counted as i64 offsets + two i32 row maps).
   int64_t stash_bytes(int64_t tokens, Recompute mode) const;
+  /// Bytes a backward run with ctx.weight_grads set (the I of a split backward) leaves queued for the W, for
+  /// `tokens` tokens with every parameter trainable: the operands of the projections' weight-gradient GEMMs
+  /// (attention: normed input, attention output, dq, dk, dv and the o projection's output gradient; MLP: normed
+  /// input, activation, d(gate|up) and the down projection's output gradient; MoE: the experts' rows of the
+  /// activation, the weighted output gradient, the input and d(gate|up), and the router's dlogits and normed input;
+  /// R = N·K rows as in stash_bytes). The norms' gradients are computed in I.
+  int64_t weight_stash_bytes(int64_t tokens) const;
   /// Forward FLOPs on this rank: the projections (2·in·out per token; MoE: router and K experts per token) and
   /// causal attention (2·2·D per query-key pair and head, Σ_s s(s+1)/2 pairs per sample s of the packed batch).
   double flops(const PackedSeq& seq) const;
