@@ -5,7 +5,8 @@
 //     (each stage's gradients are the one-process ones bitwise, AdamW is elementwise; only the gradient norm is
 //     summed in another order: within 1e-12 relative), for 1F1B and interleaved (vpp 2) on the dense model and
 //     1F1B on the MoE model (its router statistics cross the stages), also with the router z-loss, the
-//     sequence-level aux and the aux-loss-free expert bias;
+//     sequence-level aux and the aux-loss-free expert bias, and the zero-bubble ZB-H1 (dense) and ZB-V (MoE; rank 0
+//     holds the first and the last stage);
 //   - a tied embedding (held by the first and the last stage) trains with clipping: the two copies stay bitwise
 //     identical and the losses and gradient norms follow the one-process run within 1e-5 relative (the tied
 //     gradient and the norm are sums in another order);
@@ -151,6 +152,13 @@ TEST(TrainerPipeline, DenseInterleavedEqualsOneProcessBitwise) {
   check_matches_one_process("dense", {"--parallel.vpp=2", "--parallel.schedule=interleaved"});
 }
 TEST(TrainerPipeline, Moe1F1BEqualsOneProcessBitwise) { check_matches_one_process("moe", {}); }
+// The zero-bubble schedules run the stages' split backward (I, then W from the queued weight-gradient work).
+TEST(TrainerPipeline, DenseZeroBubbleH1EqualsOneProcessBitwise) {
+  check_matches_one_process("dense", {"--parallel.schedule=zb_h1"});
+}
+TEST(TrainerPipeline, MoeZeroBubbleVEqualsOneProcessBitwise) {
+  check_matches_one_process("moe", {"--parallel.vpp=2", "--parallel.schedule=zb_v"});
+}
 // The router z-loss and the sequence-level aux travel in the stage boundary's statistics, the expert loads are
 // gathered from the stages holding the layers, the expert biases (checked with every parameter) move as in one
 // process.
