@@ -218,9 +218,9 @@ struct MoeStackRun {
 
 constexpr int kMoeLayers = 2;
 
-MoeStackRun run_moe(nn::Recompute mode, bool check_bytes = false, bool split = false) {
+MoeStackRun run_moe(nn::Recompute mode, bool check_bytes = false, bool split = false, int expert_inter = 24) {
   nn::TransformerConfig cfg = tiny_decoder_config();
-  const nn::MoeConfig mc{4, 2, 24};
+  const nn::MoeConfig mc{4, 2, expert_inter};
   const int64_t H = cfg.hidden, D = cfg.head_dim, hq = cfg.heads, hkv = cfg.kv_heads, E = mc.num_experts,
                 I = mc.intermediate;
   Allocator alloc;
@@ -315,13 +315,18 @@ TEST(LayerStack, MoeRecomputeIsBitwiseTheSameAndLeavesTheRouterStatistics) {
 TEST(LayerStack, MoeStashBytesAreWhatTheStashHolds) { run_moe(nn::Recompute::kNone, true); }
 
 // The pipeline's split backward on MoE layers (router statistics, aux loss, grouped expert GEMMs): I then W equal
-// the full backward bitwise, and the queue holds DecoderLayer::weight_stash_bytes between them.
+// the full backward bitwise, and the queue holds DecoderLayer::weight_stash_bytes between them. Expert width 16
+// (2I = H): the full backward reuses the down projection's output-gradient buffer for d(gate|up), which the split
+// one must not while W still reads it.
 TEST(LayerStack, MoePipelineSplitBackwardEqualsTheFullOneBitwise) {
-  for (nn::Recompute mode : {nn::Recompute::kNone, nn::Recompute::kSelective}) {
-    const MoeStackRun full = run_moe(mode), split = run_moe(mode, false, true);
-    EXPECT_EQ(split.out, full.out);
-    EXPECT_EQ(split.dx, full.dx);
-    EXPECT_TRUE(split.grads == full.grads) << "recompute mode " << int(mode) << ": I then W changed a gradient";
+  for (int inter : {24, 16}) {
+    for (nn::Recompute mode : {nn::Recompute::kNone, nn::Recompute::kSelective}) {
+      SCOPED_TRACE(fmt::format("expert intermediate {}, recompute mode {}", inter, int(mode)));
+      const MoeStackRun full = run_moe(mode, false, false, inter), split = run_moe(mode, false, true, inter);
+      EXPECT_EQ(split.out, full.out);
+      EXPECT_EQ(split.dx, full.dx);
+      EXPECT_TRUE(split.grads == full.grads) << "I then W changed a gradient";
+    }
   }
 }
 
