@@ -58,11 +58,16 @@ namespace {
 
 class DatasetBatchSource final : public BatchSource {
  public:
-  static Result<std::unique_ptr<BatchSource>> create(const TrainConfig& cfg, int dp_rank, int dp_size) {
+  static Result<std::unique_ptr<BatchSource>> create(const TrainConfig& cfg, int dp_rank, int dp_size,
+                                                     bool held_out) {
     const DataSection& d = cfg.data;
-    VLPAR_CHECK(!d.train.empty(), "no training data: set data.train to a dataset or pass --batches files");
+    const std::string& root = held_out && !d.eval.empty() ? d.eval : d.train;
+    const std::string& split = held_out ? d.eval_split : d.split;
+    VLPAR_CHECK(!root.empty(), "no {} data: set data.{} to a dataset or pass --{} files",
+                held_out ? "held-out" : "training", held_out ? "eval (or data.train)" : "train",
+                held_out ? "eval-batches" : "batches");
     VLPAR_ASSIGN_OR_RETURN(auto builder, make_conversation_builder(d));
-    VLPAR_ASSIGN_OR_RETURN(DatasetShards ds, open_dataset_shards(d.train, d.split));
+    VLPAR_ASSIGN_OR_RETURN(DatasetShards ds, open_dataset_shards(root, split));
     int64_t samples = 0;
     for (const data::StreamShard& s : ds.shards) samples += s.num_samples();
     const size_t num_shards = ds.shards.size();
@@ -77,9 +82,9 @@ class DatasetBatchSource final : public BatchSource {
                                                 std::move(builder), lc));
     auto src = std::unique_ptr<DatasetBatchSource>(new DatasetBatchSource());
     src->loader_ = std::move(loader);
-    src->balance_ = d.balance_vision;
+    src->balance_ = d.balance_vision && !held_out;  // each rank evaluates its own share as it comes
     src->describe_ = fmt::format("{} ({}, {} samples in {} shards; dp rank {} of {}; {} workers, budgets {} tokens / "
-                                 "{} patches)", d.train, ds.kind, samples, num_shards, dp_rank, dp_size, d.loader.num_workers,
+                                 "{} patches)", root, ds.kind, samples, num_shards, dp_rank, dp_size, d.loader.num_workers,
                                  lc.packing.max_tokens, lc.packing.max_patches);
     return std::unique_ptr<BatchSource>(std::move(src));
   }
@@ -165,8 +170,9 @@ class DatasetBatchSource final : public BatchSource {
 
 }  // namespace
 
-Result<std::unique_ptr<BatchSource>> make_dataset_source(const TrainConfig& cfg, int dp_rank, int dp_size) {
-  return DatasetBatchSource::create(cfg, dp_rank, dp_size);
+Result<std::unique_ptr<BatchSource>> make_dataset_source(const TrainConfig& cfg, int dp_rank, int dp_size,
+                                                         bool held_out) {
+  return DatasetBatchSource::create(cfg, dp_rank, dp_size, held_out);
 }
 
 }  // namespace qwen3vl

@@ -35,7 +35,10 @@ struct DatasetShards {
 };
 Result<DatasetShards> open_dataset_shards(const std::string& root, const std::string& split);
 
-/// @brief The data pipeline for `cfg.data` as a BatchSource for data-parallel rank dp_rank of dp_size.
-Result<std::unique_ptr<BatchSource>> make_dataset_source(const TrainConfig& cfg, int dp_rank, int dp_size);
+/// @brief The data pipeline for `cfg.data` as a BatchSource for data-parallel rank dp_rank of dp_size: the
+/// training data (data.train, split data.split), or with `held_out` the evaluation data (data.eval, else
+/// data.train, split data.eval_split; not re-dealt across dp ranks).
+Result<std::unique_ptr<BatchSource>> make_dataset_source(const TrainConfig& cfg, int dp_rank, int dp_size,
+                                                         bool held_out = false);
 
 }  // namespace qwen3vl

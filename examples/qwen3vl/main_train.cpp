@@ -1,8 +1,10 @@
 // qwen3vl-train: trains Qwen3-VL (trainer.hpp) from a TOML config with --section.key=value overrides.
-//   qwen3vl-train [--config train.toml] [--batches a.safetensors,b.safetensors,...] [--section.key=value ...]
+//   qwen3vl-train [--config train.toml] [--batches a.safetensors,b.safetensors,...] [--eval-batches ...]
+//                 [--section.key=value ...]
 //   qwen3vl-train plot --metrics runs/x/metrics.jsonl --out plot.png
 // Data: pre-packed batch files (--batches, the batch_io.hpp format), or the dataset in data.train through the data
-// pipeline. Several processes: mpirun -np N qwen3vl-train ... (world = parallel.tp x dp x parallel.pp). Exit status
+// pipeline; held-out data for training.eval_interval likewise (--eval-batches, or data.eval at data.eval_split).
+// Several processes: mpirun -np N qwen3vl-train ... (world = parallel.tp x dp x parallel.pp). Exit status
 // 0 on success, 1 with a one-line error (a rank's error aborts the job).
 #include <fmt/core.h>
 
@@ -48,7 +50,7 @@ int plot(int argc, char** argv) {  // argv[0] = "plot"
 
 // The trainer's own options; every other `--section.key=value` is a config override (train_config.hpp).
 struct TrainArgs {
-  std::string config, batches;
+  std::string config, batches, eval_batches;
   std::vector<std::string> overrides;
 };
 
@@ -57,6 +59,8 @@ vlpar::cli::Parser train_parser(TrainArgs& a) {
                        "train Qwen3-VL (under mpirun: tp x dp x pp); `qwen3vl-train plot --help` for plots");
   p.add("config", &a.config, "TOML config (default: the defaults); then --section.key=value overrides");
   p.add("batches", &a.batches, "pre-packed batch files, comma-separated (default: the dataset of the config)");
+  p.add("eval-batches", &a.eval_batches, "held-out pre-packed batch files for training.eval_interval, "
+        "comma-separated (default: data.eval at data.eval_split)");
   p.collect_rest(&a.overrides, true);
   return p;
 }
@@ -69,16 +73,23 @@ vlpar::Status train(const TrainArgs& args, vlpar::comm::Communicator* world) {
   const int rank = world ? world->rank() : 0, size = world ? world->size() : 1;
   VLPAR_ASSIGN_OR_RETURN(const qwen3vl::DataRank data, qwen3vl::data_rank_of(cfg, rank, size));
   const int dp_rank = data.rank, dp_size = data.size;
-  std::unique_ptr<qwen3vl::BatchSource> source;
-  if (!batches.empty()) {
-    VLPAR_ASSIGN_OR_RETURN(const qwen3vl::Config mc, qwen3vl::model_config_of(cfg.model));
-    VLPAR_ASSIGN_OR_RETURN(auto files,
-                           qwen3vl::FileBatchSource::create(split_list(batches), mc.mrope_desc(), dp_rank, dp_size));
-    source = std::move(files);
-  } else {
-    VLPAR_ASSIGN_OR_RETURN(source, qwen3vl::make_dataset_source(cfg, dp_rank, dp_size));
+  // Pre-packed files when given, else the config's dataset (the held-out one only when evaluation is on).
+  auto make_source = [&](const std::string& files, bool held_out) -> vlpar::Result<std::unique_ptr<qwen3vl::BatchSource>> {
+    if (!files.empty()) {
+      VLPAR_ASSIGN_OR_RETURN(const qwen3vl::Config mc, qwen3vl::model_config_of(cfg.model));
+      VLPAR_ASSIGN_OR_RETURN(auto f, qwen3vl::FileBatchSource::create(split_list(files), mc.mrope_desc(), dp_rank,
+                                                                      dp_size));
+      return std::unique_ptr<qwen3vl::BatchSource>(std::move(f));
+    }
+    return qwen3vl::make_dataset_source(cfg, dp_rank, dp_size, held_out);
+  };
+  VLPAR_ASSIGN_OR_RETURN(std::unique_ptr<qwen3vl::BatchSource> source, make_source(batches, false));
+  std::unique_ptr<qwen3vl::BatchSource> held_out;
+  if (cfg.training.eval_interval > 0) {
+    VLPAR_ASSIGN_OR_RETURN(held_out, make_source(args.eval_batches, true));
   }
-  VLPAR_ASSIGN_OR_RETURN(std::unique_ptr<qwen3vl::Trainer> trainer, qwen3vl::Trainer::create(cfg, world, std::move(source)));
+  VLPAR_ASSIGN_OR_RETURN(std::unique_ptr<qwen3vl::Trainer> trainer,
+                         qwen3vl::Trainer::create(cfg, world, std::move(source), std::move(held_out)));
   VLPAR_ASSIGN_OR_RETURN(qwen3vl::TrainSummary s, trainer->run());
   if (rank == 0) {
     fmt::print("trained steps {}..{} in {:.1f} s ({} skipped); checkpoint {}; metrics {}/metrics.jsonl, plot "

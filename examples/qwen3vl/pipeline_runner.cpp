@@ -97,6 +97,26 @@ Status PipelineRunner::step(const Context& ctx, std::vector<Batch> micro, std::v
   return engine_->step(ctx);
 }
 
+Status PipelineRunner::evaluate(const Context& ctx, std::vector<Batch> micro) {
+  const int m = int(micro.size());
+  VLPAR_CHECK(m >= 1, "pipeline evaluation: no micro-batches");
+  if (!eval_engine_ || eval_m_ != m) {
+    eval_engine_.reset();
+    VLPAR_ASSIGN_OR_RETURN(pipeline::Schedule fwd,
+                           pipeline::forward_only(plan_.lowered.num_ranks(), m, plan_.lowered.stage_rank));
+    VLPAR_ASSIGN_OR_RETURN(pipeline::Schedule lowered, pipeline::lower(fwd));
+    std::vector<std::pair<int, PipelineStage*>> args;
+    for (PipelineStage& st : stages_) args.push_back({st.stage(), &st});
+    VLPAR_ASSIGN_OR_RETURN(pipeline::Engine<PipelineStage> e,
+                           pipeline::Engine<PipelineStage>::create(lowered, args, *pp_));
+    eval_engine_.emplace(std::move(e));
+    eval_m_ = m;
+  }
+  const std::vector<double> unused(micro.size(), 0.0);  // loss weights act in backward only
+  for (PipelineStage& st : stages_) VLPAR_RETURN_IF_ERROR(st.set_step(micro, unused));
+  return eval_engine_->step(ctx);
+}
+
 const std::vector<StepLoss>* PipelineRunner::losses() const {
   for (const PipelineStage& st : stages_)
     if (st.stage() == plan_.layout.num_stages() - 1) return &st.losses();

@@ -11,7 +11,8 @@
 //   PipelineRunner  this rank's PipelineStage objects and the Engine over the pp group; step() runs the rank's
 //                   action list; the last stage's losses; a tied embedding's two copies (stage 0's lookup and the
 //                   last stage's head, on different ranks) summed after the step (pipeline_tied.hpp); the step's
-//                   compute and wait seconds for the metrics line.
+//                   compute and wait seconds for the metrics line; evaluate() runs the forward-only schedule on
+//                   the same stages (the trainer's held-out loss).
 // Test: examples/qwen3vl/tests/mpi_trainer_pipeline.cpp (through the Trainer).
 #include <memory>
 #include <optional>
@@ -51,7 +52,11 @@ class PipelineRunner {
   /// @brief One step's forward and backward: `micro` (every pipeline rank the same, outliving the call) weighted
   /// by `weights` (each micro-batch's share of the step's label tokens).
   Status step(const Context& ctx, std::vector<Batch> micro, std::vector<double> weights);
-  /// The last stage's per-micro-batch losses of the last step; null when this rank does not hold the last stage.
+  /// @brief Forward only over `micro` (evaluation: the forward-only schedule on the training placement, built once
+  /// per micro-batch count); losses() then holds their losses. Touches no gradient.
+  Status evaluate(const Context& ctx, std::vector<Batch> micro);
+  /// The last stage's per-micro-batch losses of the last step or evaluation; null when this rank does not hold the
+  /// last stage.
   const std::vector<StepLoss>* losses() const;
   /// The last step's assignments per (decoder layer, expert) [L · E] of this rank's MoE layers (empty: dense).
   std::vector<double> expert_load() const;
@@ -80,6 +85,8 @@ class PipelineRunner {
   vlpar::comm::Communicator* pp_;
   std::vector<PipelineStage> stages_;  // reserved up front: the engine keeps pointers to them
   std::optional<vlpar::pipeline::Engine<PipelineStage>> engine_;
+  std::optional<vlpar::pipeline::Engine<PipelineStage>> eval_engine_;  // forward-only, for eval_m_ micro-batches
+  int eval_m_ = 0;
 };
 
 }  // namespace qwen3vl

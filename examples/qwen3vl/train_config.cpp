@@ -65,6 +65,8 @@ std::vector<Field> fields(TrainConfig& c) {
       {"training", "dtype", &c.training.dtype},
       {"training", "max_nonfinite_in_a_row", &c.training.max_nonfinite_in_a_row},
       {"training", "threads", &c.training.threads},
+      {"training", "eval_interval", &c.training.eval_interval},
+      {"training", "eval_batches", &c.training.eval_batches},
       {"checkpoint", "dir", &c.checkpoint.dir},
       {"checkpoint", "interval", &c.checkpoint.interval},
       {"checkpoint", "keep_last", &c.checkpoint.keep_last},
@@ -206,6 +208,8 @@ Status TrainConfig::validate() const {
               "checkpoint.interval must be >= 0 and checkpoint.keep_last >= 1");
   VLPAR_CHECK(metrics.log_interval >= 1, "metrics.log_interval must be >= 1, got {}", metrics.log_interval);
   VLPAR_CHECK(metrics.peak_gflops >= 0, "metrics.peak_gflops must be >= 0 (0 = measure), got {}", metrics.peak_gflops);
+  VLPAR_CHECK(training.eval_interval >= 0 && training.eval_batches >= 1, "training.eval_interval must be >= 0 and "
+              "training.eval_batches >= 1, got {} and {}", training.eval_interval, training.eval_batches);
   VLPAR_CHECK(parallel.tp >= 1, "parallel.tp must be >= 1, got {}", parallel.tp);
   VLPAR_CHECK(parallel.ep >= 1, "parallel.ep must be >= 1, got {}", parallel.ep);
   VLPAR_CHECK(parallel.ep == 1 || parallel.tp == 1, "parallel.ep = {} with parallel.tp = {}: expert parallelism with "

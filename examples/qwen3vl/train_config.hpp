@@ -90,6 +90,9 @@ struct TrainingSection {
   std::string dtype = "f32";     // parameter storage: f32 (bf16 storage is not implemented by the CPU blocks)
   int max_nonfinite_in_a_row = 3;  // a non-finite loss or grad norm skips the step; this many in a row abort
   int threads = 0;               // CPU threads (0 = all)
+  int eval_interval = 0;         // held-out loss every N steps and at the end (0 = never); data: data.eval (else
+                                 // data.train) at data.eval_split, or the --eval-batches files
+  int eval_batches = 8;          // micro-batches per evaluation (per data-parallel rank; the same ones each time)
 };
 
 struct CheckpointSection {

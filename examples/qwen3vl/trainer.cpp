@@ -191,7 +191,8 @@ Status Trainer::build_model() {
 }
 
 Result<std::unique_ptr<Trainer>> Trainer::create(const TrainConfig& cfg, vlpar::comm::Communicator* world,
-                                                 std::unique_ptr<BatchSource> source) {
+                                                 std::unique_ptr<BatchSource> source,
+                                                 std::unique_ptr<BatchSource> held_out) {
   VLPAR_RETURN_IF_ERROR(cfg.validate());
   auto t = std::unique_ptr<Trainer>(new Trainer());
   t->cfg_ = cfg;
@@ -209,6 +210,12 @@ Result<std::unique_ptr<Trainer>> Trainer::create(const TrainConfig& cfg, vlpar::
   cost.per_attention_pair = 1.0 / (6.0 * double(t->model_->config().vision.hidden));
   VLPAR_RETURN_IF_ERROR(t->source_->set_data_parallel(t->dp_comm(),
                                                       cfg.training.grad_accum, cost));
+  VLPAR_CHECK(cfg.training.eval_interval == 0 || held_out != nullptr, "training.eval_interval = {} needs held-out "
+              "data (data.eval, or --eval-batches files)", cfg.training.eval_interval);
+  if (held_out) {
+    t->held_out_ = std::move(held_out);
+    VLPAR_ASSIGN_OR_RETURN(t->held_out_start_, t->held_out_->state());
+  }
   t->logs_ = std::make_unique<Logs>();
   return t;
 }
@@ -451,6 +458,45 @@ Result<std::vector<double>> Trainer::balance_experts(std::vector<double> load) {
 
 // ---- the loop ------------------------------------------------------------------------------------------------
 
+Result<double> Trainer::evaluate() {
+  VLPAR_CHECK(held_out_ != nullptr, "Trainer::evaluate: no held-out data (Trainer::create's held_out)");
+  VLPAR_RETURN_IF_ERROR(held_out_->restore(held_out_start_));
+  std::vector<MicroBatch> micro;
+  for (int i = 0; i < cfg_.training.eval_batches; ++i) {
+    VLPAR_ASSIGN_OR_RETURN(MicroBatch mb, held_out_->next());
+    VLPAR_RETURN_IF_ERROR(check_model_inputs(mb.pack, model_->config().text.vocab,
+                                             fmt::format("held-out micro-batch {}", i)));
+    micro.push_back(std::move(mb));
+  }
+  double sums[2] = {0, 0};  // Σ n_j · ce_j, Σ n_j (n_j: micro-batch j's label tokens)
+  auto add = [&](const StepLoss& l) {
+    sums[0] += double(l.num_label_tokens) * l.ce_loss;
+    sums[1] += double(l.num_label_tokens);
+  };
+  if (pipelined()) {
+    std::vector<Batch> batches;
+    for (const MicroBatch& mb : micro) batches.push_back(mb.pack.view());
+    VLPAR_RETURN_IF_ERROR(pipe_->evaluate(ctx_, batches));
+    if (const std::vector<StepLoss>* losses = pipe_->losses())
+      for (const StepLoss& l : *losses) add(l);
+    if (pp_size_ > 1) {  // the losses are on the last stage's ranks
+      VLPAR_RETURN_IF_ERROR(groups_->pp().all_reduce(TensorView(sums, DType::kF64, Shape{2}),
+                                                     vlpar::comm::ReduceOp::kSum));
+    }
+  } else {
+    for (const MicroBatch& mb : micro) {
+      Stash stash;
+      VLPAR_ASSIGN_OR_RETURN(StepLoss l, model_->forward(ctx_, mb.pack.view(), stash));
+      add(l);
+    }
+  }
+  if (vlpar::comm::Communicator* dp = dp_comm()) {
+    VLPAR_RETURN_IF_ERROR(dp->all_reduce(TensorView(sums, DType::kF64, Shape{2}), vlpar::comm::ReduceOp::kSum));
+  }
+  VLPAR_CHECK(sums[1] > 0, "the {} held-out micro-batches per rank have no label tokens", cfg_.training.eval_batches);
+  return sums[0] / sums[1];
+}
+
 Result<TrainSummary> Trainer::run() {
   const bool lead = !world_ || world_->rank() == 0;
   const int64_t total = cfg_.training.steps;
@@ -577,9 +623,17 @@ Result<TrainSummary> Trainer::run() {
     ++step_;
     sum.losses.push_back(loss_sum[0]);
     sum.grad_norms.push_back(rep.grad_norm);
-    // 4. Metrics.
-    const bool log_step = step_ % cfg_.metrics.log_interval == 0 || step_ == total;
+    // 4. Held-out loss (its step is always logged) and metrics.
+    const int eval_every = cfg_.training.eval_interval;
+    const bool eval_step = eval_every > 0 && (step_ % eval_every == 0 || step_ == total);
     obs::MetricsLine m;
+    if (eval_step) {
+      vlpar::obs::Span span = logs_->trace.span(obs::trace_cat::kLoss, "evaluate");
+      VLPAR_ASSIGN_OR_RETURN(const double eval_loss, evaluate());
+      sum.eval_losses.push_back({step_, eval_loss});
+      m.extra.push_back({"eval_loss", eval_loss});
+    }
+    const bool log_step = step_ % cfg_.metrics.log_interval == 0 || step_ == total || eval_step;
     if (log_step && pipelined()) VLPAR_RETURN_IF_ERROR(pipeline_metrics(m.extra));  // collective over pp
     VLPAR_ASSIGN_OR_RETURN(const std::vector<double> loads, balance_experts(std::move(fb.expert_load)));  // world
     if (lead && log_step) {

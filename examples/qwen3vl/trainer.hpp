@@ -108,6 +108,7 @@ struct TrainSummary {
   int64_t skipped_steps = 0;
   std::vector<double> losses;      // loss of every step of this run (NaN for skipped ones)
   std::vector<double> grad_norms;
+  std::vector<std::pair<int64_t, double>> eval_losses;  // (step, held-out loss) of every evaluation of this run
   std::string last_checkpoint;     // directory of the last checkpoint written ("" if none)
   double seconds = 0;
 };
@@ -116,12 +117,19 @@ class Trainer {
  public:
   /// @param world  all ranks (null or size 1: one process); tp and pp from the config, dp = world / (tp · pp)
   /// @param source micro-batch source of this rank (null: built from config.data — the data pipeline)
+  /// @param held_out this rank's held-out micro-batches for training.eval_interval (needed when it is > 0)
   static Result<std::unique_ptr<Trainer>> create(const TrainConfig& cfg, vlpar::comm::Communicator* world,
-                                                 std::unique_ptr<BatchSource> source);
+                                                 std::unique_ptr<BatchSource> source,
+                                                 std::unique_ptr<BatchSource> held_out = nullptr);
   ~Trainer();
 
   /// @brief Trains until training.steps (resuming first when configured), saving checkpoints as configured.
   Result<TrainSummary> run();
+  /// @brief The held-out loss of the current parameters: the token-weighted mean cross-entropy (router terms not
+  /// included) over the first training.eval_batches micro-batches of the held-out source on every dp rank (the
+  /// same ones at each call), forward only (under a pipeline: the forward-only schedule on the training
+  /// placement). Collective over every rank; changes no parameter, gradient, optimizer or training-data state.
+  Result<double> evaluate();
 
   const Model& model() const { return *model_; }
   Model& model() { return *model_; }
@@ -166,6 +174,8 @@ class Trainer {
   std::vector<size_t> optim_slot_;   // registry index → optimizer parameter (SIZE_MAX: frozen)
   std::unique_ptr<PipelineRunner> pipe_;  // null without pipeline parallelism
   std::unique_ptr<BatchSource> source_;
+  std::unique_ptr<BatchSource> held_out_;  // null without evaluation
+  std::string held_out_start_;             // its state before the first micro-batch (each evaluation restarts there)
   std::unique_ptr<Logs> logs_;
   int64_t step_ = 0;
   int64_t first_step_ = 0;

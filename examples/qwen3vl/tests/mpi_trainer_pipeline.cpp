@@ -14,6 +14,8 @@
 //     uninterrupted one-process run bit for bit;
 //   - np 4: PP=2 × DP=2 (ZeRO-1, full recompute) and PP=2 × TP=2 follow one process on the same global batch
 //     within 1e-5 relative;
+//   - the held-out loss (training.eval_interval: the forward-only schedule on the training placement) equals the
+//     one-process one bit for bit in those runs;
 //   - the metrics line carries pp_bubble_pct; a layout string with the wrong stage count is a named error.
 #include <gtest/gtest.h>
 
@@ -81,10 +83,11 @@ TrainConfig config(const std::string& model_json, const std::string& dir, int st
 
 Result<std::unique_ptr<Trainer>> make(const TrainConfig& c, Communicator* world) {
   VLPAR_ASSIGN_OR_RETURN(const DataRank d, data_rank_of(c, world ? world->rank() : 0, world ? world->size() : 1));
-  VLPAR_ASSIGN_OR_RETURN(auto src, FileBatchSource::create({test::fixture("dense") + "/batch.safetensors",
-                                                            test::fixture("moe") + "/batch.safetensors"},
-                                                           test::fixture_mrope_desc(), d.rank, d.size));
-  return Trainer::create(c, world, std::move(src));
+  const std::vector<std::string> files = {test::fixture("dense") + "/batch.safetensors",
+                                          test::fixture("moe") + "/batch.safetensors"};
+  VLPAR_ASSIGN_OR_RETURN(auto src, FileBatchSource::create(files, test::fixture_mrope_desc(), d.rank, d.size));
+  VLPAR_ASSIGN_OR_RETURN(auto held_out, FileBatchSource::create(files, test::fixture_mrope_desc(), d.rank, d.size));
+  return Trainer::create(c, world, std::move(src), std::move(held_out));
 }
 
 /// Trains `c` over `world` (null: one process); the summary, or a failed test.
@@ -116,7 +119,8 @@ void check_matches_one_process(const std::string& fixture, const std::vector<std
   const int P = world->size();
   SharedDir dir(*world, fixture);
   const std::string json = write_config(*world, fixture, dir.path, 2 * P + 1, false);
-  std::vector<std::string> common = {"--training.max_grad_norm=0"};
+  std::vector<std::string> common = {"--training.max_grad_norm=0", "--training.eval_interval=2",
+                                     "--training.eval_batches=3"};
   common.insert(common.end(), extra.begin(), extra.end());
   // One process (every rank runs it, in its own directory).
   const std::string own = dir.path + "/r" + std::to_string(world->rank());
@@ -135,6 +139,10 @@ void check_matches_one_process(const std::string& fixture, const std::vector<std
     EXPECT_NEAR(got.grad_norms[s], one.grad_norms[s], 1e-12 * one.grad_norms[s]) << "step " << s + 1;
   }
   expect_same_parameters(mine->model(), ref->model());
+  // The held-out loss through the forward-only schedule: the one-process value bit for bit (the same forward per
+  // micro-batch, summed in the same order on the last stage).
+  EXPECT_EQ(got.eval_losses, one.eval_losses);
+  EXPECT_EQ(got.eval_losses.size(), 2u);
   // The metrics line of the pipeline run has the bubble.
   if (world->rank() == 0) {
     std::ifstream in(dir.path + "/pp/metrics.jsonl");

@@ -105,6 +105,8 @@ TEST(TrainConfig, ValidationIsOneSentenceNamingTheKey) {
   expect_error("", {"--model.hf_dir=a", "--model.config_json=b"}, "at most one of model.hf_dir");
   expect_error("", {"--optimizer.beta2=1"}, "optimizer.beta1 and beta2");
   expect_error("", {"--parallel.pp=0"}, "parallel.pp and parallel.vpp must be >= 1, got 0 and 1");
+  expect_error("", {"--training.eval_batches=0"}, "training.eval_interval must be >= 0 and training.eval_batches >= 1, "
+               "got 0 and 0");
   expect_error("", {"--parallel.schedule=zb"}, "parallel.schedule must be gpipe, 1f1b, interleaved, zb_h1 or zb_v, "
                "got 'zb'");
   expect_error("", {"--parallel.schedule=zb_v"}, "zb_v (two chunks per rank in a V) vpp = 2");

@@ -1,8 +1,10 @@
 // The trainer: bit-exact resume (2N steps in one run equal N steps, a resume and N more, loss for loss and bit for
 // bit), a SIGKILL in the middle of checkpoint writes always leaves a loadable checkpoint equal to the uninterrupted
 // run's state at that step, non-finite steps are skipped (and K in a row abort with a message naming the cause),
-// recompute modes and the loss weighting over micro-batches. Runs on the golden fixtures' pre-packed batches.
+// recompute modes and the loss weighting over micro-batches, the held-out loss. Runs on the golden fixtures' pre-packed batches.
 #include <gtest/gtest.h>
+
+#include <nlohmann/json.hpp>
 
 #include <signal.h>
 #include <spawn.h>
@@ -192,6 +194,72 @@ TEST(Trainer, RecomputeModesTrainIdentically) {
     }
     fs::remove_all(d);
   }
+}
+
+// Held-out loss (training.eval_interval): evaluated after step 2 and the last step 3 and logged with them in
+// metrics.jsonl; training with evaluation equals training without it bit for bit (evaluation touches no training
+// state); evaluate() before training equals the token-weighted mean cross-entropy of the initial model over the same
+// micro-batches (Model::forward) and is the same twice in a row (the same micro-batches each time); evaluation
+// without held-out data is a named error.
+TEST(Trainer, HeldOutLossIsLoggedAndLeavesTrainingUntouched) {
+  const std::string a = tmp("eval_a"), b = tmp("eval_b");
+  auto plain = make(config(a, 3));
+  ASSERT_TRUE(plain);
+  // The reference before training: the initial model (same seed) over the first 3 held-out micro-batches.
+  Allocator alloc;
+  Context ctx = Context::cpu_default();
+  ctx.num_threads = 2;
+  ctx.allocator = &alloc;
+  auto ref_src = FileBatchSource::create(batch_files(), test::fixture_mrope_desc(), 0, 1);
+  ASSERT_TRUE(ref_src.ok());
+  double num = 0, den = 0;
+  for (int i = 0; i < 3; ++i) {
+    Result<MicroBatch> mb = ref_src.value()->next();
+    ASSERT_TRUE(mb.ok());
+    Stash st;
+    Result<StepLoss> l = plain->model().forward(ctx, mb.value().pack.view(), st);
+    ASSERT_TRUE(l.ok()) << l.status().message();
+    num += double(l.value().num_label_tokens) * l.value().ce_loss;
+    den += double(l.value().num_label_tokens);
+  }
+  Result<TrainSummary> r0 = plain->run();
+  ASSERT_TRUE(r0.ok()) << r0.status().message();
+
+  TrainConfig c = config(b, 3);
+  c.training.eval_interval = 2;
+  c.training.eval_batches = 3;
+  auto held = [] { return FileBatchSource::create(batch_files(), test::fixture_mrope_desc(), 0, 1).value(); };
+  auto src = FileBatchSource::create(batch_files(), test::fixture_mrope_desc(), 0, 1);
+  Result<std::unique_ptr<Trainer>> t = Trainer::create(c, nullptr, std::move(src).value(), held());
+  ASSERT_TRUE(t.ok()) << t.status().message();
+  Result<double> e0 = t.value()->evaluate(), e1 = t.value()->evaluate();
+  ASSERT_TRUE(e0.ok() && e1.ok()) << e0.status().message();
+  EXPECT_EQ(e0.value(), num / den);
+  EXPECT_EQ(e1.value(), e0.value());
+  Result<TrainSummary> r1 = t.value()->run();
+  ASSERT_TRUE(r1.ok()) << r1.status().message();
+  EXPECT_EQ(r1.value().losses, r0.value().losses);
+  EXPECT_TRUE(values(*t.value()) == values(*plain)) << "evaluation changed the training";
+  ASSERT_EQ(r1.value().eval_losses.size(), 2u);
+  EXPECT_EQ(r1.value().eval_losses[0].first, 2);
+  EXPECT_EQ(r1.value().eval_losses[1].first, 3);
+  for (const auto& [step, loss] : r1.value().eval_losses) EXPECT_TRUE(std::isfinite(loss) && loss > 0) << step;
+  EXPECT_LT(r1.value().eval_losses[1].second, e0.value()) << "three steps on the same batches lower their loss";
+  std::ifstream in(b + "/metrics.jsonl");
+  std::string line;
+  std::vector<std::pair<int64_t, double>> logged;  // (step, eval_loss) of the metrics lines that have one
+  while (std::getline(in, line)) {
+    const nlohmann::json j = nlohmann::json::parse(line);
+    if (j.contains("eval_loss")) logged.push_back({j["step"].get<int64_t>(), j["eval_loss"].get<double>()});
+  }
+  EXPECT_EQ(logged, r1.value().eval_losses);
+
+  auto src2 = FileBatchSource::create(batch_files(), test::fixture_mrope_desc(), 0, 1);
+  const Status missing = Trainer::create(c, nullptr, std::move(src2).value()).status();
+  EXPECT_NE(missing.message().find("training.eval_interval = 2 needs held-out data (data.eval, or --eval-batches "
+                                   "files)"), std::string::npos) << missing.message();
+  fs::remove_all(a);
+  fs::remove_all(b);
 }
 
 // qwen3vl-train is killed with SIGKILL at random moments while it writes a checkpoint every step; each time, the
