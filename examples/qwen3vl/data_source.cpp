@@ -84,7 +84,8 @@ class DatasetBatchSource final : public BatchSource {
     src->loader_ = std::move(loader);
     src->balance_ = d.balance_vision && !held_out;  // each rank evaluates its own share as it comes
     src->describe_ = fmt::format("{} ({}, {} samples in {} shards; dp rank {} of {}; {} workers, budgets {} tokens / "
-                                 "{} patches)", root, ds.kind, samples, num_shards, dp_rank, dp_size, d.loader.num_workers,
+                                 "{} patches)",
+                                 root, ds.kind, samples, num_shards, dp_rank, dp_size, d.loader.num_workers,
                                  lc.packing.max_tokens, lc.packing.max_patches);
     return std::unique_ptr<BatchSource>(std::move(src));
   }

@@ -74,18 +74,22 @@ vlpar::Status train(const TrainArgs& args, vlpar::comm::Communicator* world) {
   VLPAR_ASSIGN_OR_RETURN(const qwen3vl::DataRank data, qwen3vl::data_rank_of(cfg, rank, size));
   const int dp_rank = data.rank, dp_size = data.size;
   // Pre-packed files when given, else the config's dataset (the held-out one only when evaluation is on).
-  auto make_source = [&](const std::string& files, bool held_out) -> vlpar::Result<std::unique_ptr<qwen3vl::BatchSource>> {
+  using SourcePtr = std::unique_ptr<qwen3vl::BatchSource>;
+  auto make_source = [&](const std::string& files, bool held_out) -> vlpar::Result<SourcePtr> {
     if (!files.empty()) {
       VLPAR_ASSIGN_OR_RETURN(const qwen3vl::Config mc, qwen3vl::model_config_of(cfg.model));
       VLPAR_ASSIGN_OR_RETURN(auto f, qwen3vl::FileBatchSource::create(split_list(files), mc.mrope_desc(), dp_rank,
                                                                       dp_size));
-      return std::unique_ptr<qwen3vl::BatchSource>(std::move(f));
+      return SourcePtr(std::move(f));
     }
     return qwen3vl::make_dataset_source(cfg, dp_rank, dp_size, held_out);
   };
-  VLPAR_ASSIGN_OR_RETURN(std::unique_ptr<qwen3vl::BatchSource> source, make_source(batches, false));
-  std::unique_ptr<qwen3vl::BatchSource> held_out;
-  if (cfg.training.eval_interval > 0) {
+  // Only the ranks that read data build a source (with pipeline stages: pipeline rank 0; the others receive).
+  SourcePtr source, held_out;
+  if (data.loads) {
+    VLPAR_ASSIGN_OR_RETURN(source, make_source(batches, false));
+  }
+  if (data.loads && cfg.training.eval_interval > 0) {
     VLPAR_ASSIGN_OR_RETURN(held_out, make_source(args.eval_batches, true));
   }
   VLPAR_ASSIGN_OR_RETURN(std::unique_ptr<qwen3vl::Trainer> trainer,

@@ -72,6 +72,9 @@ Result<PipelinePlan> plan_pipeline(const TrainConfig& cfg, const Config& model, 
     if (plan.lowered.stage_rank[size_t(s)] == pp_rank) plan.stages.push_back(s);
   plan.part = PipelineStage::part_for(plan.layout, plan.stages);
   plan.first_rank = plan.lowered.stage_rank.front();
+  // The trainer reads data on pipeline rank 0 only (stage 0 needs the pixels; DataRank::loads).
+  VLPAR_CHECK(plan.first_rank == 0, "parallel.schedule '{}' puts stage 0 on pipeline rank {}; the trainer loads data "
+              "on rank 0 only", cfg.parallel.schedule, plan.first_rank);
   plan.last_rank = plan.lowered.stage_rank.back();
   return plan;
 }

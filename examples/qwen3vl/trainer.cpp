@@ -16,6 +16,7 @@
 #include "hf_weights.hpp"
 #include "vlpar/comm/single_communicator.hpp"
 #include "vlpar/core/log.hpp"
+#include "vlpar/data/pack_exchange.hpp"
 #include "vlpar/io/checkpoint.hpp"
 #include "vlpar/kernels/gemm.hpp"
 #include "vlpar/kernels/router.hpp"
@@ -88,7 +89,8 @@ Result<DataRank> data_rank_of(const TrainConfig& cfg, int world_rank, int world_
   pc.etp = 1;
   pc.vision_tp = 1;
   VLPAR_ASSIGN_OR_RETURN(const vlpar::parallel::Mesh mesh, vlpar::parallel::Mesh::create(pc));
-  return DataRank{mesh.attention_coord(world_rank).dp, mesh.size(vlpar::parallel::Axis::kDp)};
+  const vlpar::parallel::AttentionCoord c = mesh.attention_coord(world_rank);
+  return DataRank{c.dp, mesh.size(vlpar::parallel::Axis::kDp), cfg.parallel.pp == 1 || c.pp == 0};
 }
 
 // ---- logs ----------------------------------------------------------------------------------------------------
@@ -203,16 +205,16 @@ Result<std::unique_ptr<Trainer>> Trainer::create(const TrainConfig& cfg, vlpar::
   t->ctx_.allocator = &t->alloc_;
   VLPAR_RETURN_IF_ERROR(t->setup_groups());
   VLPAR_RETURN_IF_ERROR(t->build_model());
-  VLPAR_CHECK(source != nullptr, "Trainer: no batch source (give pre-packed batch files or a dataset)");
-  t->source_ = std::move(source);
+  VLPAR_CHECK(source != nullptr || !t->loads_data(), "Trainer: no batch source (give pre-packed batch files or a "
+              "dataset)");
+  if (t->loads_data()) t->source_ = std::move(source);  // elsewhere the micro-batches come from pipeline rank 0
   // Vision cost per pack: patches (linear layers, ~24·Hv² FLOPs each per block) plus attention pairs (~4·Hv).
   vlpar::data::VisionCostModel cost;
   cost.per_attention_pair = 1.0 / (6.0 * double(t->model_->config().vision.hidden));
-  VLPAR_RETURN_IF_ERROR(t->source_->set_data_parallel(t->dp_comm(),
-                                                      cfg.training.grad_accum, cost));
-  VLPAR_CHECK(cfg.training.eval_interval == 0 || held_out != nullptr, "training.eval_interval = {} needs held-out "
-              "data (data.eval, or --eval-batches files)", cfg.training.eval_interval);
-  if (held_out) {
+  if (t->source_) VLPAR_RETURN_IF_ERROR(t->source_->set_data_parallel(t->dp_comm(), cfg.training.grad_accum, cost));
+  VLPAR_CHECK(cfg.training.eval_interval == 0 || held_out != nullptr || !t->loads_data(), "training.eval_interval = "
+              "{} needs held-out data (data.eval, or --eval-batches files)", cfg.training.eval_interval);
+  if (held_out && t->loads_data()) {
     t->held_out_ = std::move(held_out);
     VLPAR_ASSIGN_OR_RETURN(t->held_out_start_, t->held_out_->state());
   }
@@ -259,7 +261,7 @@ Status Trainer::save(int64_t step) {
   spec.layout_json = nlohmann::json{{"tp", cfg_.parallel.tp}, {"dp", dp_size_}, {"pp", pp_size_}}.dump();
   spec.user_json = nlohmann::json{{"step", step}, {"optimizer_steps", optim_->steps_taken()},
                                   {"config", cfg_.to_toml()}}.dump();
-  VLPAR_ASSIGN_OR_RETURN(std::string data_state, source_->state());
+  VLPAR_ASSIGN_OR_RETURN(std::string data_state, source_ ? source_->state() : Result<std::string>("{}"));
   spec.rank_json = nlohmann::json{{"data", nlohmann::json::parse(data_state)}}.dump();
   spec.keep_last = cfg_.checkpoint.keep_last;
   VLPAR_RETURN_IF_ERROR(io::save_checkpoint(spec, world_ && world_->size() > 1 ? world_ : nullptr));
@@ -290,7 +292,7 @@ Status Trainer::resume() {
   step_ = first_step_ = u.at("step").get<int64_t>();
   optim_->set_steps_taken(u.at("optimizer_steps").get<int64_t>());
   const bool lead = !world_ || world_->rank() == 0;
-  if (same_dp) {
+  if (same_dp && source_) {
     // dp rank d's data position was saved by its first tp rank of pipeline stage 0: world rank d · saved_tp (every
     // pipeline rank of a dp rank reads the same data, so a pp change keeps it).
     VLPAR_ASSIGN_OR_RETURN(std::string rank_json, io::read_checkpoint_rank_json(latest->dir, dp_rank_ * saved_tp));
@@ -458,16 +460,38 @@ Result<std::vector<double>> Trainer::balance_experts(std::vector<double> load) {
 
 // ---- the loop ------------------------------------------------------------------------------------------------
 
-Result<double> Trainer::evaluate() {
-  VLPAR_CHECK(held_out_ != nullptr, "Trainer::evaluate: no held-out data (Trainer::create's held_out)");
-  VLPAR_RETURN_IF_ERROR(held_out_->restore(held_out_start_));
+Result<std::vector<MicroBatch>> Trainer::fetch(BatchSource* src, int count, const std::string& what) {
+  auto load = [&]() -> Result<std::vector<vlpar::data::PackedBatch>> {
+    std::vector<vlpar::data::PackedBatch> packs;
+    if (!loads_data()) return packs;
+    VLPAR_CHECK(src != nullptr, "Trainer: no source for the {}s", what);
+    for (int i = 0; i < count; ++i) {
+      VLPAR_ASSIGN_OR_RETURN(MicroBatch mb, src->next());
+      VLPAR_RETURN_IF_ERROR(check_model_inputs(mb.pack, model_->config().text.vocab, fmt::format("{} {}", what, i)));
+      packs.push_back(std::move(mb.pack));
+    }
+    return packs;
+  };
+  Result<std::vector<vlpar::data::PackedBatch>> packs = load();
+  if (shares_data()) packs = vlpar::data::share_packs_without_vision(groups_->pp(), 0, std::move(packs));
+  VLPAR_RETURN_IF_ERROR(packs.status());
   std::vector<MicroBatch> micro;
-  for (int i = 0; i < cfg_.training.eval_batches; ++i) {
-    VLPAR_ASSIGN_OR_RETURN(MicroBatch mb, held_out_->next());
-    VLPAR_RETURN_IF_ERROR(check_model_inputs(mb.pack, model_->config().text.vocab,
-                                             fmt::format("held-out micro-batch {}", i)));
+  for (vlpar::data::PackedBatch& p : packs.value()) {
+    MicroBatch mb;
+    mb.real_tokens = p.real_tokens;
+    mb.images = p.num_images + p.num_videos;
+    mb.pack = std::move(p);
     micro.push_back(std::move(mb));
   }
+  return micro;
+}
+
+Result<double> Trainer::evaluate() {
+  VLPAR_CHECK(held_out_ != nullptr || !loads_data(), "Trainer::evaluate: no held-out data (Trainer::create's "
+              "held_out)");
+  if (held_out_) VLPAR_RETURN_IF_ERROR(held_out_->restore(held_out_start_));
+  VLPAR_ASSIGN_OR_RETURN(std::vector<MicroBatch> micro,
+                         fetch(held_out_.get(), cfg_.training.eval_batches, "held-out micro-batch"));
   double sums[2] = {0, 0};  // Σ n_j · ce_j, Σ n_j (n_j: micro-batch j's label tokens)
   auto add = [&](const StepLoss& l) {
     sums[0] += double(l.num_label_tokens) * l.ce_loss;
@@ -518,7 +542,8 @@ Result<TrainSummary> Trainer::run() {
     vlpar::log_info("resolved config:\n{}", cfg_.to_toml());
     const nn::ParamCounts pc = model_->registry().counts();
     vlpar::log_info("model: {:.2f} M parameters ({:.2f} M trainable on this rank); data: {}; tp {} x dp {} x pp {}",
-                    double(pc.full_params) * 1e-6, double(pc.trainable) * 1e-6, source_->describe(), cfg_.parallel.tp,
+                    double(pc.full_params) * 1e-6, double(pc.trainable) * 1e-6,
+                    source_ ? source_->describe() : "from pipeline rank 0", cfg_.parallel.tp,
                     dp_size_, pp_size_);
     if (pipe_) vlpar::log_info("pipeline: {}", pipe_->plan().describe(cfg_.parallel.schedule));
   }
@@ -536,12 +561,8 @@ Result<TrainSummary> Trainer::run() {
     {
       vlpar::obs::Span span = logs_->trace.span(obs::trace_cat::kData, "next_batches");
       const obs::Stopwatch w;
-      for (int i = 0; i < cfg_.training.grad_accum; ++i) {
-        VLPAR_ASSIGN_OR_RETURN(MicroBatch mb, source_->next());
-        VLPAR_RETURN_IF_ERROR(check_model_inputs(mb.pack, model_->config().text.vocab,
-                                                 fmt::format("step {} micro-batch {}", step_ + 1, i)));
-        micro.push_back(std::move(mb));
-      }
+      VLPAR_ASSIGN_OR_RETURN(micro, fetch(source_.get(), cfg_.training.grad_accum,
+                                          fmt::format("step {} micro-batch", step_ + 1)));
       logs_->wait.add_wait_s(w.elapsed_s());
     }
     VLPAR_RETURN_IF_ERROR(model_->registry().zero_grads());
@@ -674,7 +695,7 @@ Result<TrainSummary> Trainer::run() {
   sum.last_checkpoint = last_checkpoint_;
   sum.seconds = run_watch.elapsed_s();
   if (lead) {
-    if (const std::string data_summary = source_->summary(); !data_summary.empty())
+    if (const std::string data_summary = source_ ? source_->summary() : ""; !data_summary.empty())
       vlpar::log_info("data (rank 0):\n{}", data_summary);
     VLPAR_RETURN_IF_ERROR(logs_->jsonl.close());
     if (logs_->tb.is_open()) VLPAR_RETURN_IF_ERROR(logs_->tb.close());

@@ -94,10 +94,13 @@ class FileBatchSource : public BatchSource {
   int64_t position_ = 0;            // micro-batches handed out
 };
 
-/// This rank's data-parallel rank and the dp size under the config's layout (every tp and pp rank of a data
-/// replica reads the same micro-batches): for building the BatchSource before the Trainer.
+/// This rank's data-parallel rank and the dp size under the config's layout, and whether it reads data: every tp
+/// rank of a data replica reads the same micro-batches; with pipeline stages only pipeline rank 0 (stage 0's,
+/// which needs the pixels) reads them and the other stages receive them without vision input
+/// (data::share_packs_without_vision). For building the BatchSources before the Trainer.
 struct DataRank {
   int rank = 0, size = 1;
+  bool loads = true;  // false: give the Trainer no sources (it receives its micro-batches from pipeline rank 0)
 };
 Result<DataRank> data_rank_of(const TrainConfig& cfg, int world_rank, int world_size);
 
@@ -116,8 +119,10 @@ struct TrainSummary {
 class Trainer {
  public:
   /// @param world  all ranks (null or size 1: one process); tp and pp from the config, dp = world / (tp · pp)
-  /// @param source micro-batch source of this rank (null: built from config.data — the data pipeline)
-  /// @param held_out this rank's held-out micro-batches for training.eval_interval (needed when it is > 0)
+  /// @param source micro-batch source of this rank (null allowed only where DataRank::loads is false; given there,
+  ///               it is not read)
+  /// @param held_out this rank's held-out micro-batches for training.eval_interval (needed when it is > 0, on the
+  ///               ranks that load data)
   static Result<std::unique_ptr<Trainer>> create(const TrainConfig& cfg, vlpar::comm::Communicator* world,
                                                  std::unique_ptr<BatchSource> source,
                                                  std::unique_ptr<BatchSource> held_out = nullptr);
@@ -159,6 +164,12 @@ class Trainer {
   Status pipeline_metrics(std::vector<vlpar::obs::NamedScalar>& extra);
   Result<std::vector<double>> balance_experts(std::vector<double> load);
   bool pipelined() const { return pipe_ != nullptr; }
+  /// Pipeline rank 0 reads the data and sends it on (pp > 1); the others receive it.
+  bool shares_data() const { return pipelined() && pp_size_ > 1; }
+  bool loads_data() const { return !shares_data() || groups_->pp().rank() == 0; }
+  /// @brief `count` checked micro-batches from `src` (`what` names them in errors), read where this rank loads
+  /// data and shared over the pipeline group (the later stages get them without vision input).
+  Result<std::vector<MicroBatch>> fetch(BatchSource* src, int count, const std::string& what);
 
   struct Logs;  // metrics writers (trainer.cpp)
 

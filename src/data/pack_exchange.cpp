@@ -312,4 +312,61 @@ Result<std::vector<PackedBatch>> exchange_balanced_packs(comm::Communicator* dp,
   return out;
 }
 
+namespace {
+
+// The pack as the later pipeline stages need it: no pixels, grids or per-sample vision counts (the counts of
+// images, videos and patches stay for throughput metrics).
+PackedBatch without_vision(const PackedBatch& p) {
+  PackedBatch q = p;
+  q.pixel_values.clear();
+  q.pixel_values_videos.clear();
+  q.image_grids.clear();
+  q.video_grids.clear();
+  std::fill(q.images_per_sample.begin(), q.images_per_sample.end(), 0);
+  std::fill(q.videos_per_sample.begin(), q.videos_per_sample.end(), 0);
+  return q;
+}
+
+}  // namespace
+
+Result<std::vector<PackedBatch>> share_packs_without_vision(comm::Communicator& group, int root,
+                                                            Result<std::vector<PackedBatch>> root_packs) {
+  const int me = group.rank();
+  VLPAR_CHECK(root >= 0 && root < group.size(), "share_packs_without_vision: root {} outside group '{}' of {} ranks",
+              root, group.options().name, group.size());
+  // 1. The header: the pack count (−1: the root failed) and each pack's byte size.
+  std::vector<std::vector<uint8_t>> bytes;
+  int64_t count = 0;
+  if (me == root) {
+    count = root_packs.ok() ? int64_t(root_packs.value().size()) : -1;
+    if (root_packs.ok())
+      for (const PackedBatch& p : root_packs.value()) bytes.push_back(serialize_packed_batch(without_vision(p)));
+  }
+  VLPAR_RETURN_IF_ERROR(group.broadcast(TensorView(&count, DType::kI64, Shape{1}), root));
+  if (count < 0) {
+    if (me == root) return root_packs.status();
+    return Status(StatusCode::kCommError, fmt::format("share_packs_without_vision on group '{}': the loading rank {} "
+                                                     "failed to produce this step's packs (its error is in its log)",
+                                                     group.options().name, root));
+  }
+  std::vector<int64_t> sizes(static_cast<size_t>(count), 0);
+  for (size_t i = 0; i < bytes.size(); ++i) sizes[i] = int64_t(bytes[i].size());
+  if (count > 0) VLPAR_RETURN_IF_ERROR(group.broadcast(TensorView(sizes.data(), DType::kI64, Shape{count}), root));
+  // 2. Each pack's bytes as i64 words (padded to a multiple of 8; the exact length is in `sizes`).
+  std::vector<PackedBatch> out;
+  for (int64_t i = 0; i < count; ++i) {
+    const int64_t words = (sizes[size_t(i)] + 7) / 8;
+    std::vector<uint8_t> buf;
+    if (me == root) buf = std::move(bytes[size_t(i)]);
+    buf.resize(size_t(8 * words), 0);
+    VLPAR_RETURN_IF_ERROR(group.broadcast(TensorView(buf.data(), DType::kI64, Shape{words}), root));
+    if (me == root) continue;
+    VLPAR_ASSIGN_OR_RETURN(PackedBatch p,
+                           deserialize_packed_batch(std::span<const uint8_t>(buf.data(), size_t(sizes[size_t(i)]))));
+    out.push_back(std::move(p));
+  }
+  if (me == root) return std::move(root_packs).value();
+  return out;
+}
+
 }  // namespace vlpar::data

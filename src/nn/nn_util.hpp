@@ -38,7 +38,8 @@ inline Status weight_grad(const Context& ctx, TensorView dw, TensorView dy, Tens
 }
 
 /// @brief Runs `work` (a Status(const Context&) that computes parameter gradients) now, or, in the I of a split
-/// backward (ctx.weight_grads set), queues it with the tensors it reads (`keep`) for the W (core/weight_grad_queue.hpp).
+/// backward (ctx.weight_grads set), queues it with the tensors it reads (`keep`) for the W
+/// (core/weight_grad_queue.hpp).
 /// A queued work runs later on W's context: it must capture views and values, never the block or a local by
 /// reference.
 template <class Work>

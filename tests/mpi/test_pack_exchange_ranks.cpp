@@ -1,6 +1,7 @@
 // exchange_balanced_packs over real ranks (mpirun -np 2 and 4): rank 0 holds all the image-heavy packs; after the
 // exchange every pack is on exactly one rank, byte-identical, each rank has K packs, and the most loaded rank's
 // vision cost is the LPT optimum's (far below rank 0's load before). Unequal K is an error on every rank.
+// share_packs_without_vision: the loading rank's packs reach every rank without vision input; its error too.
 #include <gtest/gtest.h>
 
 #include <algorithm>
@@ -84,6 +85,49 @@ TEST(PackExchange, UnequalPackCountsAreAnErrorEverywhere) {
   Result<std::vector<PackedBatch>> out = exchange_balanced_packs(world.get(), mine);
   ASSERT_FALSE(out.ok());
   EXPECT_NE(out.status().message().find("packs"), std::string::npos) << out.status().message();
+}
+
+// Pipeline data sharing: the last rank loads 3 packs (with images); every other rank receives them with the tokens,
+// labels, sample bounds and positions byte for byte and no vision input; the root keeps its own packs unchanged.
+TEST(PackExchange, SharedWithoutVisionFromTheLoadingRank) {
+  auto world = test::world_comm("pp");
+  ASSERT_TRUE(world);
+  const int root = world->size() - 1;
+  std::vector<PackedBatch> loaded;
+  for (int64_t i = 0; i < 3; ++i) loaded.push_back(pack(0, i));
+  Result<std::vector<PackedBatch>> got =
+      share_packs_without_vision(*world, root, world->rank() == root ? loaded : std::vector<PackedBatch>{});
+  ASSERT_TRUE(got.ok()) << got.status().message();
+  ASSERT_EQ(got.value().size(), 3u);
+  for (size_t i = 0; i < 3; ++i) {
+    const PackedBatch& a = got.value()[i];
+    const PackedBatch& b = loaded[i];
+    if (world->rank() == root) {
+      EXPECT_EQ(a.fingerprint(), b.fingerprint()) << i;
+      continue;
+    }
+    EXPECT_EQ(a.input_ids, b.input_ids) << i;
+    EXPECT_EQ(a.labels, b.labels) << i;
+    EXPECT_EQ(a.cu_seqlens, b.cu_seqlens) << i;
+    EXPECT_EQ(a.positions, b.positions) << i;
+    EXPECT_EQ(a.sample_keys, b.sample_keys) << i;
+    EXPECT_EQ(a.num_images, b.num_images) << i;
+    EXPECT_EQ(a.vision_patches, b.vision_patches) << i;
+    EXPECT_TRUE(a.pixel_values.empty() && a.image_grids.empty()) << i;
+    EXPECT_EQ(a.images_per_sample, std::vector<int64_t>{0}) << i;
+    EXPECT_TRUE(a.view().validate().ok()) << a.view().validate().message();
+  }
+}
+
+// The loading rank's error reaches every rank as an error naming it; nobody waits for packs that never come.
+TEST(PackExchange, SharingFailsEverywhereWhenTheLoadingRankFails) {
+  auto world = test::world_comm("pp");
+  ASSERT_TRUE(world);
+  Result<std::vector<PackedBatch>> bad = Status(StatusCode::kIoError, "shard 3: truncated record");
+  Result<std::vector<PackedBatch>> got = share_packs_without_vision(*world, 0, std::move(bad));
+  ASSERT_FALSE(got.ok());
+  const std::string want = world->rank() == 0 ? "shard 3: truncated record" : "the loading rank 0 failed";
+  EXPECT_NE(got.status().message().find(want), std::string::npos) << got.status().message();
 }
 
 }  // namespace

@@ -16,6 +16,8 @@
 //     within 1e-5 relative;
 //   - the held-out loss (training.eval_interval: the forward-only schedule on the training placement) equals the
 //     one-process one bit for bit in those runs;
+//   - only pipeline rank 0 is given data sources (as qwen3vl-train does): the other stages train on what it sends
+//     (data::share_packs_without_vision);
 //   - the metrics line carries pp_bubble_pct; a layout string with the wrong stage count is a named error.
 #include <gtest/gtest.h>
 
@@ -85,8 +87,12 @@ Result<std::unique_ptr<Trainer>> make(const TrainConfig& c, Communicator* world)
   VLPAR_ASSIGN_OR_RETURN(const DataRank d, data_rank_of(c, world ? world->rank() : 0, world ? world->size() : 1));
   const std::vector<std::string> files = {test::fixture("dense") + "/batch.safetensors",
                                           test::fixture("moe") + "/batch.safetensors"};
-  VLPAR_ASSIGN_OR_RETURN(auto src, FileBatchSource::create(files, test::fixture_mrope_desc(), d.rank, d.size));
-  VLPAR_ASSIGN_OR_RETURN(auto held_out, FileBatchSource::create(files, test::fixture_mrope_desc(), d.rank, d.size));
+  // As qwen3vl-train: only the ranks that read data get sources (pipeline rank 0; the others receive).
+  std::unique_ptr<BatchSource> src, held_out;
+  if (d.loads) {
+    VLPAR_ASSIGN_OR_RETURN(src, FileBatchSource::create(files, test::fixture_mrope_desc(), d.rank, d.size));
+    VLPAR_ASSIGN_OR_RETURN(held_out, FileBatchSource::create(files, test::fixture_mrope_desc(), d.rank, d.size));
+  }
   return Trainer::create(c, world, std::move(src), std::move(held_out));
 }
 

@@ -110,7 +110,8 @@ TEST(TrainConfig, ValidationIsOneSentenceNamingTheKey) {
   expect_error("", {"--parallel.schedule=zb"}, "parallel.schedule must be gpipe, 1f1b, interleaved, zb_h1 or zb_v, "
                "got 'zb'");
   expect_error("", {"--parallel.schedule=zb_v"}, "zb_v (two chunks per rank in a V) vpp = 2");
-  expect_error("", {"--parallel.schedule=zb_h1", "--parallel.vpp=2"}, "parallel.schedule = 'zb_h1' with parallel.vpp = 2");
+  expect_error("", {"--parallel.schedule=zb_h1", "--parallel.vpp=2"},
+               "parallel.schedule = 'zb_h1' with parallel.vpp = 2");
   expect_error("", {"--parallel.schedule=interleaved"}, "the interleaved schedule needs vpp > 1");
   expect_error("", {"--parallel.vpp=2"}, "parallel.schedule = '1f1b' with parallel.vpp = 2");
   expect_error("", {"--parallel.pp=2", "--checkpoint.export_hf=out"}, "checkpoint.export_hf needs parallel.tp = 1 and "

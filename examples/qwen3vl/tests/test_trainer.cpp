@@ -1,7 +1,8 @@
 // The trainer: bit-exact resume (2N steps in one run equal N steps, a resume and N more, loss for loss and bit for
 // bit), a SIGKILL in the middle of checkpoint writes always leaves a loadable checkpoint equal to the uninterrupted
 // run's state at that step, non-finite steps are skipped (and K in a row abort with a message naming the cause),
-// recompute modes and the loss weighting over micro-batches, the held-out loss. Runs on the golden fixtures' pre-packed batches.
+// recompute modes and the loss weighting over micro-batches, the held-out loss. Runs on the golden fixtures'
+// pre-packed batches.
 #include <gtest/gtest.h>
 
 #include <nlohmann/json.hpp>

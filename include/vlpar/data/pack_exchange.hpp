@@ -16,7 +16,8 @@
 // serialize_packed_batch / deserialize_packed_batch: a versioned little-endian byte image of every PackedBatch
 // field; a truncated or inconsistent image is an error naming the defect (never a crash).
 // Tests: tests/unit/test_pack_exchange.cpp (byte round trip, corrupt images), tests/mpi/test_pack_exchange_ranks.cpp
-// (np 2 and 4: image-heavy packs concentrated on rank 0 are spread; every pack arrives once, byte-identical).
+// (np 2 and 4: image-heavy packs concentrated on rank 0 are spread; every pack arrives once, byte-identical; shared
+// without vision input from any root, a root's error reaches every rank).
 #include <cstdint>
 #include <span>
 #include <vector>
@@ -32,6 +33,16 @@ std::vector<uint8_t> serialize_packed_batch(const PackedBatch& batch);
 /// @brief The PackedBatch of serialize_packed_batch's bytes. Errors: a wrong magic/version, a truncated image,
 /// lengths that disagree (e.g. labels vs ids, pixels vs grids), trailing bytes.
 Result<PackedBatch> deserialize_packed_batch(std::span<const uint8_t> bytes);
+
+/// @brief Pipeline data sharing (spec A5.2: pixels only on stage 0): the packs of one step are loaded on `root` of
+/// `group` only (the pipeline rank of stage 0) and every other rank receives them without their vision input
+/// (pixels, grids and the per-sample image and video counts removed; num_images, num_videos and vision_patches
+/// kept): the later stages read the tokens, labels, sample bounds and MRoPE positions, which the packs carry.
+/// `root_packs` is the root's load result (ignored elsewhere): an error there is sent to every rank, whose call
+/// then fails naming the root (so no rank waits for packs that never come). Collective over `group`; the root gets
+/// its packs back unchanged.
+Result<std::vector<PackedBatch>> share_packs_without_vision(comm::Communicator& group, int root,
+                                                            Result<std::vector<PackedBatch>> root_packs);
 
 /// What one exchange did (for logs and the trainer's summary).
 struct PackBalanceReport {
