@@ -7,8 +7,9 @@
 //     act   hidden [N_j, H] f32, and for MoE models the running router statistics [2E + 4] f64 (counts, prob
 //           sums, rows, top_k: RouterAuxStats) so the last stage's aux loss pools every layer (A5.4);
 //     grad  dhidden [N_j, H] f32, and for MoE the final statistics, which every MoE layer's backward reads.
-//   Not sent: every rank holds the step's micro-batches (sample boundaries, MRoPE positions, labels derive from
-//   them on each stage); pixels are read on stage 0 only.
+//   Not sent per hop: every rank holds the step's micro-batches (sample boundaries, MRoPE positions, labels derive
+//   from them on each stage); the trainer reads them on stage 0's rank, which alone has pixels and grids, and
+//   shares them without vision input once per step (data::share_packs_without_vision).
 //   deepstack: its features are added after layers 0 … n_ds − 1, so stage 0 must hold those layers (create()
 //   rejects a layout that cuts them, naming the fix); their gradients return to the vision tower on stage 0.
 //   loss: micro-batch j's loss is scaled by weights[j] in backward (its share of the step's label tokens, as the

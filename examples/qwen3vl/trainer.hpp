@@ -15,8 +15,8 @@
 // training.max_nonfinite_in_a_row consecutive skipped steps abort with an error naming what was non-finite.
 //
 // Pipeline (parallel.pp > 1 or vpp > 1, pipeline_runner.hpp): each rank builds only its stages' part of the model;
-// step 2 is one run of the pipeline engine over the step's micro-batches (every rank of a pipeline group reads the
-// same ones) instead of the per-micro-batch loop; a tied embedding's two copies (first and last stage) are summed
+// step 1 reads the micro-batches on pipeline rank 0 only and sends them to the other stages without vision input;
+// step 2 is one run of the pipeline engine over them instead of the per-micro-batch loop; a tied embedding's two copies (first and last stage) are summed
 // after it and count ½ each in the norm; the norm sums over the stages (OptimizerGroups::stages); the loss comes
 // from the last stage (all-reduced over pp). Checkpoints name every tensor, so any pp loads any other.
 //
