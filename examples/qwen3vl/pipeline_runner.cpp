@@ -165,14 +165,49 @@ PipelineRunner::Times PipelineRunner::times() const {
   return t;
 }
 
-void PipelineRunner::record_trace(vlpar::obs::TraceRecorder& trace, int64_t step_start_ns) const {
-  for (const pipeline::ActionTiming& a : engine_->timings()) {
-    if (!pipeline::is_compute(a.action.kind)) continue;
-    const int64_t start = step_start_ns + int64_t(a.start * 1e9), dur = int64_t((a.end - a.start) * 1e9);
-    trace.record_complete(vlpar::obs::trace_cat::kPipeline, pipeline::to_string(a.action), start, dur);
-    if (a.wait > 0)
-      trace.record_complete(vlpar::obs::trace_cat::kPipeline, "wait", start, int64_t(a.wait * 1e9));
+Status PipelineRunner::record_trace(vlpar::obs::TraceRecorder& trace, int64_t step_start_ns) const {
+  // Every rank's compute actions as rows (stage, kind, micro-batch, start, end, wait) padded to the longest list.
+  constexpr int64_t kCols = 6;
+  std::vector<double> mine;
+  for (const pipeline::ActionTiming& a : engine_->timings())
+    if (pipeline::is_compute(a.action.kind))
+      mine.insert(mine.end(), {double(a.action.stage), double(int(a.action.kind)), double(a.action.mb), a.start,
+                               a.end, a.wait});
+  const int p = pp_->size(), me = pp_->rank();
+  std::vector<int64_t> rows(size_t(p), 0);
+  int64_t my_rows = int64_t(mine.size()) / kCols;
+  if (p > 1) {
+    VLPAR_RETURN_IF_ERROR(pp_->all_gather(TensorView(rows.data(), vlpar::DType::kI64, vlpar::Shape{p}),
+                                          TensorView(&my_rows, vlpar::DType::kI64, vlpar::Shape{1})));
   }
+  rows[size_t(me)] = my_rows;
+  const int64_t most = *std::max_element(rows.begin(), rows.end());
+  mine.resize(size_t(most * kCols), 0.0);
+  std::vector<double> all(size_t(p * most * kCols), 0.0);
+  if (p > 1 && most > 0) {
+    VLPAR_RETURN_IF_ERROR(pp_->all_gather(TensorView(all.data(), vlpar::DType::kF64, vlpar::Shape{p * most * kCols}),
+                                          TensorView(mine.data(), vlpar::DType::kF64, vlpar::Shape{most * kCols})));
+  } else {
+    all = mine;
+  }
+  if (!trace.enabled()) return Status::Ok();
+  for (int r = 0; r < p; ++r) {
+    const std::string track = fmt::format("pipeline rank {}", r);
+    for (int64_t i = 0; i < rows[size_t(r)]; ++i) {
+      const double* row = all.data() + (int64_t(r) * most + i) * kCols;
+      const pipeline::Action a{int(row[0]), pipeline::ActionKind(int(row[1])), int(row[2])};
+      const int64_t start = step_start_ns + int64_t(row[3] * 1e9), dur = int64_t((row[4] - row[3]) * 1e9);
+      const int64_t wait = int64_t(row[5] * 1e9);
+      if (r == me) {
+        trace.record_complete(vlpar::obs::trace_cat::kPipeline, pipeline::to_string(a), start, dur);
+        if (wait > 0) trace.record_complete(vlpar::obs::trace_cat::kPipeline, "wait", start, wait);
+      } else {
+        trace.record_complete_on(track, vlpar::obs::trace_cat::kPipeline, pipeline::to_string(a), start, dur);
+        if (wait > 0) trace.record_complete_on(track, vlpar::obs::trace_cat::kPipeline, "wait", start, wait);
+      }
+    }
+  }
+  return Status::Ok();
 }
 
 }  // namespace qwen3vl

@@ -72,10 +72,13 @@ class PipelineRunner {
     double compute_s = 0, wait_s = 0, span_s = 0;
   };
   Times times() const;
-  /// @brief Adds the last step's actions to `trace` (category "pipeline": each compute action by its text form,
-  /// "0F3" = stage 0's forward of micro-batch 3, with its wait for messages nested at its start as "wait");
-  /// `step_start_ns` = trace.now_ns() taken just before step().
-  void record_trace(vlpar::obs::TraceRecorder& trace, int64_t step_start_ns) const;
+  /// @brief Adds the last step's actions of every pipeline rank to `trace` (category "pipeline": each compute
+  /// action by its text form, "0F3" = stage 0's forward of micro-batch 3, with its wait for messages nested at its
+  /// start as "wait"): this rank's on the calling thread's track, rank r's on the track "pipeline rank r", each
+  /// placed from `step_start_ns` (= trace.now_ns() just before step()) by its own time since its step start (the
+  /// ranks start a step together up to the skew of the previous step's loss all-reduce). Collective over the pp
+  /// group (every rank calls it; a disabled trace records nothing).
+  Status record_trace(vlpar::obs::TraceRecorder& trace, int64_t step_start_ns) const;
   const PipelinePlan& plan() const { return plan_; }
 
  private:

@@ -372,7 +372,7 @@ Result<Trainer::MicroResult> Trainer::forward_backward_pipelined(const std::vect
   for (const MicroBatch& mb : micro) batches.push_back(mb.pack.view());
   const int64_t t0 = logs_->trace.enabled() ? logs_->trace.now_ns() : 0;
   VLPAR_RETURN_IF_ERROR(pipe_->step(ctx_, batches, weights));
-  if (logs_->trace.enabled()) pipe_->record_trace(logs_->trace, t0);
+  if (cfg_.metrics.trace) VLPAR_RETURN_IF_ERROR(pipe_->record_trace(logs_->trace, t0));  // collective over pp
   VLPAR_RETURN_IF_ERROR(pipe_->sum_tied_gradient(ctx_, *model_));
   MicroResult r;
   r.expert_load = pipe_->expert_load();

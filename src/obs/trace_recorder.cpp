@@ -4,6 +4,7 @@
 #include <algorithm>
 #include <chrono>
 #include <cmath>
+#include <map>
 #include <mutex>
 #include <shared_mutex>
 #include <thread>
@@ -52,7 +53,35 @@ struct TraceState {
   double unix_origin_s = std::chrono::duration<double>(std::chrono::system_clock::now().time_since_epoch()).count();
   mutable std::shared_mutex mu;  // guards buffers and next_tid
   std::unordered_map<std::thread::id, std::unique_ptr<TraceBuffer>> buffers;
+  std::map<std::string, std::unique_ptr<TraceBuffer>, std::less<>> named;  // tracks of their own (not a thread)
   int64_t next_tid = 1;
+
+  std::unique_ptr<TraceBuffer> new_buffer(std::string name) {  // under the unique lock of mu
+    auto b = std::make_unique<TraceBuffer>();
+    b->state = this;
+    b->tid = next_tid++;
+    b->thread_name = name.empty() ? fmt::format("thread {}", b->tid) : std::move(name);
+    b->capacity = static_cast<size_t>(std::max<int64_t>(1, options.max_events_per_thread));
+    return b;
+  }
+  TraceBuffer* named_buffer(std::string_view name) {
+    {
+      std::shared_lock<std::shared_mutex> lock(mu);
+      auto it = named.find(name);
+      if (it != named.end()) return it->second.get();
+    }
+    std::unique_lock<std::shared_mutex> lock(mu);
+    std::unique_ptr<TraceBuffer>& slot = named[std::string(name)];
+    if (!slot) slot = new_buffer(std::string(name));
+    return slot.get();
+  }
+  /// Calls f(buffer) for every thread's and named track's buffer, under the shared lock of mu.
+  template <class F>
+  void for_each_buffer(F&& f) const {
+    std::shared_lock<std::shared_mutex> lock(mu);
+    for (const auto& [id, b] : buffers) f(*b);
+    for (const auto& [name, b] : named) f(*b);
+  }
 
   int64_t now_ns() const {
     return std::chrono::duration_cast<std::chrono::nanoseconds>(std::chrono::steady_clock::now() - origin).count();
@@ -67,13 +96,7 @@ struct TraceState {
     }
     std::unique_lock<std::shared_mutex> lock(mu);
     auto& slot = buffers[id];
-    if (!slot) {
-      slot = std::make_unique<TraceBuffer>();
-      slot->state = this;
-      slot->tid = next_tid++;
-      slot->thread_name = fmt::format("thread {}", slot->tid);
-      slot->capacity = static_cast<size_t>(std::max<int64_t>(1, options.max_events_per_thread));
-    }
+    if (!slot) slot = new_buffer({});
     return slot.get();
   }
 };
@@ -186,6 +209,13 @@ void TraceRecorder::record_complete(std::string_view cat, std::string_view name,
       detail::TraceEvent{start_ns, std::max<int64_t>(dur_ns, 0), std::string(cat), std::string(name), {}});
 }
 
+void TraceRecorder::record_complete_on(std::string_view track, std::string_view cat, std::string_view name,
+                                       int64_t start_ns, int64_t dur_ns) {
+  if (!enabled_) return;
+  state_->named_buffer(track)->push(
+      detail::TraceEvent{start_ns, std::max<int64_t>(dur_ns, 0), std::string(cat), std::string(name), {}});
+}
+
 int64_t TraceRecorder::now_ns() const { return enabled_ ? state_->now_ns() : 0; }
 
 void TraceRecorder::set_thread_name(std::string_view name) {
@@ -197,35 +227,32 @@ void TraceRecorder::set_thread_name(std::string_view name) {
 
 int64_t TraceRecorder::event_count() const {
   if (!enabled_) return 0;
-  std::shared_lock<std::shared_mutex> lock(state_->mu);
   int64_t n = 0;
-  for (const auto& [id, b] : state_->buffers) {
-    std::lock_guard<std::mutex> bl(b->mu);
-    n += static_cast<int64_t>(b->ring.size());
-  }
+  state_->for_each_buffer([&](detail::TraceBuffer& b) {
+    std::lock_guard<std::mutex> bl(b.mu);
+    n += static_cast<int64_t>(b.ring.size());
+  });
   return n;
 }
 
 int64_t TraceRecorder::dropped_events() const {
   if (!enabled_) return 0;
-  std::shared_lock<std::shared_mutex> lock(state_->mu);
   int64_t n = 0;
-  for (const auto& [id, b] : state_->buffers) {
-    std::lock_guard<std::mutex> bl(b->mu);
-    n += b->dropped;
-  }
+  state_->for_each_buffer([&](detail::TraceBuffer& b) {
+    std::lock_guard<std::mutex> bl(b.mu);
+    n += b.dropped;
+  });
   return n;
 }
 
 void TraceRecorder::clear() {
   if (!enabled_) return;
-  std::shared_lock<std::shared_mutex> lock(state_->mu);
-  for (const auto& [id, b] : state_->buffers) {
-    std::lock_guard<std::mutex> bl(b->mu);
-    b->ring.clear();
-    b->head = 0;
-    b->dropped = 0;
-  }
+  state_->for_each_buffer([](detail::TraceBuffer& b) {
+    std::lock_guard<std::mutex> bl(b.mu);
+    b.ring.clear();
+    b.head = 0;
+    b.dropped = 0;
+  });
 }
 
 std::string TraceRecorder::to_json() const {
@@ -248,16 +275,15 @@ std::string TraceRecorder::to_json() const {
     pid = state_->options.pid;
     unix_origin_s = state_->unix_origin_s;
     process_name = state_->options.process_name;
-    std::shared_lock<std::shared_mutex> lock(state_->mu);
-    for (const auto& [id, b] : state_->buffers) {
-      std::lock_guard<std::mutex> bl(b->mu);
-      threads.push_back({b->tid, b->thread_name});
-      dropped += b->dropped;
-      for (const detail::TraceEvent& ev : b->ring) {
+    state_->for_each_buffer([&](detail::TraceBuffer& b) {
+      std::lock_guard<std::mutex> bl(b.mu);
+      threads.push_back({b.tid, b.thread_name});
+      dropped += b.dropped;
+      for (const detail::TraceEvent& ev : b.ring) {
         events.push_back(ev);
-        tids.push_back(b->tid);
+        tids.push_back(b.tid);
       }
-    }
+    });
   }
   std::vector<Flat> order;
   order.reserve(events.size());

@@ -175,6 +175,35 @@ TEST(TraceRecorder, ThreadsGetTheirOwnTracks) {
   }
 }
 
+// Named tracks (another rank's events gathered here): each name is one track of its own, apart from the calling
+// thread's, counted and cleared with the others; the ring bounds them too.
+TEST(TraceRecorder, NamedTracksHoldEventsTimedElsewhere) {
+  TraceRecorder::Options opt;
+  opt.max_events_per_thread = 4;
+  TraceRecorder rec(opt);
+  rec.set_thread_name("main");
+  rec.record_complete("pipeline", "0F0", 0, 100);
+  for (int i = 0; i < 6; ++i)
+    rec.record_complete_on("pipeline rank 1", "pipeline", fmt::format("1F{}", i), 1000 * i, 10);
+  rec.record_complete_on("pipeline rank 2", "pipeline", "2F0", 500, 10);
+  EXPECT_EQ(rec.event_count(), 1 + 4 + 1);
+  EXPECT_EQ(rec.dropped_events(), 2);
+  const json trace = json::parse(rec.to_json());
+  std::map<std::string, int64_t> tid_of;  // track name -> tid
+  for (const json& e : trace["traceEvents"])
+    if (e["ph"] == "M" && e["name"] == "thread_name") tid_of[e["args"]["name"]] = e["tid"];
+  ASSERT_EQ(tid_of.size(), 3u) << trace.dump();
+  EXPECT_EQ(tid_of["main"], 1);
+  EXPECT_NE(tid_of["pipeline rank 1"], tid_of["pipeline rank 2"]);
+  std::map<int64_t, std::vector<std::string>> names;  // tid -> event names in time order
+  for (const json& e : complete_events(trace)) names[e["tid"]].push_back(e["name"]);
+  EXPECT_EQ(names[tid_of["main"]], std::vector<std::string>{"0F0"});
+  EXPECT_EQ(names[tid_of["pipeline rank 1"]], (std::vector<std::string>{"1F2", "1F3", "1F4", "1F5"}));
+  EXPECT_EQ(names[tid_of["pipeline rank 2"]], std::vector<std::string>{"2F0"});
+  rec.clear();
+  EXPECT_EQ(rec.event_count(), 0);
+}
+
 TEST(TraceRecorder, RingKeepsTheNewestEvents) {
   TraceRecorder::Options opt;
   opt.max_events_per_thread = 8;

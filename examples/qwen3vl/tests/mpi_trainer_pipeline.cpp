@@ -18,12 +18,14 @@
 //     one-process one bit for bit in those runs;
 //   - only pipeline rank 0 is given data sources (as qwen3vl-train does): the other stages train on what it sends
 //     (data::share_packs_without_vision);
-//   - the metrics line carries pp_bubble_pct; a layout string with the wrong stage count is a named error.
+//   - the metrics line carries pp_bubble_pct; rank 0's trace has every pipeline rank's actions; a layout string with the wrong stage count is a named error.
 #include <gtest/gtest.h>
 
 #include <nlohmann/json.hpp>
 #include <unistd.h>
 
+#include <algorithm>
+#include <map>
 #include <cmath>
 #include <cstring>
 #include <filesystem>
@@ -159,9 +161,25 @@ void check_matches_one_process(const std::string& fixture, const std::vector<std
     EXPECT_GE(m["pp_bubble_pct"].get<double>(), 0.0);
     EXPECT_LT(m["pp_bubble_pct"].get<double>(), 100.0);
   }
+  // With the trace on, rank 0's trace.json shows every other pipeline rank's compute actions on a track of its own:
+  // at least F and B (or I and W) of each of the 4 micro-batches in each of the 3 steps, named by their stage.
+  if (world->rank() == 0 && std::find(extra.begin(), extra.end(), "--metrics.trace=true") != extra.end()) {
+    std::ifstream in(dir.path + "/pp/trace.json");
+    const nlohmann::json trace = nlohmann::json::parse(in);
+    std::map<int64_t, std::string> track_of;  // tid -> track name
+    for (const nlohmann::json& e : trace["traceEvents"])
+      if (e["ph"] == "M" && e["name"] == "thread_name") track_of[e["tid"].get<int64_t>()] = e["args"]["name"];
+    std::map<std::string, int> actions;  // track -> compute actions on it
+    for (const nlohmann::json& e : trace["traceEvents"])
+      if (e["ph"] == "X" && e["cat"] == "pipeline" && e["name"] != "wait")
+        ++actions[track_of[e["tid"].get<int64_t>()]];
+    for (int r = 1; r < P; ++r) EXPECT_GE(actions[fmt::format("pipeline rank {}", r)], 2 * 4 * 3) << "rank " << r;
+  }
 }
 
-TEST(TrainerPipeline, Dense1F1BEqualsOneProcessBitwise) { check_matches_one_process("dense", {}); }
+TEST(TrainerPipeline, Dense1F1BEqualsOneProcessBitwise) {
+  check_matches_one_process("dense", {}, {"--metrics.trace=true"});
+}
 TEST(TrainerPipeline, DenseInterleavedEqualsOneProcessBitwise) {
   check_matches_one_process("dense", {"--parallel.vpp=2", "--parallel.schedule=interleaved"});
 }

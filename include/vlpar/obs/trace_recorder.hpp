@@ -104,6 +104,10 @@ class TraceRecorder {
   /// @brief Records a complete event that was timed elsewhere: [start_ns, start_ns + dur_ns) on the recorder's
   /// clock (now_ns()), on the calling thread's track.
   void record_complete(std::string_view cat, std::string_view name, int64_t start_ns, int64_t dur_ns);
+  /// @brief The same on a track of its own named `track` (created on first use; not a thread's), e.g. the events
+  /// of another rank gathered into this trace.
+  void record_complete_on(std::string_view track, std::string_view cat, std::string_view name, int64_t start_ns,
+                          int64_t dur_ns);
 
   /// @brief Nanoseconds since the recorder was created (steady clock).
   int64_t now_ns() const;
