@@ -5,6 +5,8 @@
 
 #include <algorithm>
 
+#include "vlpar/kernels/gemm.hpp"
+
 namespace qwen3vl {
 namespace {
 
@@ -77,6 +79,7 @@ Status PipelineStage::set_step(std::vector<Batch> micro, std::vector<double> wei
   micro_ = std::move(micro);
   weights_ = std::move(weights);
   losses_.assign(micro_.size(), StepLoss{});
+  last_logits_.assign(micro_.size(), {});
   expert_load_.assign(moe() ? size_t(model_->config().text.layers) * size_t(model_->config().text.num_experts) : 0,
                       0.0);
   return Status::Ok();
@@ -129,6 +132,7 @@ Status PipelineStage::forward(const Context& ctx, std::span<const TensorView> ou
   for (size_t i = 0; i < expert_load_.size(); ++i) expert_load_[i] += st.model.expert_load[i];
   if (is_last()) {
     VLPAR_ASSIGN_OR_RETURN(losses_[size_t(j)], model_->forward_head(ctx, y, st.model));
+    if (keep_last_logits_) return keep_last_logits(ctx, j, st);
     return Status::Ok();
   }
   VLPAR_RETURN_IF_ERROR(vlpar::copy_(out[0], y));
@@ -161,6 +165,19 @@ Status PipelineStage::backward(const Context& ctx, std::span<const TensorView> d
   if (stage_ == 0) return model_->backward_embed(ctx, micro_[size_t(j)], dinput, st.model, {});
   if (moe()) encode_aux(din[1], st.model.aux, E);
   return Status::Ok();
+}
+
+// The last position's logits: final-normed hidden state row N − 1 times the LM head (as Generator::prefill).
+Status PipelineStage::keep_last_logits(const Context& ctx, int j, const Stash& st) {
+  const TensorView hn = st.model.head.hn;
+  const TensorView head = model_->registry().value(model_->lm_head_param_index());
+  const int64_t N = hn.size(0), V = model_->config().text.vocab;
+  VLPAR_CHECK(head.size(0) == V, "pipeline stage {}: the last position's logits need the whole LM head on this rank "
+              "(tensor parallelism splits it: {} of {} rows)", stage_, head.size(0), V);
+  std::vector<float>& out = last_logits_[size_t(j)];
+  out.assign(size_t(V), 0.f);
+  const TensorView logits(out.data(), DType::kF32, Shape{1, V});
+  return vlpar::linear_forward(ctx, logits, hn.slice(0, N - 1, N), head, TensorView{});
 }
 
 Status PipelineStage::backward_input(const Context& ctx, std::span<const TensorView> din,

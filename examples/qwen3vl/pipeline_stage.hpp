@@ -45,6 +45,10 @@ class PipelineStage {
   Status set_step(std::vector<Batch> micro, std::vector<double> weights);
   /// Micro-batch j's loss (the last stage, after its forward).
   const std::vector<StepLoss>& losses() const { return losses_; }
+  /// With `keep`, the last stage's forward also keeps the logits [V] of each micro-batch's last position
+  /// (generation: pipeline_generate.hpp); last_logits(j) is empty before that forward ran or elsewhere.
+  void set_keep_last_logits(bool keep) { keep_last_logits_ = keep; }
+  const std::vector<float>& last_logits(int j) const { return last_logits_.at(size_t(j)); }
   /// The step's assignments per (decoder layer, expert) [L · E] of this stage's MoE layers (zeros elsewhere).
   const std::vector<double>& expert_load() const { return expert_load_; }
   int stage() const { return stage_; }
@@ -76,6 +80,7 @@ class PipelineStage {
   bool is_last() const { return stage_ + 1 == stages_; }
   bool moe() const { return model_->config().text.num_moe_layers() > 0; }
   vlpar::pipeline::Port boundary(int j) const;
+  Status keep_last_logits(const Context& ctx, int j, const Stash& st);
   Status check_j(int j) const;
 
   const Model* model_;
@@ -84,6 +89,8 @@ class PipelineStage {
   std::vector<double> weights_;
   std::vector<StepLoss> losses_;
   std::vector<double> expert_load_;
+  bool keep_last_logits_ = false;
+  std::vector<std::vector<float>> last_logits_;  // [m][V] (set_keep_last_logits)
 };
 
 static_assert(vlpar::pipeline::SplitStage<PipelineStage>);

@@ -9,13 +9,18 @@
 // the same rows in the same order, and every stage's backwards run in micro-batch order as the single process's.
 // Tied embeddings (the 2B/4B checkpoints) with the lookup on stage 0 and the head on the last stage. After each
 // step, a forward-only (evaluation) schedule on the same placement and stage objects gives the same losses and
-// changes no gradient. Also: a layout that cuts the deepstack layers is refused with the fix named.
+// changes no gradient. Greedy generation through two stages gives transformers' ids (generate.json). Also: a
+// layout that cuts the deepstack layers is refused with the fix named.
 #include <gtest/gtest.h>
 
+#include <fstream>
 #include <functional>
+#include <nlohmann/json.hpp>
 
 #include "model_test_util.hpp"
 #include "mpi/mpi_test_util.hpp"
+#include "hf_weights.hpp"
+#include "pipeline_generate.hpp"
 #include "pipeline_stage.hpp"
 #include "vlpar/parallel/pipeline_engine.hpp"
 
@@ -195,6 +200,63 @@ void check_pipeline(const std::string& fixture, bool tied = false) {
 TEST(Qwen3VlPipeline, DenseMatchesSingleProcessBitwise) { check_pipeline("dense"); }
 TEST(Qwen3VlPipeline, MoeMatchesSingleProcessBitwise) { check_pipeline("moe"); }
 TEST(Qwen3VlPipeline, TiedEmbeddingsSumTheirTwoStages) { check_pipeline("dense", true); }
+
+// Greedy generation through two pipeline stages (generate_pipelined: the forward-only schedule once per token;
+// layout 'V E t*2 | t L' of the fixtures' 3 layers, each rank building and loading only its stage's part of the HF
+// weights) gives transformers' generate ids for every case of tests/fixtures/qwen3vl/generate.json (dense and MoE;
+// no near-ties, test_generate.cpp checks the gaps); at np 4 two pipelines of 2 ranks run side by side.
+TEST(Qwen3VlPipeline, GreedyGenerationGivesTransformersIds) {
+  auto world = vlpar::test::world_comm("world");
+  ASSERT_TRUE(world);
+  ASSERT_EQ(world->size() % 2, 0);
+  auto pp = world->split(world->rank() / 2, world->rank(), vlpar::test::test_options("pp"));
+  ASSERT_TRUE(pp.ok()) << pp.status().message();
+  const int stage = pp.value()->rank();
+  std::ifstream f(test::fixture("generate.json"));
+  ASSERT_TRUE(f.good());
+  const nlohmann::json doc = nlohmann::json::parse(f);
+  auto lowered = pipeline::lower(pipeline::forward_only(2, 1).value());
+  ASSERT_TRUE(lowered.ok()) << lowered.status().message();
+  int checked = 0;
+  for (const std::string name : {"dense", "moe"}) {
+    test::Loaded data;  // the fixture's pack (its one-process model is not used)
+    test::load(data, name);
+    Result<Config> cfg = load_hf_config(test::fixture(name));
+    ASSERT_TRUE(cfg.ok()) << cfg.status().message();
+    auto layout = pipeline::parse_layout("V E t*2 | t L", cfg.value().text.layers);
+    ASSERT_TRUE(layout.ok()) << layout.status().message();
+    Built mine;
+    mine.ctx.allocator = &mine.alloc;
+    const std::vector<int> ids = {stage};
+    Result<Model> m = Model::create(mine.ctx, cfg.value(), Freeze{}, uint64_t(42), mine.alloc, {},
+                                    PipelineStage::part_for(layout.value(), ids));
+    ASSERT_TRUE(m.ok()) << m.status().message();
+    mine.model.emplace(std::move(m).value());
+    ASSERT_TRUE(load_hf_weights(*mine.model, test::fixture(name)).ok());
+    auto st = PipelineStage::create(*mine.model, layout.value(), stage);
+    ASSERT_TRUE(st.ok()) << st.status().message();
+    PipelineStage* stages[] = {&st.value()};
+    auto engine = pipeline::Engine<PipelineStage>::create(lowered.value(), {{stage, stages[0]}}, *pp.value());
+    ASSERT_TRUE(engine.ok()) << engine.status().message();
+    const PipelineForward pipe{stages, &engine.value(), pp.value().get(), 1};
+    for (const auto& c : doc.at("cases")) {
+      if (c.at("model").get<std::string>() != name) continue;
+      const auto want = c.at("generated").get<std::vector<int64_t>>();
+      auto prompt = vlpar::data::sample_of_pack(*data.batch, c.at("sample").get<int64_t>(),
+                                                c.at("prompt_len").get<int64_t>());
+      ASSERT_TRUE(prompt.ok()) << prompt.status().message();
+      GenerateOptions o;
+      o.max_new_tokens = int64_t(want.size());
+      Result<GenerateResult> r = generate_pipelined(mine.ctx, pipe, prompt.value(), o, 64);
+      ASSERT_TRUE(r.ok()) << r.status().message();
+      EXPECT_EQ(r.value().tokens, want) << name << " sample " << c.at("sample");
+      EXPECT_EQ(r.value().stop, StopReason::kMaxNewTokens);
+      EXPECT_EQ(r.value().decode_steps, int64_t(want.size()) - 1);
+      ++checked;
+    }
+  }
+  EXPECT_EQ(checked, 4);
+}
 
 TEST(Qwen3VlPipeline, LayoutThatCutsTheDeepstackLayersIsRefused) {
   Built s;
