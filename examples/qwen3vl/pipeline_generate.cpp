@@ -27,6 +27,22 @@ void append_token(vlpar::data::PackedBatch& seq, int64_t token, int64_t rope_del
   seq.real_tokens = n + 1;
 }
 
+// The stages keep their last-position logits while one generation runs (switched off again on every return).
+class KeepLastLogits {
+ public:
+  explicit KeepLastLogits(std::span<PipelineStage* const> stages) : stages_(stages) {
+    for (PipelineStage* st : stages_) st->set_keep_last_logits(true);
+  }
+  ~KeepLastLogits() {
+    for (PipelineStage* st : stages_) st->set_keep_last_logits(false);
+  }
+  KeepLastLogits(const KeepLastLogits&) = delete;
+  KeepLastLogits& operator=(const KeepLastLogits&) = delete;
+
+ private:
+  std::span<PipelineStage* const> stages_;
+};
+
 // The next token: the argmax on the last stage's rank, broadcast over pp (−1 there: its argmax failed).
 Result<int64_t> next_token(const PipelineForward& pipe) {
   int64_t tok = -1;
@@ -64,7 +80,7 @@ Result<GenerateResult> generate_pipelined(const Context& ctx, const PipelineForw
   VLPAR_CHECK(int64_t(prompt.positions.size()) == 3 * N, "generate_pipelined: the prompt has {} positions, MRoPE "
               "needs 3 · {}", prompt.positions.size(), N);
   const int64_t rope_delta = *std::max_element(prompt.positions.begin(), prompt.positions.end()) + 1 - N;
-  for (PipelineStage* st : pipe.stages) st->set_keep_last_logits(true);
+  const KeepLastLogits keep(pipe.stages);
   vlpar::data::PackedBatch seq = prompt;
   GenerateResult r;
   r.prompt_tokens = N;
@@ -94,7 +110,6 @@ Result<GenerateResult> generate_pipelined(const Context& ctx, const PipelineForw
     }
     append_token(seq, tok, rope_delta);
   }
-  for (PipelineStage* st : pipe.stages) st->set_keep_last_logits(false);
   r.decode_seconds = elapsed_since(t0);
   return r;
 }

@@ -186,9 +186,10 @@ Status PipelineStage::backward_input(const Context& ctx, std::span<const TensorV
               "backward_weight", stage_, j);
   Context ictx = ctx;
   ictx.weight_grads = &st.weight_grads;
-  VLPAR_RETURN_IF_ERROR(backward(ictx, din, dout, j, st));
+  const Status s = backward(ictx, din, dout, j, st);
+  if (!s.ok()) st.weight_grads.clear();  // a failed I leaves no half-queued W behind
   st.model = qwen3vl::Stash{};  // only the queue's operands stay for W
-  return Status::Ok();
+  return s;
 }
 
 Status PipelineStage::backward_weight(const Context& ctx, int j, Stash& st) {

@@ -71,7 +71,8 @@ class PipelineStage {
                         Stash& st);
   /// W: the queued work, in order; I then W gives every gradient bitwise equal to backward().
   Status backward_weight(const Context& ctx, int j, Stash& st);
-  /// What the queue holds between I and W (the decoder layers' DecoderLayer::weight_stash_bytes).
+  /// What the queue holds between I and W: the decoder layers' DecoderLayer::weight_stash_bytes (exact with every
+  /// parameter trainable and no expert parallelism; an upper bound with frozen parameters, an estimate under EP).
   int64_t weight_stash_bytes(int j) const;
 
  private:

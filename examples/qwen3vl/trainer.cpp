@@ -292,11 +292,13 @@ Status Trainer::resume() {
   step_ = first_step_ = u.at("step").get<int64_t>();
   optim_->set_steps_taken(u.at("optimizer_steps").get<int64_t>());
   const bool lead = !world_ || world_->rank() == 0;
-  if (same_dp && source_) {
-    // dp rank d's data position was saved by its first tp rank of pipeline stage 0: world rank d · saved_tp (every
-    // pipeline rank of a dp rank reads the same data, so a pp change keeps it).
-    VLPAR_ASSIGN_OR_RETURN(std::string rank_json, io::read_checkpoint_rank_json(latest->dir, dp_rank_ * saved_tp));
-    VLPAR_RETURN_IF_ERROR(source_->restore(nlohmann::json::parse(rank_json).at("data").dump()));
+  if (same_dp) {
+    // dp rank d's data position was saved by its first tp rank of pipeline stage 0: world rank d · saved_tp (only
+    // pipeline rank 0 of a dp rank reads data, so a pp change keeps it; the other pipeline ranks have no source).
+    if (source_) {
+      VLPAR_ASSIGN_OR_RETURN(std::string rank_json, io::read_checkpoint_rank_json(latest->dir, dp_rank_ * saved_tp));
+      VLPAR_RETURN_IF_ERROR(source_->restore(nlohmann::json::parse(rank_json).at("data").dump()));
+    }
   } else if (lead) {
     vlpar::log_warn("{}: layout tp {} x dp {} x pp {} -> tp {} x dp {} x pp {}: model and optimizer resharded; the "
                     "data position is per dp rank, so the data stream restarts from its beginning",
@@ -460,11 +462,14 @@ Result<std::vector<double>> Trainer::balance_experts(std::vector<double> load) {
 
 // ---- the loop ------------------------------------------------------------------------------------------------
 
-Result<std::vector<MicroBatch>> Trainer::fetch(BatchSource* src, int count, const std::string& what) {
+Result<std::vector<MicroBatch>> Trainer::fetch(BatchSource* src, int count, const std::string& what,
+                                               const std::string* restart) {
+  // Every error of the loading rank goes through the share below, so the other pipeline ranks never wait for it.
   auto load = [&]() -> Result<std::vector<vlpar::data::PackedBatch>> {
     std::vector<vlpar::data::PackedBatch> packs;
     if (!loads_data()) return packs;
     VLPAR_CHECK(src != nullptr, "Trainer: no source for the {}s", what);
+    if (restart) VLPAR_RETURN_IF_ERROR(src->restore(*restart));
     for (int i = 0; i < count; ++i) {
       VLPAR_ASSIGN_OR_RETURN(MicroBatch mb, src->next());
       VLPAR_RETURN_IF_ERROR(check_model_inputs(mb.pack, model_->config().text.vocab, fmt::format("{} {}", what, i)));
@@ -487,11 +492,8 @@ Result<std::vector<MicroBatch>> Trainer::fetch(BatchSource* src, int count, cons
 }
 
 Result<double> Trainer::evaluate() {
-  VLPAR_CHECK(held_out_ != nullptr || !loads_data(), "Trainer::evaluate: no held-out data (Trainer::create's "
-              "held_out)");
-  if (held_out_) VLPAR_RETURN_IF_ERROR(held_out_->restore(held_out_start_));
-  VLPAR_ASSIGN_OR_RETURN(std::vector<MicroBatch> micro,
-                         fetch(held_out_.get(), cfg_.training.eval_batches, "held-out micro-batch"));
+  VLPAR_ASSIGN_OR_RETURN(std::vector<MicroBatch> micro, fetch(held_out_.get(), cfg_.training.eval_batches,
+                                                              "held-out micro-batch", &held_out_start_));
   double sums[2] = {0, 0};  // Σ n_j · ce_j, Σ n_j (n_j: micro-batch j's label tokens)
   auto add = [&](const StepLoss& l) {
     sums[0] += double(l.num_label_tokens) * l.ce_loss;
@@ -519,6 +521,28 @@ Result<double> Trainer::evaluate() {
   }
   VLPAR_CHECK(sums[1] > 0, "the {} held-out micro-batches per rank have no label tokens", cfg_.training.eval_batches);
   return sums[0] / sums[1];
+}
+
+// The rest of a metrics line (losses, memory, throughput from `work`), printed and appended to JSONL/TensorBoard.
+Status Trainer::write_metrics(obs::MetricsLine& m, const double* loss_sum, obs::StepWork work) {
+  const TextConfig& t = model_->config().text;
+  m.loss = loss_sum[0];
+  if (t.num_experts > 0) m.aux_loss = loss_sum[1];
+  if (t.router_z_loss_coef > 0) m.extra.push_back({"z_loss", loss_sum[3]});  // × coef
+  if (t.router_seq_aux_loss_coef > 0) m.extra.push_back({"seq_aux_loss", loss_sum[4]});
+  const vlpar::MemoryStats mem = alloc_.stats(vlpar::Device::cpu());
+  m.mem_current_mib = double(mem.current_bytes) / (1 << 20);
+  m.mem_peak_mib = double(mem.peak_bytes) / (1 << 20);
+  alloc_.reset_peak(vlpar::Device::cpu());
+  work.peak_tflops = logs_->peak_gflops * 1e-3;
+  work.devices = cfg_.parallel.tp * pp_size_;  // this data replica's micro-batches ran on tp · pp ranks
+  obs::fill_throughput(m, work);
+  m.wall_time = std::chrono::duration<double>(std::chrono::system_clock::now().time_since_epoch()).count();
+  fmt::print("{}\n", obs::format_metrics_line(m, obs::stdout_color_allowed()));
+  std::fflush(stdout);
+  VLPAR_RETURN_IF_ERROR(logs_->jsonl.append(m));
+  if (logs_->tb.is_open()) VLPAR_RETURN_IF_ERROR(logs_->tb.add_metrics(m));
+  return Status::Ok();
 }
 
 Result<TrainSummary> Trainer::run() {
@@ -661,30 +685,15 @@ Result<TrainSummary> Trainer::run() {
       expert_load_metrics(model_->config().text, loads, m);
       m.step = step_;
       m.total_steps = total;
-      m.loss = loss_sum[0];
-      if (model_->config().text.num_experts > 0) m.aux_loss = loss_sum[1];
-      if (model_->config().text.router_z_loss_coef > 0) m.extra.push_back({"z_loss", loss_sum[3]});  // × coef
-      if (model_->config().text.router_seq_aux_loss_coef > 0) m.extra.push_back({"seq_aux_loss", loss_sum[4]});
       m.grad_norm = rep.grad_norm;
       m.lr = lr;
-      const vlpar::MemoryStats mem = alloc_.stats(vlpar::Device::cpu());
-      m.mem_current_mib = double(mem.current_bytes) / (1 << 20);
-      m.mem_peak_mib = double(mem.peak_bytes) / (1 << 20);
-      alloc_.reset_peak(vlpar::Device::cpu());
       m.data_wait_pct = wait.pct;
       obs::StepWork work;
       work.real_tokens = tokens;
       work.images = images;
       work.flops = flops;
       work.seconds = seconds;
-      work.peak_tflops = logs_->peak_gflops * 1e-3;
-      work.devices = cfg_.parallel.tp * pp_size_;  // this data replica's micro-batches ran on tp · pp ranks
-      obs::fill_throughput(m, work);
-      m.wall_time = std::chrono::duration<double>(std::chrono::system_clock::now().time_since_epoch()).count();
-      fmt::print("{}\n", obs::format_metrics_line(m, obs::stdout_color_allowed()));
-      std::fflush(stdout);
-      VLPAR_RETURN_IF_ERROR(logs_->jsonl.append(m));
-      if (logs_->tb.is_open()) VLPAR_RETURN_IF_ERROR(logs_->tb.add_metrics(m));
+      VLPAR_RETURN_IF_ERROR(write_metrics(m, loss_sum, work));
     }
     // 5. Checkpoint.
     if (cfg_.checkpoint.interval > 0 && step_ % cfg_.checkpoint.interval == 0 && step_ < total) {

@@ -16,8 +16,8 @@
 //
 // Pipeline (parallel.pp > 1 or vpp > 1, pipeline_runner.hpp): each rank builds only its stages' part of the model;
 // step 1 reads the micro-batches on pipeline rank 0 only and sends them to the other stages without vision input;
-// step 2 is one run of the pipeline engine over them instead of the per-micro-batch loop; a tied embedding's two copies (first and last stage) are summed
-// after it and count ½ each in the norm; the norm sums over the stages (OptimizerGroups::stages); the loss comes
+// step 2 is one run of the pipeline engine over them instead of the per-micro-batch loop; a tied embedding's two
+// copies (first and last stage) are summed after it and count ½ each in the norm; the norm sums over the stages (OptimizerGroups::stages); the loss comes
 // from the last stage (all-reduced over pp). Checkpoints name every tensor, so any pp loads any other.
 //
 // Layout: world = tp · dp · pp ranks (mpirun), the library's mesh and process groups (parallel::ProcessGroups,
@@ -162,14 +162,18 @@ class Trainer {
   Result<MicroResult> forward_backward_pipelined(const std::vector<MicroBatch>& micro,
                                                  const std::vector<double>& weights);
   Status pipeline_metrics(std::vector<vlpar::obs::NamedScalar>& extra);
+  /// Fills the losses (loss_sum as MicroResult's), memory and throughput of `m` and writes it (rank 0).
+  Status write_metrics(vlpar::obs::MetricsLine& m, const double* loss_sum, vlpar::obs::StepWork work);
   Result<std::vector<double>> balance_experts(std::vector<double> load);
   bool pipelined() const { return pipe_ != nullptr; }
   /// Pipeline rank 0 reads the data and sends it on (pp > 1); the others receive it.
   bool shares_data() const { return pipelined() && pp_size_ > 1; }
   bool loads_data() const { return !shares_data() || groups_->pp().rank() == 0; }
-  /// @brief `count` checked micro-batches from `src` (`what` names them in errors), read where this rank loads
-  /// data and shared over the pipeline group (the later stages get them without vision input).
-  Result<std::vector<MicroBatch>> fetch(BatchSource* src, int count, const std::string& what);
+  /// @brief `count` checked micro-batches from `src` (`what` names them in errors; with `restart`, src is first
+  /// restored to that state), read where this rank loads data and shared over the pipeline group (the later stages
+  /// get them without vision input; a loading error reaches them as an error).
+  Result<std::vector<MicroBatch>> fetch(BatchSource* src, int count, const std::string& what,
+                                        const std::string* restart = nullptr);
 
   struct Logs;  // metrics writers (trainer.cpp)
 

@@ -352,20 +352,22 @@ Result<std::vector<PackedBatch>> share_packs_without_vision(comm::Communicator& 
   std::vector<int64_t> sizes(static_cast<size_t>(count), 0);
   for (size_t i = 0; i < bytes.size(); ++i) sizes[i] = int64_t(bytes[i].size());
   if (count > 0) VLPAR_RETURN_IF_ERROR(group.broadcast(TensorView(sizes.data(), DType::kI64, Shape{count}), root));
-  // 2. Each pack's bytes as i64 words (padded to a multiple of 8; the exact length is in `sizes`).
-  std::vector<PackedBatch> out;
+  // 2. Each pack's bytes as i64 words (padded to a multiple of 8; the exact length is in `sizes`), all of them
+  // received before any is decoded, so a bad image cannot leave the ranks' broadcasts out of step.
+  bytes.resize(static_cast<size_t>(count));
   for (int64_t i = 0; i < count; ++i) {
+    std::vector<uint8_t>& buf = bytes[size_t(i)];
     const int64_t words = (sizes[size_t(i)] + 7) / 8;
-    std::vector<uint8_t> buf;
-    if (me == root) buf = std::move(bytes[size_t(i)]);
     buf.resize(size_t(8 * words), 0);
     VLPAR_RETURN_IF_ERROR(group.broadcast(TensorView(buf.data(), DType::kI64, Shape{words}), root));
-    if (me == root) continue;
-    VLPAR_ASSIGN_OR_RETURN(PackedBatch p,
-                           deserialize_packed_batch(std::span<const uint8_t>(buf.data(), size_t(sizes[size_t(i)]))));
-    out.push_back(std::move(p));
   }
   if (me == root) return std::move(root_packs).value();
+  std::vector<PackedBatch> out;
+  for (int64_t i = 0; i < count; ++i) {
+    VLPAR_ASSIGN_OR_RETURN(PackedBatch p, deserialize_packed_batch(std::span<const uint8_t>(
+                                              bytes[size_t(i)].data(), size_t(sizes[size_t(i)]))));
+    out.push_back(std::move(p));
+  }
   return out;
 }
 

@@ -108,6 +108,27 @@ Status AttentionBlock::forward(const Context& ctx, TensorView out, TensorView x,
   return add_(ctx, out, x);
 }
 
+// dw [rows, H] += dyᵀ · h, now or queued for a split backward's W (the closure holds values and views with their
+// owners kept: the block need not outlive the queue). A k/v projection (kv) whose heads are replicated over tp
+// (tp > H_kv) gets contributions from every rank whose query heads read them, so the local contribution is placed
+// in a full-size [H_kv·D, H] buffer, summed over tp, and this rank's rows are added.
+Status AttentionBlock::projection_weight_grad(const Context& ctx, TensorView dw, TensorView dy, const Tensor& dy_owner,
+                                              const Tensor& h, bool kv) const {
+  if (frozen(dw)) return Status::Ok();
+  const int64_t D = cfg_.head_dim, H = cfg_.hidden;
+  const bool replicated = kv && kv_head_replicas(cfg_.kv_heads, tp_.size()) > 1;
+  const int64_t rows = int64_t(cfg_.kv_heads) * D, mine_begin = kv_begin_ * D, mine_end = (kv_begin_ + hkv_) * D;
+  const TensorView hv = h;
+  return detail::weight_work(ctx, {dy_owner, h}, [=, tp = tp_](const Context& c) -> Status {
+    if (!replicated) return detail::weight_grad(c, dw, dy, hv);
+    VLPAR_ASSIGN_OR_RETURN(Tensor full, scratch_zeros(c, {rows, H}));
+    TensorView mine = full.view().slice(0, mine_begin, mine_end);
+    VLPAR_RETURN_IF_ERROR(detail::weight_grad(c, mine, dy, hv));
+    VLPAR_RETURN_IF_ERROR(tp_sum_partial_grad(tp, full));
+    return add_(c, dw, mine);
+  });
+}
+
 Status AttentionBlock::backward(const Context& ctx, TensorView dx, TensorView dout, const PackedSeq& seq,
                                 const AttentionStash& st, const GradReadyFn& ready) const {
   const char* kName = "attention block backward";
@@ -169,23 +190,6 @@ Status AttentionBlock::backward(const Context& ctx, TensorView dx, TensorView do
   const TensorView dq_proj = cfg_.qk_norm ? dq_raw.view() : dq.view();
   const TensorView dk_proj = cfg_.qk_norm ? dk_raw.view() : dk.view();
 
-  // k/v weight gradients: a replicated kv head (tp > H_kv) gets contributions from every rank whose query
-  // heads read it, so the local contribution is placed in a full-size [H_kv·D, H] buffer and summed over tp.
-  // Run now or queued for a split backward's W (by value: the block need not outlive the queue).
-  const bool kv_replicated = kv_head_replicas(cfg_.kv_heads, tp_.size()) > 1;
-  const int64_t kv_rows = int64_t(cfg_.kv_heads) * D, mine_begin = kv_begin_ * D, mine_end = (kv_begin_ + hkv_) * D;
-  auto kv_weight_grad = [&](TensorView dw_local, TensorView dy, const Tensor& dy_owner) -> Status {
-    if (frozen(dw_local)) return Status::Ok();
-    const TensorView h = st.h;
-    return detail::weight_work(ctx, {dy_owner, st.h}, [=, tp = tp_](const Context& c) -> Status {
-      if (!kv_replicated) return detail::weight_grad(c, dw_local, dy, h);
-      VLPAR_ASSIGN_OR_RETURN(Tensor full, scratch_zeros(c, {kv_rows, H}));
-      TensorView mine = full.view().slice(0, mine_begin, mine_end);
-      VLPAR_RETURN_IF_ERROR(detail::weight_grad(c, mine, dy, h));
-      VLPAR_RETURN_IF_ERROR(tp_sum_partial_grad(tp, full));
-      return add_(c, dw_local, mine);
-    });
-  };
   // dh = dv·Wv + dk·Wk + dq·Wq (the column-parallel input gradient, partial over tp until region_enter⁻¹).
   VLPAR_ASSIGN_OR_RETURN(Tensor dh, scratch(ctx, {N, H}));
   const TensorView dv2 = as_shape(dv, {N, hkv_ * D}), dk2 = as_shape(dk_proj, {N, hkv_ * D}),
@@ -193,17 +197,13 @@ Status AttentionBlock::backward(const Context& ctx, TensorView dx, TensorView do
   GemmDesc acc;
   acc.beta = 1.f;
   VLPAR_RETURN_IF_ERROR(gemm(ctx, dh, dv2, w_.v, GemmDesc{}));
-  VLPAR_RETURN_IF_ERROR(kv_weight_grad(g_.v, dv2, dv));
+  VLPAR_RETURN_IF_ERROR(projection_weight_grad(ctx, g_.v, dv2, dv, st.h, true));
   VLPAR_RETURN_IF_ERROR(mark(3, g_.v));
   VLPAR_RETURN_IF_ERROR(gemm(ctx, dh, dk2, w_.k, acc));
-  VLPAR_RETURN_IF_ERROR(kv_weight_grad(g_.k, dk2, cfg_.qk_norm ? dk_raw : dk));
+  VLPAR_RETURN_IF_ERROR(projection_weight_grad(ctx, g_.k, dk2, cfg_.qk_norm ? dk_raw : dk, st.h, true));
   VLPAR_RETURN_IF_ERROR(mark(2, g_.k));
   VLPAR_RETURN_IF_ERROR(gemm(ctx, dh, dq2, w_.q, acc));
-  if (!frozen(g_.q)) {
-    const TensorView h = st.h, dq_w = g_.q;
-    VLPAR_RETURN_IF_ERROR(detail::weight_work(ctx, {cfg_.qk_norm ? dq_raw : dq, st.h},
-                                              [=](const Context& c) { return detail::weight_grad(c, dq_w, dq2, h); }));
-  }
+  VLPAR_RETURN_IF_ERROR(projection_weight_grad(ctx, g_.q, dq2, cfg_.qk_norm ? dq_raw : dq, st.h, false));
   VLPAR_RETURN_IF_ERROR(mark(1, g_.q));
 
   // Back through region entry and the RMSNorm; under SP the norm weight gradient is a partial sum over tokens.

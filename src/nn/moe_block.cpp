@@ -111,11 +111,38 @@ Status MoeBlock::forward(const Context& ctx, TensorView out, TensorView x, int64
   return add_(ctx, out, x);
 }
 
+// Router: dlogits through the renormalised top-k weights and the softmax, plus the router loss terms (each
+// dLoss/d(term) in `losses`); the router weight gradient drouter [E, H] += dlogitsᵀ · h (now, or queued for a split
+// backward's W) and dh [N, H] += dlogits · router.
+Status MoeBlock::router_grads(const Context& ctx, TensorView dh, TensorView dweights, const MoeStash& st,
+                              const RouterLossGrads& losses) const {
+  const int64_t N = dh.size(0), H = cfg_.hidden, E = moe_.num_experts;
+  const RouterDesc rdesc{int(E), int(moe_.top_k)};
+  VLPAR_ASSIGN_OR_RETURN(Tensor dlogits, scratch(ctx, {N, E}));
+  VLPAR_RETURN_IF_ERROR(router_backward(ctx, dlogits, dweights, st.probs, st.indices, st.weights, rdesc));
+  // (A rank without tokens has no router rows; under expert parallelism it still served the others' rows.)
+  if (losses.aux != 0.f && N > 0)
+    VLPAR_RETURN_IF_ERROR(router_aux_backward(ctx, dlogits, st.probs, *losses.stats, losses.aux));
+  if (losses.z != 0.f && N > 0)
+    VLPAR_RETURN_IF_ERROR(router_z_backward(ctx, dlogits, st.probs, st.lse, losses.z / float(N)));
+  if (losses.seq_aux != 0.f && N > 0)
+    VLPAR_RETURN_IF_ERROR(
+        router_seq_aux_backward(ctx, dlogits, st.probs, st.indices, st.cu_seqlens, rdesc, losses.seq_aux));
+  if (!g_.router.empty()) {
+    const TensorView dw = detail::as_shape(g_.router, {1, E, H}), a = dlogits, h = st.h;
+    VLPAR_RETURN_IF_ERROR(detail::weight_work(ctx, {dlogits, st.h}, [dw, a, h, N](const Context& c) {
+      return grouped_weight_grad(c, dw, a, h, one_group(N));
+    }));
+  }
+  return grouped_gemm(ctx, dh, dlogits, detail::as_shape(w_.router, {1, E, H}), one_group(N),
+                      GemmDesc{false, false, 1.f, 1.f});
+}
+
 Status MoeBlock::backward(const Context& ctx, TensorView dx, TensorView dout, int64_t N, const MoeStash& st,
                           const GradReadyFn& ready, const RouterLossGrads& losses) const {
   const char* kName = "moe block backward";
   VLPAR_RETURN_IF_ERROR(check(kName, N));
-  const int64_t H = cfg_.hidden, E = moe_.num_experts, K = moe_.top_k, I = moe_.intermediate;
+  const int64_t H = cfg_.hidden, K = moe_.top_k, I = moe_.intermediate;
   VLPAR_RETURN_IF_ERROR(check_shape(kName, "dx", dx, {N, H}));
   VLPAR_RETURN_IF_ERROR(check_shape(kName, "dout", dout, {N, H}));
   const ExpertDispatch& d = st.dispatch;
@@ -141,7 +168,6 @@ Status MoeBlock::backward(const Context& ctx, TensorView dx, TensorView dout, in
       return grouped_weight_grad(c, dw, a, dc, offs);
     });
   };
-  const RouterDesc rdesc{int(E), int(K)};
   const auto& offsets = d.expert_offsets;
   const MoeDispatch rows_plan = d.received_plan();  // per-row ops on the experts' rows ([R, 1] values)
 
@@ -185,23 +211,8 @@ Status MoeBlock::backward(const Context& ctx, TensorView dx, TensorView dout, in
   VLPAR_RETURN_IF_ERROR(grouped_gemm(ctx, dhp, dgu_v, w_.gate_up, offsets, GemmDesc{false, true, 1.f, 0.f}));
   VLPAR_RETURN_IF_ERROR(combine_rows(ctx, ep_.comm, d, dh, dhp));
 
-  // Router: through the renormalised top-k weights and softmax, plus grad_aux · ∂aux/∂logits.
-  VLPAR_ASSIGN_OR_RETURN(Tensor dlogits, scratch(ctx, {N, E}));
-  VLPAR_RETURN_IF_ERROR(router_backward(ctx, dlogits, dweights, st.probs, st.indices, st.weights, rdesc));
-  // (A rank without tokens has no router rows; under expert parallelism it still served the others' rows above.)
-  if (losses.aux != 0.f && N > 0)
-    VLPAR_RETURN_IF_ERROR(router_aux_backward(ctx, dlogits, st.probs, *aux, losses.aux));
-  if (losses.z != 0.f && N > 0)
-    VLPAR_RETURN_IF_ERROR(router_z_backward(ctx, dlogits, st.probs, st.lse, losses.z / float(N)));
-  if (losses.seq_aux != 0.f && N > 0)
-    VLPAR_RETURN_IF_ERROR(
-        router_seq_aux_backward(ctx, dlogits, st.probs, st.indices, st.cu_seqlens, rdesc, losses.seq_aux));
-  if (!g_.router.empty())  // drouter [E, H] += dlogitsᵀ · h
-    VLPAR_RETURN_IF_ERROR(expert_weight_grad(detail::as_shape(g_.router, {1, E, H}), dlogits, st.h, st.h,
-                                             one_group(N)));
+  VLPAR_RETURN_IF_ERROR(router_grads(ctx, dh, dweights, st, losses));
   VLPAR_RETURN_IF_ERROR(mark(1));
-  VLPAR_RETURN_IF_ERROR(grouped_gemm(ctx, dh, dlogits, detail::as_shape(w_.router, {1, E, H}), one_group(N),
-                                     GemmDesc{false, false, 1.f, 1.f}));  // dh += dlogits · router
 
   // RMSNorm (input gradient per row; weight gradient in fixed chunks) and the residual.
   VLPAR_RETURN_IF_ERROR(rmsnorm_backward(ctx, dx, {}, dh, st.x, w_.norm, st.rstd));

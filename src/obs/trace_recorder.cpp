@@ -23,8 +23,8 @@ struct TraceEvent {
   std::string cat, name, args;  // args: JSON members without braces
 };
 
-// One thread's events. Only its owner thread appends (plus write_json/clear reading), so `mu` is uncontended
-// during training.
+// One track's events: a thread's (only its owner thread appends, plus write_json/clear reading, so `mu` is
+// uncontended during training) or a named track's (record_complete_on, from any thread).
 struct TraceBuffer {
   TraceState* state = nullptr;
   int64_t tid = 0;
@@ -51,7 +51,7 @@ struct TraceState {
   TraceRecorder::Options options;
   std::chrono::steady_clock::time_point origin = std::chrono::steady_clock::now();
   double unix_origin_s = std::chrono::duration<double>(std::chrono::system_clock::now().time_since_epoch()).count();
-  mutable std::shared_mutex mu;  // guards buffers and next_tid
+  mutable std::shared_mutex mu;  // guards buffers, named and next_tid
   std::unordered_map<std::thread::id, std::unique_ptr<TraceBuffer>> buffers;
   std::map<std::string, std::unique_ptr<TraceBuffer>, std::less<>> named;  // tracks of their own (not a thread)
   int64_t next_tid = 1;

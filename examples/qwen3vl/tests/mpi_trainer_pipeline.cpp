@@ -18,7 +18,8 @@
 //     one-process one bit for bit in those runs;
 //   - only pipeline rank 0 is given data sources (as qwen3vl-train does): the other stages train on what it sends
 //     (data::share_packs_without_vision);
-//   - the metrics line carries pp_bubble_pct; rank 0's trace has every pipeline rank's actions; a layout string with the wrong stage count is a named error.
+//   - the metrics line carries pp_bubble_pct; rank 0's trace has every pipeline rank's actions; a layout string
+//     with the wrong stage count is a named error.
 #include <gtest/gtest.h>
 
 #include <nlohmann/json.hpp>

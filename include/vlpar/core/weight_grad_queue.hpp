@@ -10,7 +10,8 @@
 // operands that the full backward makes, and every gradient buffer receives the same accumulations in the same
 // order (a backward adds to each of its parameter gradients once; the queue keeps their order). Gradient views
 // are not owned: the parameter registry outlives the step. Not thread-safe (one backward at a time).
-// Test: tests/unit/test_weight_grad_split.cpp (decoder layers dense, qk-norm and MoE; the queue's bytes).
+// Test: tests/unit/test_layer_stack.cpp (PipelineSplitBackward…: decoder layers dense, q/k-norm and MoE; the
+// queue's bytes).
 #include <cstdint>
 #include <functional>
 #include <initializer_list>

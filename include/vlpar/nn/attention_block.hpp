@@ -91,6 +91,9 @@ class AttentionBlock {
   int local_kv_heads() const { return hkv_; }
 
  private:
+  Status projection_weight_grad(const Context& ctx, TensorView dw, TensorView dy, const Tensor& dy_owner,
+                                const Tensor& h, bool kv) const;
+
   TransformerConfig cfg_;
   TensorParallel tp_;
   AttentionWeights w_, g_;

@@ -123,6 +123,8 @@ class MoeBlock {
 
  private:
   Status check(const char* name, int64_t num_tokens) const;
+  Status router_grads(const Context& ctx, TensorView dh, TensorView dweights, const MoeStash& st,
+                      const RouterLossGrads& losses) const;
 
   TransformerConfig cfg_;
   MoeConfig moe_;
