@@ -178,6 +178,16 @@ Result<TensorView> Generator::step(const Context& ctx, int64_t token) {
   return logits_.view().slice(0, 0, 1).reshape(Shape{t.vocab});
 }
 
+std::optional<StopReason> stop_after(const std::vector<int64_t>& tokens, int64_t prompt_tokens,
+                                     const GenerateOptions& options, int64_t max_length) {
+  if (tokens.empty()) return std::nullopt;
+  if (std::find(options.eos_ids.begin(), options.eos_ids.end(), tokens.back()) != options.eos_ids.end())
+    return StopReason::kEos;
+  if (int64_t(tokens.size()) == options.max_new_tokens) return StopReason::kMaxNewTokens;
+  if (prompt_tokens + int64_t(tokens.size()) == max_length) return StopReason::kMaxLength;
+  return std::nullopt;
+}
+
 Result<GenerateResult> Generator::generate(const Context& ctx, const Batch& prompt, const GenerateOptions& options) {
   VLPAR_CHECK(options.max_new_tokens >= 1, "Generator::generate: max_new_tokens must be at least 1, got {}",
               options.max_new_tokens);
@@ -193,16 +203,8 @@ Result<GenerateResult> Generator::generate(const Context& ctx, const Batch& prom
   t0 = std::chrono::steady_clock::now();
   for (;;) {
     r.tokens.push_back(tok);
-    if (std::find(options.eos_ids.begin(), options.eos_ids.end(), tok) != options.eos_ids.end()) {
-      r.stop = StopReason::kEos;
-      break;
-    }
-    if (int64_t(r.tokens.size()) == options.max_new_tokens) {
-      r.stop = StopReason::kMaxNewTokens;
-      break;
-    }
-    if (N + int64_t(r.tokens.size()) == max_length_) {
-      r.stop = StopReason::kMaxLength;
+    if (const std::optional<StopReason> stop = stop_after(r.tokens, N, options, max_length_)) {
+      r.stop = *stop;
       break;
     }
     VLPAR_ASSIGN_OR_RETURN(logits, step(ctx, tok));

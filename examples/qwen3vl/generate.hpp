@@ -32,6 +32,7 @@
 // generate, tests/fixtures/qwen3vl/generate.json from tools/golden/make_generate_fixture.py; eos, max length,
 // errors); the cache attention: tests/unit/test_kv_cache_attention.cpp.
 #include <cstdint>
+#include <optional>
 #include <vector>
 
 #include "batch_io.hpp"
@@ -55,6 +56,11 @@ struct GenerateOptions {
   int64_t max_new_tokens = 32;   // ≥ 1
   std::vector<int64_t> eos_ids;  // generation stops after producing any of these (may be empty)
 };
+
+/// @brief Why generation stops after `tokens` (the generated ids so far, after a prompt of prompt_tokens), in this
+/// order: the last token is an eos id, max_new_tokens reached, prompt + tokens reached max_length; nullopt: go on.
+std::optional<StopReason> stop_after(const std::vector<int64_t>& tokens, int64_t prompt_tokens,
+                                     const GenerateOptions& options, int64_t max_length);
 
 struct GenerateResult {
   std::vector<int64_t> tokens;  // generated ids, prompt excluded, the eos id included when it stopped on one

@@ -96,16 +96,8 @@ Result<GenerateResult> generate_pipelined(const Context& ctx, const PipelineForw
       ++r.decode_steps;
     }
     r.tokens.push_back(tok);
-    if (std::find(options.eos_ids.begin(), options.eos_ids.end(), tok) != options.eos_ids.end()) {
-      r.stop = StopReason::kEos;
-      break;
-    }
-    if (int64_t(r.tokens.size()) == options.max_new_tokens) {
-      r.stop = StopReason::kMaxNewTokens;
-      break;
-    }
-    if (N + int64_t(r.tokens.size()) == max_length) {
-      r.stop = StopReason::kMaxLength;
+    if (const std::optional<StopReason> stop = stop_after(r.tokens, N, options, max_length)) {
+      r.stop = *stop;
       break;
     }
     append_token(seq, tok, rope_delta);
