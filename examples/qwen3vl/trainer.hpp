@@ -10,8 +10,8 @@
 //   token-weighted mean loss); the last micro-batch's backward reports each gradient ready to the library's
 //   parallel::DistributedOptimizer, whose buckets start their dp reduction during that backward → a non-finite
 //   loss skips the step → DistributedOptimizer::step (finish the reduction, tp-aware global norm, clip, AdamW with
-//   replicated or ZeRO-1 sharded state) → a non-finite norm skips the step → metrics → checkpoint every
-//   checkpoint.interval steps.
+//   replicated or ZeRO-1 sharded state) → a non-finite norm skips the step → every training.eval_interval steps the
+//   held-out loss (evaluate()) → metrics → checkpoint every checkpoint.interval steps.
 // training.max_nonfinite_in_a_row consecutive skipped steps abort with an error naming what was non-finite.
 //
 // Pipeline (parallel.pp > 1 or vpp > 1, pipeline_runner.hpp): each rank builds only its stages' part of the model;
