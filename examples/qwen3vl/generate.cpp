@@ -124,12 +124,9 @@ Result<TensorView> Generator::prefill(const Context& ctx, const Batch& prompt) {
         model_->attention_block(l).fill_kv_cache(ctx, x, stash.positions, cache_.k(l), cache_.v(l), 0));
   }
   const int64_t* pos = stash.positions.ptr<int64_t>();
-  const int64_t max_pos = *std::max_element(pos, pos + 3 * N);
-  rope_delta_ = max_pos + 1 - N;
+  rope_delta_ = rope_delta_of(std::span<const int64_t>(pos, size_t(3 * N)), N);
   // Last position's logits: final-normed hidden state row N − 1 times the LM head.
-  const TensorView hn = stash.head.hn;
-  VLPAR_RETURN_IF_ERROR(vlpar::linear_forward(ctx, logits_, hn.slice(0, N - 1, N),
-                                              model_->registry().value(model_->lm_head_param_index()), TensorView{}));
+  VLPAR_RETURN_IF_ERROR(model_->last_logits(ctx, stash, logits_));
   length_ = N;
   prefilled_ = true;
   return logits_.view().slice(0, 0, 1).reshape(Shape{t.vocab});
@@ -176,6 +173,10 @@ Result<TensorView> Generator::step(const Context& ctx, int64_t token) {
   VLPAR_RETURN_IF_ERROR(vlpar::linear_forward(ctx_for(head.numel()), logits_, h_, head, TensorView{}));
   length_ = n + 1;
   return logits_.view().slice(0, 0, 1).reshape(Shape{t.vocab});
+}
+
+int64_t rope_delta_of(std::span<const int64_t> positions, int64_t n) {
+  return *std::max_element(positions.begin(), positions.end()) + 1 - n;
 }
 
 std::optional<StopReason> stop_after(const std::vector<int64_t>& tokens, int64_t prompt_tokens,

@@ -33,6 +33,7 @@
 // errors); the cache attention: tests/unit/test_kv_cache_attention.cpp.
 #include <cstdint>
 #include <optional>
+#include <span>
 #include <vector>
 
 #include "batch_io.hpp"
@@ -56,6 +57,10 @@ struct GenerateOptions {
   int64_t max_new_tokens = 32;   // ≥ 1
   std::vector<int64_t> eos_ids;  // generation stops after producing any of these (may be empty)
 };
+
+/// @brief position − sequence index of every generated token after a prompt of n tokens with MRoPE positions
+/// [3, n] (non-empty): max(positions) + 1 − n (HF's rope_deltas, cached at prefill).
+int64_t rope_delta_of(std::span<const int64_t> positions, int64_t n);
 
 /// @brief Why generation stops after `tokens` (the generated ids so far, after a prompt of prompt_tokens), in this
 /// order: the last token is an eos id, max_new_tokens reached, prompt + tokens reached max_length; nullopt: go on.

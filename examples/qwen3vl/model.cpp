@@ -492,6 +492,13 @@ Result<Tensor> Model::logits(const Context& ctx, const Stash& stash, Allocator& 
   return out;
 }
 
+Status Model::last_logits(const Context& ctx, const Stash& stash, TensorView out) const {
+  const TensorView hn = stash.head.hn;
+  VLPAR_CHECK(!hn.empty(), "Model::last_logits: run forward first");
+  const int64_t N = hn.size(0);
+  return vlpar::linear_forward(ctx, out, hn.slice(0, N - 1, N), reg_.value(lm_head_), TensorView{});
+}
+
 // ---- backward ----------------------------------------------------------------------------------------------
 
 std::vector<std::pair<int, int>> Model::segments(int a, int b) const {

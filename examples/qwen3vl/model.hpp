@@ -199,6 +199,8 @@ class Model {
   /// @brief logits [N, V/tp] f32 of the last forward (final normed hidden states · lm_headᵀ, this rank's vocab
   /// block), for parity checks and the forward CLI; training never materialises them.
   Result<Tensor> logits(const Context& ctx, const Stash& stash, Allocator& alloc) const;
+  /// @brief out [1, V/tp] f32 written: the last position's row of logits() (what greedy decoding reads).
+  Status last_logits(const Context& ctx, const Stash& stash, TensorView out) const;
 
   /// The decoder layers [a, b) as an nn::LayerStack under this model's recompute policy; MoE layers read and
   /// write `moe_loss` (nn/decoder_layer.hpp) and, with `expert_load` ([L · E]), count their assignments per expert

@@ -79,7 +79,7 @@ Result<GenerateResult> generate_pipelined(const Context& ctx, const PipelineForw
               "under max_length {}", N, max_length);
   VLPAR_CHECK(int64_t(prompt.positions.size()) == 3 * N, "generate_pipelined: the prompt has {} positions, MRoPE "
               "needs 3 · {}", prompt.positions.size(), N);
-  const int64_t rope_delta = *std::max_element(prompt.positions.begin(), prompt.positions.end()) + 1 - N;
+  const int64_t rope_delta = rope_delta_of(prompt.positions, N);
   const KeepLastLogits keep(pipe.stages);
   vlpar::data::PackedBatch seq = prompt;
   GenerateResult r;

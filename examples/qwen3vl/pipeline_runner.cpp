@@ -193,18 +193,18 @@ Status PipelineRunner::record_trace(vlpar::obs::TraceRecorder& trace, int64_t st
   if (!trace.enabled()) return Status::Ok();
   for (int r = 0; r < p; ++r) {
     const std::string track = fmt::format("pipeline rank {}", r);
+    // This rank's actions on its own thread's track (with its other spans), the others' on their named tracks.
+    auto record = [&](std::string_view name, int64_t start, int64_t dur) {
+      if (r == me) trace.record_complete(vlpar::obs::trace_cat::kPipeline, name, start, dur);
+      else trace.record_complete_on(track, vlpar::obs::trace_cat::kPipeline, name, start, dur);
+    };
     for (int64_t i = 0; i < rows[size_t(r)]; ++i) {
       const double* row = all.data() + (int64_t(r) * most + i) * kCols;
       const pipeline::Action a{int(row[0]), pipeline::ActionKind(int(row[1])), int(row[2])};
       const int64_t start = step_start_ns + int64_t(row[3] * 1e9), dur = int64_t((row[4] - row[3]) * 1e9);
       const int64_t wait = int64_t(row[5] * 1e9);
-      if (r == me) {
-        trace.record_complete(vlpar::obs::trace_cat::kPipeline, pipeline::to_string(a), start, dur);
-        if (wait > 0) trace.record_complete(vlpar::obs::trace_cat::kPipeline, "wait", start, wait);
-      } else {
-        trace.record_complete_on(track, vlpar::obs::trace_cat::kPipeline, pipeline::to_string(a), start, dur);
-        if (wait > 0) trace.record_complete_on(track, vlpar::obs::trace_cat::kPipeline, "wait", start, wait);
-      }
+      record(pipeline::to_string(a), start, dur);
+      if (wait > 0) record("wait", start, wait);
     }
   }
   return Status::Ok();

@@ -5,8 +5,6 @@
 
 #include <algorithm>
 
-#include "vlpar/kernels/gemm.hpp"
-
 namespace qwen3vl {
 namespace {
 
@@ -167,17 +165,15 @@ Status PipelineStage::backward(const Context& ctx, std::span<const TensorView> d
   return Status::Ok();
 }
 
-// The last position's logits: final-normed hidden state row N − 1 times the LM head (as Generator::prefill).
+// The last position's logits over the whole vocabulary (Model::last_logits, as Generator::prefill reads them).
 Status PipelineStage::keep_last_logits(const Context& ctx, int j, const Stash& st) {
-  const TensorView hn = st.model.head.hn;
-  const TensorView head = model_->registry().value(model_->lm_head_param_index());
-  const int64_t N = hn.size(0), V = model_->config().text.vocab;
-  VLPAR_CHECK(head.size(0) == V, "pipeline stage {}: the last position's logits need the whole LM head on this rank "
-              "(tensor parallelism splits it: {} of {} rows)", stage_, head.size(0), V);
+  const int64_t rows = model_->registry().value(model_->lm_head_param_index()).size(0);
+  const int64_t V = model_->config().text.vocab;
+  VLPAR_CHECK(rows == V, "pipeline stage {}: the last position's logits need the whole LM head on this rank "
+              "(tensor parallelism splits it: {} of {} rows)", stage_, rows, V);
   std::vector<float>& out = last_logits_[size_t(j)];
   out.assign(size_t(V), 0.f);
-  const TensorView logits(out.data(), DType::kF32, Shape{1, V});
-  return vlpar::linear_forward(ctx, logits, hn.slice(0, N - 1, N), head, TensorView{});
+  return model_->last_logits(ctx, st.model, TensorView(out.data(), DType::kF32, Shape{1, V}));
 }
 
 Status PipelineStage::backward_input(const Context& ctx, std::span<const TensorView> din,

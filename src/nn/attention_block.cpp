@@ -114,13 +114,12 @@ Status AttentionBlock::forward(const Context& ctx, TensorView out, TensorView x,
 // in a full-size [H_kv·D, H] buffer, summed over tp, and this rank's rows are added.
 Status AttentionBlock::projection_weight_grad(const Context& ctx, TensorView dw, TensorView dy, const Tensor& dy_owner,
                                               const Tensor& h, bool kv) const {
-  if (frozen(dw)) return Status::Ok();
-  const int64_t D = cfg_.head_dim, H = cfg_.hidden;
   const bool replicated = kv && kv_head_replicas(cfg_.kv_heads, tp_.size()) > 1;
+  if (!replicated || frozen(dw)) return detail::weight_grad_split(ctx, dw, dy, dy_owner, h, h);
+  const int64_t D = cfg_.head_dim, H = cfg_.hidden;
   const int64_t rows = int64_t(cfg_.kv_heads) * D, mine_begin = kv_begin_ * D, mine_end = (kv_begin_ + hkv_) * D;
   const TensorView hv = h;
   return detail::weight_work(ctx, {dy_owner, h}, [=, tp = tp_](const Context& c) -> Status {
-    if (!replicated) return detail::weight_grad(c, dw, dy, hv);
     VLPAR_ASSIGN_OR_RETURN(Tensor full, scratch_zeros(c, {rows, H}));
     TensorView mine = full.view().slice(0, mine_begin, mine_end);
     VLPAR_RETURN_IF_ERROR(detail::weight_grad(c, mine, dy, hv));

@@ -19,6 +19,16 @@ namespace {
 /// thread-count invariant).
 std::vector<int64_t> one_group(int64_t n) { return {0, n}; }
 
+// grouped_weight_grad (dw[g] += aᵀ·dc over each group's rows) now, or queued for a split backward's W with a and
+// dc_owner (which owns dc) kept alive.
+Status grouped_weight_grad_split(const Context& ctx, TensorView dw, const Tensor& a, TensorView dc,
+                                 const Tensor& dc_owner, std::vector<int64_t> offsets) {
+  const TensorView av = a;
+  return detail::weight_work(ctx, {a, dc_owner}, [dw, av, dc, offsets = std::move(offsets)](const Context& c) {
+    return grouped_weight_grad(c, dw, av, dc, offsets);
+  });
+}
+
 }  // namespace
 
 Status MoeConfig::validate() const {
@@ -128,12 +138,9 @@ Status MoeBlock::router_grads(const Context& ctx, TensorView dh, TensorView dwei
   if (losses.seq_aux != 0.f && N > 0)
     VLPAR_RETURN_IF_ERROR(
         router_seq_aux_backward(ctx, dlogits, st.probs, st.indices, st.cu_seqlens, rdesc, losses.seq_aux));
-  if (!g_.router.empty()) {
-    const TensorView dw = detail::as_shape(g_.router, {1, E, H}), a = dlogits, h = st.h;
-    VLPAR_RETURN_IF_ERROR(detail::weight_work(ctx, {dlogits, st.h}, [dw, a, h, N](const Context& c) {
-      return grouped_weight_grad(c, dw, a, h, one_group(N));
-    }));
-  }
+  if (!g_.router.empty())
+    VLPAR_RETURN_IF_ERROR(
+        grouped_weight_grad_split(ctx, detail::as_shape(g_.router, {1, E, H}), dlogits, st.h, st.h, one_group(N)));
   return grouped_gemm(ctx, dh, dlogits, detail::as_shape(w_.router, {1, E, H}), one_group(N),
                       GemmDesc{false, false, 1.f, 1.f});
 }
@@ -161,13 +168,6 @@ Status MoeBlock::backward(const Context& ctx, TensorView dx, TensorView dout, in
   auto mark = [&](size_t k) {
     return grads_by_offset[k].empty() ? Status::Ok() : detail::mark_ready(ctx, ready, first_param_ + k);
   };
-  // The expert weight gradients, now or queued for a split backward's W (core/weight_grad_queue.hpp).
-  auto expert_weight_grad = [&](TensorView dw, const Tensor& a, TensorView dc, const Tensor& dc_owner,
-                                std::vector<int64_t> offs) {
-    return detail::weight_work(ctx, {a, dc_owner}, [dw, a = a.view(), dc, offs = std::move(offs)](const Context& c) {
-      return grouped_weight_grad(c, dw, a, dc, offs);
-    });
-  };
   const auto& offsets = d.expert_offsets;
   const MoeDispatch rows_plan = d.received_plan();  // per-row ops on the experts' rows ([R, 1] values)
 
@@ -185,7 +185,7 @@ Status MoeBlock::backward(const Context& ctx, TensorView dx, TensorView dout, in
   VLPAR_RETURN_IF_ERROR(moe_scale_rows(ctx, dact, st.row_weights, rows_plan));
   if (!g_.down.empty()) {  // dD_e += act_eᵀ · (w ⊙ dout)_e
     VLPAR_RETURN_IF_ERROR(moe_scale_rows(ctx, dyp, st.row_weights, rows_plan));
-    VLPAR_RETURN_IF_ERROR(expert_weight_grad(g_.down, st.act, dyp, dyp, offsets));
+    VLPAR_RETURN_IF_ERROR(grouped_weight_grad_split(ctx, g_.down, st.act, dyp, dyp, offsets));
   }
   VLPAR_RETURN_IF_ERROR(mark(3));
 
@@ -203,7 +203,7 @@ Status MoeBlock::backward(const Context& ctx, TensorView dx, TensorView dout, in
   if (!g_.gate_up.empty()) {  // dGU_e += h_eᵀ · dgu_e, h sent to the experts again (not stashed: [R, H])
     VLPAR_ASSIGN_OR_RETURN(Tensor hp, scratch(ctx, {R, H}));
     VLPAR_RETURN_IF_ERROR(dispatch_rows(ctx, ep_.comm, d, hp, st.h));
-    VLPAR_RETURN_IF_ERROR(expert_weight_grad(g_.gate_up, hp, dgu_v, dgu, offsets));
+    VLPAR_RETURN_IF_ERROR(grouped_weight_grad_split(ctx, g_.gate_up, hp, dgu_v, dgu, offsets));
   }
   VLPAR_RETURN_IF_ERROR(mark(2));
   VLPAR_ASSIGN_OR_RETURN(Tensor dhp, scratch(ctx, {R, H}));

@@ -58,6 +58,14 @@ inline Status mark_ready(const Context& ctx, const GradReadyFn& ready, size_t in
   return Status::Ok();
 }
 
+/// @brief weight_grad (dw += dyᵀ·x) now, or queued for a split backward's W with dy_owner and x_owner kept alive
+/// (dy and x may be reshaped views of them); nothing when dw is frozen.
+inline Status weight_grad_split(const Context& ctx, TensorView dw, TensorView dy, const Tensor& dy_owner, TensorView x,
+                                const Tensor& x_owner) {
+  if (frozen(dw)) return Status::Ok();
+  return weight_work(ctx, {dy_owner, x_owner}, [dw, dy, x](const Context& c) { return weight_grad(c, dw, dy, x); });
+}
+
 /// @brief linear_backward with the weight gradient run or queued by weight_work: dx = dy·W and dbias += Σ dy now
 /// (empty views: skipped), dw += dyᵀ·x now or in W (empty dw: frozen). dy_owner / x_owner own dy / x (x may be a
 /// reshaped view of its owner).
@@ -66,7 +74,7 @@ inline Status linear_backward_split(const Context& ctx, TensorView dx, TensorVie
                                     TensorView w) {
   if (ctx.weight_grads == nullptr || frozen(dw)) return linear_backward(ctx, dx, dw, dbias, dy, x, w);
   if (!dx.empty() || !dbias.empty()) VLPAR_RETURN_IF_ERROR(linear_backward(ctx, dx, {}, dbias, dy, x, w));
-  return weight_work(ctx, {dy_owner, x_owner}, [dw, dy, x](const Context& c) { return weight_grad(c, dw, dy, x); });
+  return weight_grad_split(ctx, dw, dy, dy_owner, x, x_owner);
 }
 
 /// @brief rmsnorm_backward (dx [rows, D] written, dw [D] accumulated) for a replicated weight whose rows are split
