@@ -121,4 +121,28 @@ Status check_model_inputs(const data::PackedBatch& pack, int64_t vocab, std::str
   return Status::Ok();
 }
 
+int64_t pad_for_sequence_parallel(vlpar::data::PackedBatch& pack, int64_t multiple, int64_t pad_id) {
+  const auto N = int64_t(pack.input_ids.size());
+  const int64_t r = multiple > 1 ? (multiple - N % multiple) % multiple : 0;
+  if (r == 0) return 0;
+  const int64_t B = pack.num_samples();
+  pack.input_ids.insert(pack.input_ids.end(), size_t(r), pad_id);
+  pack.labels.insert(pack.labels.end(), size_t(r), vlpar::data::kIgnoreLabel);
+  if (pack.cu_seqlens.empty()) pack.cu_seqlens = {0, N};
+  pack.cu_seqlens.push_back(N + r);
+  std::vector<int64_t> pos(size_t(3 * (N + r)));  // [3, N + r]: each row's N values, then 0 … r − 1
+  for (size_t row = 0; row < 3; ++row) {
+    const auto src = pack.positions.begin() + int64_t(row) * N;
+    std::copy(src, src + N, pos.begin() + int64_t(row) * (N + r));
+    for (int64_t k = 0; k < r; ++k) pos[size_t(int64_t(row) * (N + r) + N + k)] = k;
+  }
+  pack.positions = std::move(pos);
+  if (int64_t(pack.rope_deltas.size()) == B) pack.rope_deltas.push_back(0);
+  if (int64_t(pack.images_per_sample.size()) == B) pack.images_per_sample.push_back(0);
+  if (int64_t(pack.videos_per_sample.size()) == B) pack.videos_per_sample.push_back(0);
+  pack.sample_keys.push_back("<padding>");
+  pack.recount();
+  return r;
+}
+
 }  // namespace qwen3vl

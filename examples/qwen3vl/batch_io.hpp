@@ -32,4 +32,11 @@ vlpar::Result<vlpar::data::PackedBatch> load_batch(const std::string& path, cons
 /// trainer's non-finite policy then applies to the loss.
 vlpar::Status check_model_inputs(const vlpar::data::PackedBatch& pack, int64_t vocab, std::string_view where);
 
+/// @brief Sequence parallelism splits a micro-batch's N tokens evenly over the tp ranks: appends
+/// (multiple − N mod multiple) mod multiple tokens to `pack` as one more sample (ids `pad_id`, labels −100, positions
+/// 0, 1, … on the three MRoPE rows, no image, key "<padding>"). Being their own sample they attend only to each other
+/// and carry no label; they do pass through the MoE routers (their rows count in the router statistics, as the rows
+/// of a padded HF batch do without an attention mask). Returns how many tokens were appended.
+int64_t pad_for_sequence_parallel(vlpar::data::PackedBatch& pack, int64_t multiple, int64_t pad_id);
+
 }  // namespace qwen3vl

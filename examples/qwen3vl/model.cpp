@@ -56,6 +56,16 @@ Status check_fits_in_memory(const nn::ParamRegistry& reg) {
   return Status::Ok();
 }
 
+/// Under sequence parallelism: every tp rank's rows of `local` [N / tp, H] in rank order, [N, H] (an all-gather);
+/// without it an empty tensor (`local` is the whole sequence already).
+Result<Tensor> whole_sequence(const Context& ctx, const nn::TensorParallel& tp, TensorView local) {
+  if (!tp.sp()) return Tensor{};
+  VLPAR_ASSIGN_OR_RETURN(Tensor whole, Tensor::empty(*ctx.allocator, Shape{local.size(0) * tp.size(), local.size(1)},
+                                                     local.dtype, ctx.device));
+  VLPAR_RETURN_IF_ERROR(tp.comm->all_gather(whole, local));
+  return whole;
+}
+
 }  // namespace
 
 vlpar::obs::Span Model::span(std::string_view cat, std::string_view name) const {
@@ -237,14 +247,11 @@ Result<Model> Model::create(const Context& ctx, const Config& cfg, const Freeze&
   for (const auto& [a, b] : part.layers)
     VLPAR_CHECK(0 <= a && a <= b && b <= cfg.text.layers, "Qwen3-VL pipeline part: layers [{}, {}) outside the "
                 "model's [0, {})", a, b, cfg.text.layers);
-  VLPAR_CHECK_CODE(!tp.sp(), StatusCode::kNotSupported,
-                   "Qwen3-VL: sequence parallelism is not supported yet (the MoE blocks, the visual scatter and the "
-                   "deepstack adds need the full token range on every rank)");
   VLPAR_CHECK(!ep.active() || cfg.text.num_experts % ep.size() == 0, "Qwen3-VL: expert parallelism over {} ranks "
               "does not divide text_config.num_experts = {}", ep.size(), cfg.text.num_experts);
-  VLPAR_CHECK_CODE(!ep.active() || !tp.active(), StatusCode::kNotSupported,
-                   "Qwen3-VL: expert parallelism with tensor parallelism needs sequence parallelism in the MoE layers "
-                   "(the tp ranks hold the same tokens), not implemented yet: use tp = 1 with ep > 1");
+  VLPAR_CHECK(!ep.active() || !tp.active() || tp.sp(), "Qwen3-VL: expert parallelism (ep {}) with tensor "
+              "parallelism (tp {}) needs sequence parallelism: without it the tp ranks hold the same tokens and "
+              "would route them twice", ep.size(), tp.size());
   Model m;
   m.cfg_ = cfg;
   m.tp_ = tp;
@@ -366,7 +373,7 @@ Result<StepLoss> Model::forward(const Context& ctx, const Batch& batch, Stash& s
               "(pipeline_stage.hpp)");
   VLPAR_RETURN_IF_ERROR(prepare(ctx, batch, stash));
   VLPAR_RETURN_IF_ERROR(embed(ctx, batch, stash));
-  VLPAR_ASSIGN_OR_RETURN(TensorView x, forward_layers(ctx, stash.embeds, 0, cfg_.text.layers, stash));
+  VLPAR_ASSIGN_OR_RETURN(TensorView x, forward_layers(ctx, stash.x0, 0, cfg_.text.layers, stash));
   return forward_head(ctx, x, stash);
 }
 
@@ -382,6 +389,9 @@ Status Model::prepare(const Context& ctx, const Batch& batch, Stash& stash) cons
   }
   VLPAR_CHECK(batch.positions.ndim() == 2, "Qwen3-VL needs MRoPE positions [3, {}] in the batch, got {}", N,
               batch.positions.to_string());
+  VLPAR_CHECK(!tp_.sp() || N % tp_.size() == 0, "Qwen3-VL: the batch's {} tokens do not split evenly over tp = {} "
+              "for sequence parallelism (pad the pack to a multiple of tp: pad_for_sequence_parallel)", N,
+              tp_.size());
   // Sample boundaries as i32 (attention), the batch's MRoPE positions, labels shifted within each sample.
   VLPAR_ASSIGN_OR_RETURN(stash.targets, nn::causal_targets(ctx, batch, kIgnoreIndex));
   stash.positions = batch.positions;
@@ -403,12 +413,18 @@ Status Model::embed(const Context& ctx, const Batch& batch, Stash& stash) const 
         encode(ctx, batch.pixel_values_videos, batch.video_grids, cfg_.video_token_id, ids, stash.video));
   }
   VLPAR_ASSIGN_OR_RETURN(stash.embeds, Tensor::empty(alloc, Shape{N, H}, DType::kF32));
-  VLPAR_RETURN_IF_ERROR(nn::vocab_parallel_embedding_forward(ctx, tp_, stash.embeds, reg_.value(embed_), ids,
+  // Whole on every tp rank (an all-reduce, also under SP: the visual rows and deepstack features are scattered by
+  // sequence position; each rank then keeps its rows).
+  const nn::TensorParallel whole{tp_.comm, false};
+  VLPAR_RETURN_IF_ERROR(nn::vocab_parallel_embedding_forward(ctx, whole, stash.embeds, reg_.value(embed_), ids,
                                                              vocab_block_, cfg_.text.vocab));
   for (const std::optional<VisionPass>* pass : {&stash.image, &stash.video})
     if (*pass)
       VLPAR_RETURN_IF_ERROR(vlpar::scatter_rows(ctx, stash.embeds, (*pass)->out.merged, index_view((*pass)->rows)));
-  return deepstack_features(ctx, stash);
+  VLPAR_RETURN_IF_ERROR(deepstack_features(ctx, stash));
+  const int64_t first = tp_.first_local_token(N);
+  stash.x0 = stash.embeds.view().slice(0, first, first + tp_.local_tokens(N));
+  return Status::Ok();
 }
 
 // Deepstack features over the visual rows in sequence order (image rows from the image pass, video rows from the
@@ -429,7 +445,17 @@ Status Model::deepstack_features(const Context& ctx, Stash& stash) const {
     pass.visual_index.push_back(int64_t(stash.visual_rows.size()));
     stash.visual_rows.push_back(image ? ir[ii++] : vr[vi++]);
   }
-  const auto n_vis = int64_t(stash.visual_rows.size());
+  // The visual rows this rank adds to (all of them without SP), as rows of its layer outputs, and where each
+  // sits in visual_rows.
+  const int64_t N = stash.embeds.shape()[0], first = tp_.first_local_token(N), end = first + tp_.local_tokens(N);
+  stash.deepstack_rows.clear();
+  std::vector<int64_t> pick;
+  for (size_t i = 0; i < stash.visual_rows.size(); ++i)
+    if (stash.visual_rows[i] >= first && stash.visual_rows[i] < end) {
+      stash.deepstack_rows.push_back(stash.visual_rows[i] - first);
+      pick.push_back(int64_t(i));
+    }
+  const auto n_vis = int64_t(stash.visual_rows.size()), n_here = int64_t(pick.size());
   for (size_t j = 0; j < levels && n_vis > 0; ++j) {
     VLPAR_ASSIGN_OR_RETURN(Tensor ds, Tensor::empty(*ctx.allocator, Shape{n_vis, cfg_.text.hidden}, DType::kF32,
                                                     ctx.device));
@@ -437,6 +463,12 @@ Status Model::deepstack_features(const Context& ctx, Stash& stash) const {
       if (*pass)
         VLPAR_RETURN_IF_ERROR(
             vlpar::scatter_rows(ctx, ds, (*pass)->out.deepstack[j], index_view((*pass)->visual_index)));
+    if (n_here < n_vis) {  // sequence parallelism: keep this rank's rows
+      VLPAR_ASSIGN_OR_RETURN(Tensor mine, Tensor::empty(*ctx.allocator, Shape{n_here, cfg_.text.hidden},
+                                                        DType::kF32, ctx.device));
+      VLPAR_RETURN_IF_ERROR(vlpar::gather_rows(ctx, mine, ds, index_view(pick)));
+      ds = std::move(mine);
+    }
     stash.deepstack.push_back(std::move(ds));
   }
   return Status::Ok();
@@ -459,7 +491,8 @@ Result<TensorView> Model::forward_layers(const Context& ctx, TensorView x, int a
     VLPAR_ASSIGN_OR_RETURN(x, stack.forward(ctx, x, seq, stash.segments[k]));
     const auto level = size_t(cuts[k].first);  // segments below the deepstack level count are single layers
     if (level < stash.deepstack.size())
-      VLPAR_RETURN_IF_ERROR(vlpar::scatter_add_rows(ctx, x, stash.deepstack[level], index_view(stash.visual_rows)));
+      VLPAR_RETURN_IF_ERROR(
+          vlpar::scatter_add_rows(ctx, x, stash.deepstack[level], index_view(stash.deepstack_rows)));
   }
   return x;
 }
@@ -487,6 +520,8 @@ Result<StepLoss> Model::forward_head(const Context& ctx, TensorView x, Stash& st
 Result<Tensor> Model::logits(const Context& ctx, const Stash& stash, Allocator& alloc) const {
   const TensorView hn = stash.head.hn;
   VLPAR_CHECK(!hn.empty(), "Model::logits: run forward first");
+  VLPAR_CHECK(!tp_.sp(), "Model::logits: under sequence parallelism each rank holds 1/{} of the positions; run "
+              "without it", tp_.size());
   VLPAR_ASSIGN_OR_RETURN(Tensor out, Tensor::empty(alloc, Shape{hn.size(0), vocab_block_.size()}, DType::kF32));
   VLPAR_RETURN_IF_ERROR(vlpar::linear_forward(ctx, out, hn, reg_.value(lm_head_), TensorView{}));
   return out;
@@ -495,6 +530,8 @@ Result<Tensor> Model::logits(const Context& ctx, const Stash& stash, Allocator& 
 Status Model::last_logits(const Context& ctx, const Stash& stash, TensorView out) const {
   const TensorView hn = stash.head.hn;
   VLPAR_CHECK(!hn.empty(), "Model::last_logits: run forward first");
+  VLPAR_CHECK(!tp_.sp(), "Model::last_logits: under sequence parallelism the last position is on the last tp rank "
+              "only; run without it");
   const int64_t N = hn.size(0);
   return vlpar::linear_forward(ctx, out, hn.slice(0, N - 1, N), reg_.value(lm_head_), TensorView{});
 }
@@ -572,7 +609,7 @@ Status Model::backward(const Context& ctx, const Batch& batch, Stash& stash, flo
   VLPAR_CHECK(ctx.allocator != nullptr, "Model::backward: ctx.allocator must be set");
   VLPAR_CHECK(part_.whole, "Model::backward needs the whole model (see forward)");
   VLPAR_CHECK(!stash.segments.empty(), "Model::backward: run forward first");
-  const int64_t N = batch.input_ids.numel(), H = cfg_.text.hidden;
+  const int64_t N = tp_.local_tokens(batch.input_ids.numel()), H = cfg_.text.hidden;
   VLPAR_ASSIGN_OR_RETURN(Tensor dx, Tensor::empty(*ctx.allocator, Shape{N, H}, DType::kF32));
   VLPAR_ASSIGN_OR_RETURN(Tensor dembeds, Tensor::empty(*ctx.allocator, Shape{N, H}, DType::kF32));
   VLPAR_RETURN_IF_ERROR(backward_head(ctx, dx, stash, grad_loss, ready));
@@ -612,7 +649,9 @@ Status Model::backward_layers(const Context& ctx, TensorView din, TensorView dou
       VLPAR_ASSIGN_OR_RETURN(stash.d_deepstack[level],
                              Tensor::empty(*ctx.allocator, Shape{int64_t(stash.visual_rows.size()), H}, DType::kF32,
                                            ctx.device));
-      VLPAR_RETURN_IF_ERROR(vlpar::gather_rows(ctx, stash.d_deepstack[level], cur, index_view(stash.visual_rows)));
+      VLPAR_ASSIGN_OR_RETURN(const Tensor whole, whole_sequence(ctx, tp_, cur));
+      const TensorView all = whole.defined() ? whole.view() : cur;
+      VLPAR_RETURN_IF_ERROR(vlpar::gather_rows(ctx, stash.d_deepstack[level], all, index_view(stash.visual_rows)));
     }
     const TensorView next = k % 2 == 0 ? din : scratch.view();
     const DecoderStack stack =
@@ -627,7 +666,9 @@ Status Model::backward_layers(const Context& ctx, TensorView din, TensorView dou
 Status Model::backward_embed(const Context& ctx, const Batch& batch, TensorView dx, Stash& stash,
                              const nn::GradReadyFn& ready) const {
   // Embedding: the rows overwritten by visual tokens give embed_tokens nothing (masked_scatter, spec §4.1);
-  // their gradient goes to the vision passes instead.
+  // their gradient goes to the vision passes instead. Under SP both need every position's gradient.
+  VLPAR_ASSIGN_OR_RETURN(const Tensor whole, whole_sequence(ctx, tp_, dx));
+  if (whole.defined()) dx = whole.view();
   vlpar::obs::Span vision_span = span(vlpar::obs::trace_cat::kVisionEncoder, "vision_backward");
   if (stash.image) VLPAR_RETURN_IF_ERROR(vision_backward(ctx, *stash.image, dx, stash.d_deepstack));
   if (stash.video) VLPAR_RETURN_IF_ERROR(vision_backward(ctx, *stash.video, dx, stash.d_deepstack));
@@ -639,7 +680,8 @@ Status Model::backward_embed(const Context& ctx, const Batch& batch, TensorView 
   if (!reg_.grad(embed_).empty()) {
     VLPAR_RETURN_IF_ERROR(vlpar::zero_rows(ctx, dx, index_view(stash.visual_rows)));
     // text_config.pad_token_id is nn.Embedding's padding_idx in transformers: its row never gets a gradient.
-    VLPAR_RETURN_IF_ERROR(nn::vocab_parallel_embedding_backward(ctx, tp_, reg_.grad(embed_), dx, batch.input_ids,
+    const nn::TensorParallel whole{tp_.comm, false};  // dx holds every position (as the forward's output did)
+    VLPAR_RETURN_IF_ERROR(nn::vocab_parallel_embedding_backward(ctx, whole, reg_.grad(embed_), dx, batch.input_ids,
                                                                 vocab_block_, TensorView{}, cfg_.text.pad_token_id));
     if (ready) VLPAR_RETURN_IF_ERROR(ready(embed_));
   }

@@ -22,7 +22,12 @@
 // Tensor parallelism: the language model is sharded over `tp` as the nn blocks do it (heads, SwiGLU width, vocab;
 // HF tensors are converted to vlpar's full layout, then each rank takes its shard). The vision tower and the MoE
 // blocks run replicated on every tp rank (same inputs, same weights, same gradients) until vision TP and expert
-// parallelism exist; sequence parallelism is rejected (kNotSupported). Storage f32 on CPU.
+// parallelism exist. With sequence parallelism (tp.sequence_parallel) the decoder layers hold N / tp tokens per
+// rank (rank r: rows [r·N/tp, (r+1)·N/tp)): the embeddings and visual tokens are made whole on every rank as
+// without SP and each rank keeps its rows (layer 0's input, stash.x0); each deepstack level is added to the rows a
+// rank holds; the MoE layers route each rank's own tokens (nn/moe_block.hpp); backward all-gathers the gradient at
+// layer 0's input (and at the deepstack layers' outputs) so that the vision tower and the embedding see the whole
+// sequence. N must be a multiple of tp (the trainer pads: pad_for_sequence_parallel). Storage f32 on CPU.
 // Test: examples/qwen3vl/tests/test_parity.cpp (vs transformers fixtures), test_packing.cpp, test_freeze.cpp.
 #include <cstdint>
 #include <optional>
@@ -120,10 +125,13 @@ using DecoderStack = vlpar::nn::LayerStack<vlpar::nn::DecoderLayer>;
 struct Stash {
   vlpar::nn::CausalTargets targets;  // i32 cu_seqlens [B + 1], labels [N] shifted per sample
   TensorView positions;              // i64 [3, N] MRoPE rows T, H, W: the batch's
-  Tensor embeds;        // [N, H] embedding output with visual rows scattered in (layer 0's input)
+  Tensor embeds;        // [N, H] embedding output with visual rows scattered in
+  TensorView x0;        // layer 0's input: embeds, or this tp rank's N / tp rows of it under sequence parallelism
   std::optional<VisionPass> image, video;
   std::vector<int64_t> visual_rows;          // image and video rows in sequence order (deepstack targets)
-  std::vector<Tensor> deepstack;             // [n_visual, D] per level, rows in visual_rows order
+  std::vector<Tensor> deepstack;             // [n_here, D] per level: the rows added on this rank, in the order
+                                             // of deepstack_rows (all visual rows, in visual_rows order, without SP)
+  std::vector<int64_t> deepstack_rows;       // where they are added: rows of this rank's layer outputs
   std::pair<int, int> layers{0, 0};          // the decoder layers [a, b) forward_layers ran
   std::vector<DecoderStack::Stash> segments;  // one per decoder segment of those layers (DecoderStack above)
   std::vector<Tensor> d_deepstack;           // backward: ∂loss/∂deepstack per level, for the vision backward
@@ -141,7 +149,7 @@ class Model {
   /// `part`: the layers and sections this object holds (pipeline stages); forward() and backward() need the whole
   /// model, a part runs the pieces below for its own layers.
   /// `ep`: expert parallelism of the MoE layers (each rank holds E / ep experts, ids ep_rank · E / ep …, as
-  /// [E / ep, …] shards of the HF tensors; the ep ranks must hold different tokens: tp 1).
+  /// [E / ep, …] shards of the HF tensors; the ep ranks must hold different tokens: tp 1, or sequence parallelism).
   static Result<Model> create(const Context& ctx, const Config& cfg, const Freeze& freeze,
                               std::optional<uint64_t> seed, Allocator& alloc, vlpar::nn::TensorParallel tp = {},
                               PipelinePart part = {}, vlpar::nn::ExpertParallel ep = {});
@@ -176,30 +184,32 @@ class Model {
   //   backward = backward_head → backward_layers → backward_embed
   /// Checks the batch; sample boundaries, shifted labels and MRoPE positions into the stash (every stage).
   Status prepare(const Context& ctx, const Batch& batch, Stash& stash) const;
-  /// Vision passes, token embeddings with the merged visual tokens scattered in (stash.embeds, [N, H]) and the
-  /// deepstack features (stage 0).
+  /// Vision passes, token embeddings with the merged visual tokens scattered in (stash.embeds, [N, H]; layer 0's
+  /// input stash.x0, [N_loc, H]) and the deepstack features (stage 0).
   Status embed(const Context& ctx, const Batch& batch, Stash& stash) const;
-  /// Decoder layers [a, b) from x [N, H]; the deepstack features of level j are added after layer j (for j < a
+  /// Decoder layers [a, b) from x [N_loc, H] (N_loc = N / tp under SP, else N); the deepstack features of level j are added after layer j (for j < a
   /// deepstack level count they come from embed() in the same stash); MoE statistics accumulate in stash.aux.
   /// @return the output of layer b − 1 (owned by the stash).
   Result<TensorView> forward_layers(const Context& ctx, TensorView x, int a, int b, Stash& stash) const;
-  /// Final norm, LM head and loss over x [N, H]; the MoE aux loss from stash.aux (the totals of every layer).
+  /// Final norm, LM head and loss over x [N_loc, H]; the MoE aux loss from stash.aux (the totals of every layer).
   Result<StepLoss> forward_head(const Context& ctx, TensorView x, Stash& stash) const;
-  /// dx [N, H] written: ∂(grad_loss · loss)/∂(head input).
+  /// dx [N_loc, H] written: ∂(grad_loss · loss)/∂(head input).
   Status backward_head(const Context& ctx, TensorView dx, Stash& stash, float grad_loss,
                        const vlpar::nn::GradReadyFn& ready) const;
-  /// Backward through the layers forward_layers ran: din [N, H] written (gradient at layer a's input) from dout
+  /// Backward through the layers forward_layers ran: din [N_loc, H] written (gradient at layer a's input) from dout
   /// (at layer b − 1's output); deepstack gradients kept in the stash; stash.aux must hold the totals over every
   /// MoE layer of the model (the aux loss's backward reads them).
   Status backward_layers(const Context& ctx, TensorView din, TensorView dout, Stash& stash, float grad_loss,
                          const vlpar::nn::GradReadyFn& ready) const;
-  /// Vision passes and token embeddings from dx [N, H] (the gradient at layer 0's input; clobbered).
+  /// Vision passes and token embeddings from dx [N_loc, H] (the gradient at layer 0's input; clobbered).
+  /// Collective over tp under SP.
   Status backward_embed(const Context& ctx, const Batch& batch, TensorView dx, Stash& stash,
                         const vlpar::nn::GradReadyFn& ready) const;
   /// @brief logits [N, V/tp] f32 of the last forward (final normed hidden states · lm_headᵀ, this rank's vocab
   /// block), for parity checks and the forward CLI; training never materialises them.
   Result<Tensor> logits(const Context& ctx, const Stash& stash, Allocator& alloc) const;
   /// @brief out [1, V/tp] f32 written: the last position's row of logits() (what greedy decoding reads).
+  /// Both need the whole sequence on this rank: a named error under sequence parallelism.
   Status last_logits(const Context& ctx, const Stash& stash, TensorView out) const;
 
   /// The decoder layers [a, b) as an nn::LayerStack under this model's recompute policy; MoE layers read and
@@ -212,7 +222,7 @@ class Model {
     const size_t b = layers_.at(size_t(layer)).expert_bias;
     return b == kNoBias ? TensorView{} : reg_.value(b);
   }
-  /// Layer `layer`'s input [N, H] in a forward's stash (the embeddings for layer 0; deepstack adds included).
+  /// Layer `layer`'s input [N_loc, H] in a forward's stash (the embeddings for layer 0; deepstack adds included).
   Result<TensorView> layer_input(const Stash& stash, int layer) const;
 
   // ---- Read access for inference paths outside forward/backward (generate.hpp's KV-cache decode) ----------

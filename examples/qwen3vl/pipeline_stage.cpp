@@ -91,8 +91,9 @@ Status PipelineStage::check_j(int j) const {
 
 pipeline::Port PipelineStage::boundary(int j) const {
   const int64_t N = j >= 0 && size_t(j) < micro_.size() ? micro_[size_t(j)].input_ids.numel() : 0;
+  const int64_t n_loc = model_->tensor_parallel().local_tokens(N);  // this tp rank's rows under SP
   pipeline::Port p;
-  p.act.push_back({Shape{N, model_->config().text.hidden}, DType::kF32});
+  p.act.push_back({Shape{n_loc, model_->config().text.hidden}, DType::kF32});
   p.grad.push_back(p.act.back());
   if (moe()) {
     const pipeline::TensorSpec aux{Shape{2 * model_->config().text.num_experts + 4}, DType::kF64};
@@ -109,7 +110,7 @@ int64_t PipelineStage::stash_bytes(int j) const {
   if (!check_j(j).ok()) return 0;
   const int64_t N = micro_[size_t(j)].input_ids.numel();
   const int64_t layers = model_->decoder_layers(first_, last_, vlpar::nn::MoeLoss{}).stash_bytes(N);
-  return layers + N * model_->config().text.hidden * 4;
+  return layers + model_->tensor_parallel().local_tokens(N) * model_->config().text.hidden * 4;
 }
 
 Status PipelineStage::forward(const Context& ctx, std::span<const TensorView> out, std::span<const TensorView> in,
@@ -121,7 +122,7 @@ Status PipelineStage::forward(const Context& ctx, std::span<const TensorView> ou
   TensorView x;
   if (stage_ == 0) {
     VLPAR_RETURN_IF_ERROR(model_->embed(ctx, batch, st.model));
-    x = st.model.embeds;
+    x = st.model.x0;
   } else {
     x = in[0];
     if (moe()) st.model.aux = decode_aux(in[1], E);
@@ -141,8 +142,8 @@ Status PipelineStage::forward(const Context& ctx, std::span<const TensorView> ou
 Status PipelineStage::backward(const Context& ctx, std::span<const TensorView> din, std::span<const TensorView> dout,
                                int j, Stash& st) {
   VLPAR_RETURN_IF_ERROR(check_j(j));
-  const int64_t N = micro_[size_t(j)].input_ids.numel(), H = model_->config().text.hidden;
-  const int64_t E = model_->config().text.num_experts;
+  const int64_t N = model_->tensor_parallel().local_tokens(micro_[size_t(j)].input_ids.numel());
+  const int64_t H = model_->config().text.hidden, E = model_->config().text.num_experts;
   const auto w = float(weights_[size_t(j)]);
   Tensor head_grad, embed_grad;
   TensorView dx;

@@ -81,6 +81,7 @@ std::vector<Field> fields(TrainConfig& c) {
       {"parallel", "tp", &c.parallel.tp},
       {"parallel", "pp", &c.parallel.pp},
       {"parallel", "ep", &c.parallel.ep},
+      {"parallel", "sequence_parallel", &c.parallel.sequence_parallel},
       {"parallel", "vpp", &c.parallel.vpp},
       {"parallel", "schedule", &c.parallel.schedule},
       {"parallel", "pipeline_layout", &c.parallel.pipeline_layout},
@@ -212,9 +213,9 @@ Status TrainConfig::validate() const {
               "training.eval_batches >= 1, got {} and {}", training.eval_interval, training.eval_batches);
   VLPAR_CHECK(parallel.tp >= 1, "parallel.tp must be >= 1, got {}", parallel.tp);
   VLPAR_CHECK(parallel.ep >= 1, "parallel.ep must be >= 1, got {}", parallel.ep);
-  VLPAR_CHECK(parallel.ep == 1 || parallel.tp == 1, "parallel.ep = {} with parallel.tp = {}: expert parallelism with "
-              "tensor parallelism needs sequence parallelism in the MoE layers (not implemented yet); use tp = 1",
-              parallel.ep, parallel.tp);
+  VLPAR_CHECK(parallel.ep == 1 || parallel.tp == 1 || parallel.sequence_parallel, "parallel.ep = {} with "
+              "parallel.tp = {} needs parallel.sequence_parallel = true (without it the tp ranks hold the same tokens "
+              "and would route them twice)", parallel.ep, parallel.tp);
   VLPAR_CHECK(parallel.pp >= 1 && parallel.vpp >= 1, "parallel.pp and parallel.vpp must be >= 1, got {} and {}",
               parallel.pp, parallel.vpp);
   VLPAR_CHECK(one_of(parallel.schedule, {"gpipe", "1f1b", "interleaved", "zb_h1", "zb_v"}),

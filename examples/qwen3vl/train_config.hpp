@@ -113,8 +113,10 @@ struct MetricsSection {
   double peak_gflops = 0;        // device peak for MFU; 0 = measure this CPU's GEMM rate at start
 };
 
-/// The library's parallel layout (parallel.tp, parallel.pp, parallel.ep; world = tp · dp · pp under mpirun, the
-/// trainer sets world; ep folds over dp: each MoE layer's experts are split over ep of the dp ranks), the pipeline's schedule and layer split, and the gradient-bucket size in MiB (parallel.bucket_mb;
+/// The library's parallel layout (parallel.tp, parallel.pp, parallel.ep, parallel.sequence_parallel; world =
+/// tp · dp · pp under mpirun, the trainer sets world; ep folds over the tp × dp ranks of a stage: each MoE layer's
+/// experts are split over ep ranks, which must hold different tokens, so ep with tp > 1 needs sequence
+/// parallelism), the pipeline's schedule and layer split, and the gradient-bucket size in MiB (parallel.bucket_mb;
 /// parsing derives optimizer.bucket_bytes).
 struct ParallelSection : vlpar::parallel::ParallelConfig {
   double bucket_mb = 25;

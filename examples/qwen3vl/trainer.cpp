@@ -11,6 +11,7 @@
 #include <span>
 #include <utility>
 
+#include "batch_io.hpp"
 #include "checkpoint_model.hpp"
 #include "flops.hpp"
 #include "hf_weights.hpp"
@@ -126,7 +127,8 @@ Status Trainer::setup_groups() {
   VLPAR_ASSIGN_OR_RETURN(Config mc, model_config_of(cfg_.model));
   vlpar::parallel::ParallelConfig pc = cfg_.parallel;
   pc.world = world;
-  pc.etp = 1;        // experts are not tensor-parallel: split over ep ranks (parallel.ep), whole on each
+  pc.etp = 1;        // experts are not tensor-parallel: split over ep ranks (parallel.ep), whole on each; with
+                     // sequence parallelism an ep group may span the tp ranks (they hold different tokens)
   pc.vision_tp = 1;  // the vision tower runs replicated on every tp rank
   vlpar::parallel::ModelDims dims;
   dims.num_layers = mc.text.layers;
@@ -156,7 +158,7 @@ Status Trainer::build_model() {
   if (cfg_.moe.z_loss_coef > 0) mc.text.router_z_loss_coef = cfg_.moe.z_loss_coef;
   if (cfg_.moe.seq_aux_coef > 0) mc.text.router_seq_aux_loss_coef = cfg_.moe.seq_aux_coef;
   const Freeze freeze{m.freeze_vision, m.freeze_merger, m.freeze_language_model};
-  const nn::TensorParallel tp{cfg_.parallel.tp > 1 ? &groups_->tp() : nullptr, false};
+  const nn::TensorParallel tp{cfg_.parallel.tp > 1 ? &groups_->tp() : nullptr, cfg_.parallel.sequence_parallel};
   // With a pipeline, this rank builds its stages' part only (the whole model's names and init keys).
   std::optional<PipelinePlan> plan;
   if (pp_size_ > 1 || cfg_.parallel.vpp > 1) {
@@ -441,7 +443,7 @@ void expert_load_metrics(const TextConfig& t, const std::vector<double>& load, o
 
 // The step's expert loads (assignments per decoder layer and expert) summed over every rank that saw distinct
 // tokens: the dp replicas (expert-parallel ranks included) and the pipeline stages (disjoint layers); tp ranks hold
-// the same tokens, so only tp rank 0 contributes. Counts are integers: the sum is exact, the same on every rank.
+// the same tokens, so only tp rank 0 contributes, unless sequence parallelism gave each its own. Counts are integers: the sum is exact, the same on every rank.
 // Then (moe.expert_bias_rate > 0) each MoE router's expert bias this rank holds moves towards the mean load.
 // Returns the global loads [L · E] (empty for a dense model). Collective over the world.
 Result<std::vector<double>> Trainer::balance_experts(std::vector<double> load) {
@@ -449,7 +451,7 @@ Result<std::vector<double>> Trainer::balance_experts(std::vector<double> load) {
   if (t.num_moe_layers() == 0) return std::vector<double>{};
   const auto E = size_t(t.num_experts);
   load.resize(size_t(t.layers) * E, 0.0);
-  if (tp_rank_ != 0) std::fill(load.begin(), load.end(), 0.0);
+  if (tp_rank_ != 0 && !cfg_.parallel.sequence_parallel) std::fill(load.begin(), load.end(), 0.0);
   if (world_ && world_->size() > 1)
     VLPAR_RETURN_IF_ERROR(world_->all_reduce(TensorView(load.data(), DType::kF64, Shape{int64_t(load.size())}),
                                              vlpar::comm::ReduceOp::kSum));
@@ -481,9 +483,12 @@ Result<std::vector<MicroBatch>> Trainer::fetch(BatchSource* src, int count, cons
   if (shares_data()) packs = vlpar::data::share_packs_without_vision(groups_->pp(), 0, std::move(packs));
   VLPAR_RETURN_IF_ERROR(packs.status());
   std::vector<MicroBatch> micro;
+  const TextConfig& t = model_->config().text;
   for (vlpar::data::PackedBatch& p : packs.value()) {
     MicroBatch mb;
     mb.real_tokens = p.real_tokens;
+    if (cfg_.parallel.sequence_parallel)  // every tp rank the same N / tp tokens
+      pad_for_sequence_parallel(p, cfg_.parallel.tp, t.pad_token_id >= 0 ? t.pad_token_id : 0);
     mb.images = p.num_images + p.num_videos;
     mb.pack = std::move(p);
     micro.push_back(std::move(mb));

@@ -66,11 +66,11 @@ int64_t DecoderLayer::stash_bytes(int64_t tokens, Recompute mode) const {
   if (cfg_.qk_norm) bytes += 4 * (N * hq * D + N * hkv * D + N * hq + N * hkv);     // q_raw, k_raw, q/k rstd
   if (mode == Recompute::kSelective) return bytes;
   if (moe_) {
-    // R = N·K expert rows: exact without expert parallelism, balanced routing assumed with it (the rows a rank's
-    // experts receive depend on the router).
+    // R = N_loc·K expert rows: exact without expert parallelism, balanced routing assumed with it (the rows a
+    // rank's experts receive depend on the router).
     const MoeConfig& m = moe_->moe_config();
-    const int64_t E = m.num_experts, K = m.top_k, I = m.intermediate, R = N * K, P = moe_->expert_parallel().size();
-    bytes += 4 * (N + N * H + N * E + N * K + N * K + N);  // rstd, h, probs, weights, indices (i32), lse
+    const int64_t E = m.num_experts, K = m.top_k, I = m.intermediate, R = Nl * K, P = moe_->expert_parallel().size();
+    bytes += 4 * (Nl + Nl * H + Nl * E + Nl * K + Nl * K + Nl);  // rstd, h, probs, weights, indices (i32), lse
     bytes += 4 * (R + R * 2 * I + R * I);              // row weights, gate|up, act (the experts' rows)
     bytes += 4 * 2 * R + (P > 1 ? 4 * R : 0);          // row → token / assignment; under EP the received order
     bytes += 8 * (E + 1) + 4 * 2 * R + 8 * (2 * P + E + E / P + 1);  // host plan (ExpertDispatch::host_bytes)
@@ -87,8 +87,8 @@ int64_t DecoderLayer::weight_stash_bytes(int64_t tokens) const {
   int64_t bytes = 4 * (2 * N * H + 2 * N * hq * D + 2 * N * hkv * D);  // h, dpartial; attn, dq; dk, dv
   if (moe_) {
     const MoeConfig& m = moe_->moe_config();
-    const int64_t E = m.num_experts, I = m.intermediate, R = N * m.top_k;
-    return bytes + 4 * (R * I + 2 * R * H + 2 * R * I + N * E + N * H);  // act, dyp, hp, dgu; dlogits, h
+    const int64_t Nl = tp_.local_tokens(N), E = m.num_experts, I = m.intermediate, R = Nl * m.top_k;
+    return bytes + 4 * (R * I + 2 * R * H + 2 * R * I + Nl * E + Nl * H);  // act, dyp, hp, dgu; dlogits, h
   }
   const int64_t Il = cfg_.intermediate / tp_.size();
   return bytes + 4 * (2 * N * H + 3 * N * Il);  // h, dpartial; act, d(gate|up)
@@ -101,7 +101,8 @@ double DecoderLayer::flops(const PackedSeq& seq) const {
   if (moe_) {
     const MoeConfig& m = moe_->moe_config();
     const double E = m.num_experts, K = m.top_k, I = double(m.intermediate);
-    f += 2 * N * H * E + K * (2 * N * H * 2 * I + 2 * N * I * H);  // router, K experts' gate|up and down
+    const double Nm = double(tp_.local_tokens(seq.num_tokens()));  // the rows this rank routes
+    f += 2 * Nm * H * E + K * (2 * Nm * H * 2 * I + 2 * Nm * I * H);  // router, K experts' gate|up and down
   } else {
     const double Il = double(cfg_.intermediate / tp_.size());
     f += 2 * N * H * 2 * Il + 2 * N * Il * H;  // gate|up, down

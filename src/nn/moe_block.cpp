@@ -29,6 +29,27 @@ Status grouped_weight_grad_split(const Context& ctx, TensorView dw, const Tensor
   });
 }
 
+/// Every tp rank's rows of `local` [N_loc, F] in rank order: full [N, F] (sequence parallelism).
+Result<Tensor> gather_over_tp(const Context& ctx, const TensorParallel& tp, const Tensor& local) {
+  VLPAR_ASSIGN_OR_RETURN(Tensor full, scratch(ctx, {local.shape()[0] * tp.size(), local.shape()[1]}, local.dtype()));
+  VLPAR_RETURN_IF_ERROR(tp.comm->all_gather(full, local));
+  return full;
+}
+
+/// a[i] += b[i] over the statistics' vectors (a sized from b on first use).
+void add_stats(RouterAuxStats& a, const RouterAuxStats& b) {
+  if (a.counts.empty()) {
+    a.counts.assign(b.counts.size(), 0.0);
+    a.prob_sum.assign(b.prob_sum.size(), 0.0);
+    a.top_k = b.top_k;
+  }
+  for (size_t e = 0; e < b.counts.size(); ++e) {
+    a.counts[e] += b.counts[e];
+    a.prob_sum[e] += b.prob_sum[e];
+  }
+  a.rows += b.rows;
+}
+
 }  // namespace
 
 Status MoeConfig::validate() const {
@@ -47,9 +68,9 @@ Status MoeBlock::check(const char* name, int64_t N) const {
   VLPAR_RETURN_IF_ERROR(moe_.validate());
   VLPAR_CHECK(cfg_.hidden > 0 && cfg_.eps > 0.f, "{}: hidden {} and eps {} must be positive", name, cfg_.hidden,
               cfg_.eps);
-  VLPAR_CHECK_CODE(!tp_.sp(), StatusCode::kNotSupported, "{}: sequence parallelism (tp={}) is not supported by the "
-                   "MoE block yet (its aux statistics and gradients would need a sum over tp)", name, tp_.size());
   VLPAR_CHECK(N >= 0, "{}: num_tokens must be non-negative, got {}", name, N);
+  VLPAR_CHECK(!tp_.sp() || N % tp_.size() == 0, "{}: {} tokens do not split evenly over tp={} for sequence "
+              "parallelism", name, N, tp_.size());
   VLPAR_CHECK(moe_.num_experts % ep_.size() == 0, "{}: {} experts cannot be split evenly over {} expert-parallel "
               "ranks", name, moe_.num_experts, ep_.size());
   const int64_t H = cfg_.hidden, E = moe_.num_experts, I = moe_.intermediate, El = E / ep_.size();
@@ -69,7 +90,8 @@ Status MoeBlock::forward(const Context& ctx, TensorView out, TensorView x, int64
                          RouterAuxStats* aux, TensorView cu_seqlens) const {
   const char* kName = "moe block forward";
   VLPAR_RETURN_IF_ERROR(check(kName, N));
-  const int64_t H = cfg_.hidden, E = moe_.num_experts, K = moe_.top_k, I = moe_.intermediate;
+  const int64_t Ntok = N, H = cfg_.hidden, E = moe_.num_experts, K = moe_.top_k, I = moe_.intermediate;
+  N = tp_.local_tokens(Ntok);  // this rank's rows from here on
   VLPAR_RETURN_IF_ERROR(check_shape(kName, "x", x, {N, H}));
   VLPAR_RETURN_IF_ERROR(check_shape(kName, "out", out, {N, H}));
   const RouterDesc rdesc{int(E), int(K)};
@@ -89,16 +111,7 @@ Status MoeBlock::forward(const Context& ctx, TensorView out, TensorView x, int64
   const TensorView router3 = detail::as_shape(w_.router, {1, E, H});
   VLPAR_RETURN_IF_ERROR(grouped_gemm(ctx, logits, st.h, router3, one_group(N), GemmDesc{false, true, 1.f, 0.f}));
   VLPAR_RETURN_IF_ERROR(router_forward(ctx, st.weights, st.indices, st.probs, logits, rdesc, w_.expert_bias, st.lse));
-  if (aux) {
-    VLPAR_RETURN_IF_ERROR(router_aux_accumulate(*aux, st.probs, st.indices, rdesc));
-    double z = 0;  // this layer's mean_t lse_t², in token order
-    for (int64_t t = 0; t < N; ++t) z += double(st.lse.ptr<float>()[t]) * double(st.lse.ptr<float>()[t]);
-    if (N > 0) aux->z_sum += z / double(N);
-    if (!cu_seqlens.empty()) {
-      VLPAR_ASSIGN_OR_RETURN(const double seq, router_seq_aux_loss(st.probs, st.indices, cu_seqlens, rdesc));
-      aux->seq_aux_sum += seq;
-    }
-  }
+  if (aux) VLPAR_RETURN_IF_ERROR(add_router_stats(ctx, *aux, st, Ntok));
 
   // Rows to the experts (this rank's, or the ep group's), the experts, then the weighted combine at the source in
   // ascending expert order and the residual.
@@ -121,11 +134,79 @@ Status MoeBlock::forward(const Context& ctx, TensorView out, TensorView x, int64
   return add_(ctx, out, x);
 }
 
+// This layer's router statistics over the micro-batch's N tokens into aux: HF's pooled counts and probability
+// sums, the z-loss term mean_t lse_t² and (with sample bounds) the sequence-level aux. Without SP this rank's rows
+// are all N. Under SP each tp rank's sums are gathered and added in tp-rank order (the same value on every rank)
+// and the sequence-level aux is computed from the layer's probs and ids gathered over tp.
+Status MoeBlock::add_router_stats(const Context& ctx, RouterAuxStats& aux, const MoeStash& st, int64_t Ntok) const {
+  const RouterDesc rdesc{int(moe_.num_experts), int(moe_.top_k)};
+  const int64_t N = st.lse.numel();
+  double z = 0;  // this rank's Σ_t lse_t², in token order
+  for (int64_t t = 0; t < N; ++t) z += double(st.lse.ptr<float>()[t]) * double(st.lse.ptr<float>()[t]);
+  if (!tp_.sp()) {
+    VLPAR_RETURN_IF_ERROR(router_aux_accumulate(aux, st.probs, st.indices, rdesc));
+  } else {
+    RouterAuxStats mine;
+    VLPAR_RETURN_IF_ERROR(router_aux_accumulate(mine, st.probs, st.indices, rdesc));
+    const auto E = size_t(moe_.num_experts), W = 2 * E + 2, P = size_t(tp_.size());
+    std::vector<double> row(W), all(W * P);  // counts, prob_sum, rows, Σ lse²
+    std::copy(mine.counts.begin(), mine.counts.end(), row.begin());
+    std::copy(mine.prob_sum.begin(), mine.prob_sum.end(), row.begin() + int64_t(E));
+    row[2 * E] = double(mine.rows);
+    row[2 * E + 1] = z;
+    VLPAR_RETURN_IF_ERROR(tp_.comm->all_gather(TensorView(all.data(), DType::kF64, Shape{int64_t(W * P)}),
+                                               TensorView(row.data(), DType::kF64, Shape{int64_t(W)})));
+    RouterAuxStats sum;
+    sum.counts.assign(E, 0.0);
+    sum.prob_sum.assign(E, 0.0);
+    sum.top_k = mine.top_k;
+    z = 0;
+    for (size_t p = 0; p < P; ++p) {
+      const double* r = all.data() + p * W;
+      for (size_t e = 0; e < E; ++e) {
+        sum.counts[e] += r[e];
+        sum.prob_sum[e] += r[E + e];
+      }
+      sum.rows += int64_t(r[2 * E]);
+      z += r[2 * E + 1];
+    }
+    add_stats(aux, sum);
+  }
+  if (Ntok > 0) aux.z_sum += z / double(Ntok);
+  if (st.cu_seqlens.empty()) return Status::Ok();
+  if (!tp_.sp()) {
+    VLPAR_ASSIGN_OR_RETURN(const double seq, router_seq_aux_loss(st.probs, st.indices, st.cu_seqlens, rdesc));
+    aux.seq_aux_sum += seq;
+    return Status::Ok();
+  }
+  VLPAR_ASSIGN_OR_RETURN(const Tensor probs, gather_over_tp(ctx, tp_, st.probs));
+  VLPAR_ASSIGN_OR_RETURN(const Tensor indices, gather_over_tp(ctx, tp_, st.indices));
+  VLPAR_ASSIGN_OR_RETURN(const double seq, router_seq_aux_loss(probs, indices, st.cu_seqlens, rdesc));
+  aux.seq_aux_sum += seq;
+  return Status::Ok();
+}
+
+// dlogits [N, E] += grad · ∂(sequence-level aux)/∂logits of this rank's rows. Under SP the samples span the tp
+// ranks: the gradient of all N rows is computed from the gathered probs and ids, into a full-size buffer holding
+// this rank's dlogits in its rows (the same accumulation as without SP, bit for bit), whose rows are copied back.
+Status MoeBlock::seq_aux_grad(const Context& ctx, TensorView dlogits, const MoeStash& st, float grad) const {
+  const RouterDesc rdesc{int(moe_.num_experts), int(moe_.top_k)};
+  if (!tp_.sp()) return router_seq_aux_backward(ctx, dlogits, st.probs, st.indices, st.cu_seqlens, rdesc, grad);
+  VLPAR_ASSIGN_OR_RETURN(const Tensor probs, gather_over_tp(ctx, tp_, st.probs));
+  VLPAR_ASSIGN_OR_RETURN(const Tensor indices, gather_over_tp(ctx, tp_, st.indices));
+  VLPAR_ASSIGN_OR_RETURN(Tensor full, detail::scratch_zeros(ctx, probs.shape()));
+  const int64_t N = dlogits.size(0), first = int64_t(tp_.rank()) * N;
+  const TensorView mine = full.view().slice(0, first, first + N);
+  VLPAR_RETURN_IF_ERROR(copy_(mine, dlogits));
+  VLPAR_RETURN_IF_ERROR(router_seq_aux_backward(ctx, full, probs, indices, st.cu_seqlens, rdesc, grad));
+  return copy_(dlogits, mine);
+}
+
 // Router: dlogits through the renormalised top-k weights and the softmax, plus the router loss terms (each
 // dLoss/d(term) in `losses`); the router weight gradient drouter [E, H] += dlogitsᵀ · h (now, or queued for a split
 // backward's W) and dh [N, H] += dlogits · router.
 Status MoeBlock::router_grads(const Context& ctx, TensorView dh, TensorView dweights, const MoeStash& st,
-                              const RouterLossGrads& losses) const {
+                              const RouterLossGrads& losses, int64_t Ntok) const {
   const int64_t N = dh.size(0), H = cfg_.hidden, E = moe_.num_experts;
   const RouterDesc rdesc{int(E), int(moe_.top_k)};
   VLPAR_ASSIGN_OR_RETURN(Tensor dlogits, scratch(ctx, {N, E}));
@@ -133,14 +214,22 @@ Status MoeBlock::router_grads(const Context& ctx, TensorView dh, TensorView dwei
   // (A rank without tokens has no router rows; under expert parallelism it still served the others' rows.)
   if (losses.aux != 0.f && N > 0)
     VLPAR_RETURN_IF_ERROR(router_aux_backward(ctx, dlogits, st.probs, *losses.stats, losses.aux));
-  if (losses.z != 0.f && N > 0)
-    VLPAR_RETURN_IF_ERROR(router_z_backward(ctx, dlogits, st.probs, st.lse, losses.z / float(N)));
-  if (losses.seq_aux != 0.f && N > 0)
-    VLPAR_RETURN_IF_ERROR(
-        router_seq_aux_backward(ctx, dlogits, st.probs, st.indices, st.cu_seqlens, rdesc, losses.seq_aux));
-  if (!g_.router.empty())
+  if (losses.z != 0.f && N > 0)  // the z-loss is a mean over all Ntok tokens of the micro-batch
+    VLPAR_RETURN_IF_ERROR(router_z_backward(ctx, dlogits, st.probs, st.lse, losses.z / float(Ntok)));
+  if (losses.seq_aux != 0.f && (N > 0 || tp_.sp()))  // under SP every tp rank takes part in the gather
+    VLPAR_RETURN_IF_ERROR(seq_aux_grad(ctx, dlogits, st, losses.seq_aux));
+  if (!g_.router.empty() && !tp_.sp())
     VLPAR_RETURN_IF_ERROR(
         grouped_weight_grad_split(ctx, detail::as_shape(g_.router, {1, E, H}), dlogits, st.h, st.h, one_group(N)));
+  if (!g_.router.empty() && tp_.sp()) {  // this rank's part of dWr, summed over tp (now or in the W)
+    const TensorView dr = detail::as_shape(g_.router, {1, E, H}), dl = dlogits, hv = st.h;
+    VLPAR_RETURN_IF_ERROR(detail::weight_work(ctx, {dlogits, st.h}, [=, tp = tp_](const Context& c) -> Status {
+      VLPAR_ASSIGN_OR_RETURN(Tensor part, detail::scratch_zeros(c, {1, E, H}));
+      VLPAR_RETURN_IF_ERROR(grouped_weight_grad(c, part, dl, hv, one_group(N)));
+      VLPAR_RETURN_IF_ERROR(tp_sum_partial_grad(tp, part));
+      return add_(c, dr, part);
+    }));
+  }
   return grouped_gemm(ctx, dh, dlogits, detail::as_shape(w_.router, {1, E, H}), one_group(N),
                       GemmDesc{false, false, 1.f, 1.f});
 }
@@ -149,7 +238,8 @@ Status MoeBlock::backward(const Context& ctx, TensorView dx, TensorView dout, in
                           const GradReadyFn& ready, const RouterLossGrads& losses) const {
   const char* kName = "moe block backward";
   VLPAR_RETURN_IF_ERROR(check(kName, N));
-  const int64_t H = cfg_.hidden, K = moe_.top_k, I = moe_.intermediate;
+  const int64_t Ntok = N, H = cfg_.hidden, K = moe_.top_k, I = moe_.intermediate;
+  N = tp_.local_tokens(Ntok);  // this rank's rows from here on
   VLPAR_RETURN_IF_ERROR(check_shape(kName, "dx", dx, {N, H}));
   VLPAR_RETURN_IF_ERROR(check_shape(kName, "dout", dout, {N, H}));
   const ExpertDispatch& d = st.dispatch;
@@ -158,7 +248,7 @@ Status MoeBlock::backward(const Context& ctx, TensorView dx, TensorView dout, in
                   st.x.shape == Shape({N, H}),
               "{}: the stash does not come from a forward over {} tokens", kName, N);
   const RouterAuxStats* aux = losses.stats;
-  VLPAR_CHECK(losses.aux == 0.f || (aux != nullptr && aux->rows >= N),
+  VLPAR_CHECK(losses.aux == 0.f || (aux != nullptr && aux->rows >= Ntok),
               "{}: grad_aux = {} needs the finished aux statistics of every MoE layer (got {})", kName, losses.aux,
               aux ? fmt::format("{} rows", aux->rows) : std::string("none"));
   VLPAR_CHECK(losses.seq_aux == 0.f || !st.cu_seqlens.empty(), "{}: the sequence-level aux gradient needs the "
@@ -211,12 +301,18 @@ Status MoeBlock::backward(const Context& ctx, TensorView dx, TensorView dout, in
   VLPAR_RETURN_IF_ERROR(grouped_gemm(ctx, dhp, dgu_v, w_.gate_up, offsets, GemmDesc{false, true, 1.f, 0.f}));
   VLPAR_RETURN_IF_ERROR(combine_rows(ctx, ep_.comm, d, dh, dhp));
 
-  VLPAR_RETURN_IF_ERROR(router_grads(ctx, dh, dweights, st, losses));
+  VLPAR_RETURN_IF_ERROR(router_grads(ctx, dh, dweights, st, losses, Ntok));
   VLPAR_RETURN_IF_ERROR(mark(1));
 
   // RMSNorm (input gradient per row; weight gradient in fixed chunks) and the residual.
   VLPAR_RETURN_IF_ERROR(rmsnorm_backward(ctx, dx, {}, dh, st.x, w_.norm, st.rstd));
-  if (!g_.norm.empty()) VLPAR_RETURN_IF_ERROR(rmsnorm_weight_grad(ctx, g_.norm, dh, st.x, st.rstd));
+  if (!g_.norm.empty() && !tp_.sp()) VLPAR_RETURN_IF_ERROR(rmsnorm_weight_grad(ctx, g_.norm, dh, st.x, st.rstd));
+  if (!g_.norm.empty() && tp_.sp()) {  // this rank's tokens' part, summed over tp
+    VLPAR_ASSIGN_OR_RETURN(Tensor part, detail::scratch_zeros(ctx, {H}));
+    VLPAR_RETURN_IF_ERROR(rmsnorm_weight_grad(ctx, part, dh, st.x, st.rstd));
+    VLPAR_RETURN_IF_ERROR(tp_sum_partial_grad(tp_, part));
+    VLPAR_RETURN_IF_ERROR(add_(ctx, g_.norm, part));
+  }
   VLPAR_RETURN_IF_ERROR(add_(ctx, dx, dout));
   return mark(0);
 }

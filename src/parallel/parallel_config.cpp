@@ -46,6 +46,10 @@ Status ParallelConfig::validate(const ModelDims& d) const {
   if (d.expert_intermediate > 0)
     VLPAR_CHECK(d.expert_intermediate % etp_size() == 0, "etp={} does not divide expert intermediate size {}",
                 etp_size(), d.expert_intermediate);
+  // With etp < tp an ep group spans tp ranks (MoE folding), which hold the same tokens unless SP split them.
+  VLPAR_CHECK(d.num_experts == 0 || ep == 1 || etp_size() >= tp || sequence_parallel,
+              "ep={} with etp={} < tp={} needs sequence parallelism: the ep groups span tp ranks, which without it "
+              "hold the same tokens, and each would route and send them to the experts again", ep, etp_size(), tp);
   VLPAR_CHECK(stage % (int64_t(etp_size()) * ep) == 0,
               "etp*ep = {} does not divide the {} ranks of a pipeline stage (tp*cp*dp), so the MoE layers cannot "
               "fold onto them",

@@ -21,6 +21,8 @@
 //     (one grouped GEMM over every source's rows against a per-rank GEMM then a sum: fp32 reassociation, within
 //     1e-5 relative of the largest element);
 //   - the ready() order is unchanged; experts that do not divide over the ranks are a named error.
+// MoeSequenceParallel.*: the world as a tp group with sequence parallelism (each rank routes its own N / tp tokens),
+// with and without the experts split over the same ranks, against one process running the whole micro-batch.
 // Run: ctest --preset emu -R test_expert_dispatch   (mpirun -np 2 and -np 4)
 #include <gtest/gtest.h>
 
@@ -362,6 +364,102 @@ TEST(MoeExpertParallel, ExpertsNotDividingTheRanksAreNamed) {
   EXPECT_NE(s.message().find(std::to_string(E) + " experts cannot be split evenly over " + std::to_string(P) +
                              " expert-parallel ranks"),
             std::string::npos) << s.to_string();
+}
+
+// ---- the MoE block under sequence parallelism ---------------------------------------------------------------------
+
+/// |a − b| ≤ tol · max|b| elementwise (a sum over tp ranks against one sum over every row: fp32 reassociation).
+::testing::AssertionResult near(const char* what, TensorView a, TensorView b, double tol) {
+  const std::vector<double> av = to_f64(a), bv = to_f64(b);
+  if (av.size() != bv.size()) return ::testing::AssertionFailure() << what << ": sizes differ";
+  double scale = 0;
+  for (double v : bv) scale = std::max(scale, std::abs(v));
+  if (scale == 0) return ::testing::AssertionFailure() << what << ": the reference is all zero";
+  for (size_t i = 0; i < av.size(); ++i)
+    if (std::abs(av[i] - bv[i]) > tol * scale)
+      return ::testing::AssertionFailure() << what << " element " << i << ": " << av[i] << " vs " << bv[i];
+  return ::testing::AssertionSuccess();
+}
+
+/// The world as the tp group with sequence parallelism: rank r holds rows [r·n, (r+1)·n) of one micro-batch of
+/// P·n tokens in three samples that cross the ranks' boundaries, with the aux, z and sequence-level losses on.
+/// Against one process running the whole micro-batch: outputs and input gradients bitwise (per-row arithmetic;
+/// the loss gradients read only exact counts), the loss terms and the router and norm gradients (summed over tp)
+/// and the experts' gradients (this rank's part; summed over tp here, as the optimizer's expert-dp reduction does)
+/// within 1e-5. With `ep` the experts are also split over the same ranks (EP × TP: the ep group is the tp group).
+void check_sequence_parallel(bool ep) {
+  auto tp = world_comm("tp");
+  ASSERT_TRUE(tp);
+  const int P = tp->size(), rank = tp->rank();
+  const int64_t n = 6, Ntok = P * n, E = 2 * P, El = ep ? 2 : E, first = rank * n;
+  Allocator alloc;
+  Context ctx;
+  ctx.allocator = &alloc;
+  const Weights w(alloc, E, false);
+  Weights g_one(alloc, E, true), g_sp(alloc, E, true);
+  const Tensor x = random_tensor(alloc, {Ntok, kH}, DType::kF32, 30);
+  const Tensor dout = random_tensor(alloc, {Ntok, kH}, DType::kF32, 31);
+  std::vector<int32_t> cu = {0, 3, int32_t(Ntok - 2), int32_t(Ntok)};
+  const TensorView cu_v(cu.data(), DType::kI32, Shape{4});
+  const nn::MoeConfig mc{int(E), kK, kI};
+  auto run = [&](const nn::MoeBlock& b, TensorView in, TensorView d, int64_t rows, Tensor& out, Tensor& dx,
+                 RouterAuxStats& stats) {
+    out = Tensor::empty(alloc, {rows, kH}, DType::kF32).value();
+    dx = Tensor::empty(alloc, {rows, kH}, DType::kF32).value();
+    nn::MoeStash st;
+    Status s = b.forward(ctx, out, in, Ntok, st, &stats, cu_v);
+    ASSERT_TRUE(s.ok()) << s.to_string();
+    s = b.backward(ctx, dx, d, Ntok, st, {}, nn::RouterLossGrads{&stats, 0.25f, 0.125f, 0.5f});
+    ASSERT_TRUE(s.ok()) << s.to_string();
+  };
+  Tensor out1, dx1, out2, dx2;
+  RouterAuxStats s1, s2;
+  run(nn::MoeBlock(block_config(), mc, {}, w.slice(0, E), g_one.slice(0, E), 0), x, dout, Ntok, out1, dx1, s1);
+  const nn::MoeBlock sp(block_config(), mc, nn::TensorParallel{tp.get(), true},
+                        w.slice(ep ? rank * El : 0, El), g_sp.slice(ep ? rank * El : 0, El), 0,
+                        nn::ExpertParallel{ep ? tp.get() : nullptr});
+  run(sp, x.view().slice(0, first, first + n), dout.view().slice(0, first, first + n), n, out2, dx2, s2);
+
+  EXPECT_TRUE(same_bits("out", out2, out1.view().slice(0, first, first + n)));
+  EXPECT_TRUE(same_bits("dx", dx2, dx1.view().slice(0, first, first + n)));
+  EXPECT_EQ(s2.rows, Ntok);
+  EXPECT_EQ(s2.counts, s1.counts);
+  EXPECT_NEAR(router_aux_loss(s2).value(), router_aux_loss(s1).value(), 1e-6);
+  EXPECT_NEAR(s2.z_sum, s1.z_sum, 1e-6 * std::abs(s1.z_sum));
+  EXPECT_NEAR(s2.seq_aux_sum, s1.seq_aux_sum, 1e-6 * std::abs(s1.seq_aux_sum));
+  EXPECT_TRUE(near("router gradient", g_sp.router, g_one.router, 1e-5));
+  EXPECT_TRUE(near("norm gradient", g_sp.norm, g_one.norm, 1e-5));
+  for (Tensor* t : {&g_sp.gate_up, &g_sp.down}) {  // without EP each rank holds its tokens' part
+    if (!ep) {
+      ASSERT_TRUE(tp->all_reduce(*t, comm::ReduceOp::kSum).ok());
+    }
+  }
+  const int64_t e0 = ep ? rank * El : 0;
+  EXPECT_TRUE(near("gate_up gradient", g_sp.gate_up.view().slice(0, e0, e0 + El),
+                   g_one.gate_up.view().slice(0, e0, e0 + El), 1e-5));
+  EXPECT_TRUE(near("down gradient", g_sp.down.view().slice(0, e0, e0 + El), g_one.down.view().slice(0, e0, e0 + El),
+                   1e-5));
+}
+
+TEST(MoeSequenceParallel, MatchesTheWholeSequenceOnOneRank) { check_sequence_parallel(false); }
+TEST(MoeSequenceParallel, ExpertParallelOverTheTpRanksMatches) { check_sequence_parallel(true); }
+
+TEST(MoeSequenceParallel, TokensNotSplittingOverTpAreNamed) {
+  auto tp = world_comm("tp");
+  ASSERT_TRUE(tp);
+  const int P = tp->size();
+  Allocator alloc;
+  Context ctx;
+  ctx.allocator = &alloc;
+  const Weights w(alloc, 4, false);
+  const nn::MoeBlock block(block_config(), nn::MoeConfig{4, kK, kI}, nn::TensorParallel{tp.get(), true},
+                           w.slice(0, 4), {}, 0);
+  Tensor x = Tensor::zeros(alloc, {1, kH}, DType::kF32).value();
+  Tensor out = Tensor::zeros(alloc, {1, kH}, DType::kF32).value();
+  nn::MoeStash st;
+  const Status s = block.forward(ctx, out, x, P + 1, st);
+  EXPECT_NE(s.message().find(fmt::format("{} tokens do not split evenly over tp={}", P + 1, P)), std::string::npos)
+      << s.to_string();
 }
 
 }  // namespace block

@@ -356,6 +356,8 @@ const BadCase kBadCases[] = {
     {"expert_intermediate", {.world = 8, .tp = 8, .ep = 1, .etp = 3, .dp = 1}, {.expert_intermediate = 768 * 2 + 1},
      "etp=3 does not divide expert intermediate size 1537"},
     {"folding", {.world = 8, .ep = 3}, {}, "etp*ep = 3 does not divide the 8 ranks of a pipeline stage"},
+    {"ep_tp_without_sp", {.world = 4, .tp = 2, .ep = 2, .etp = 1}, kQwenLike,
+     "ep=2 with etp=1 < tp=2 needs sequence parallelism: the ep groups span tp ranks"},
     {"folding_with_tp", {.world = 8, .tp = 2, .ep = 8}, {}, "etp*ep = 16 does not divide the 8 ranks of a pipeline stage"},
     {"vision_heads", {.world = 6, .tp = 2, .vision_tp = 3}, {.vision_heads = 16}, "vision tp=3 does not divide 16 vision heads"},
     {"vision_default_tp_heads", {.world = 6, .tp = 3}, {.num_heads = 24, .vision_heads = 16},
@@ -505,6 +507,16 @@ TEST(ProcessGroupsFake, OptimizerGroupsCountNarrowerTowersAsDuplicates) {
   EXPECT_EQ(g[ReplicaGroup::kExpert].duplicates, 2);
   EXPECT_EQ(g[ReplicaGroup::kVision].replicas->size(), 4);
   EXPECT_EQ(g.stages, &pg.value().pp());
+  // Under sequence parallelism the tp ranks route different tokens: the experts' gradients are no duplicates (the
+  // vision tower still sees the same images on both).
+  ParallelConfig sp = cfg;
+  sp.sequence_parallel = true;
+  FakeComm world_sp(1, 4, "world", &log, sizes);
+  auto pg_sp = ProcessGroups::create(world_sp, sp);
+  ASSERT_TRUE(pg_sp.ok()) << pg_sp.status().to_string();
+  const OptimizerGroups g_sp = OptimizerGroups::from(pg_sp.value());
+  EXPECT_EQ(g_sp[ReplicaGroup::kExpert].duplicates, 1);
+  EXPECT_EQ(g_sp[ReplicaGroup::kVision].duplicates, 2);
   // With tp-wide towers (the default) nothing is duplicated.
   FakeComm world2(1, 4, "world", &log, kTp2Dp2Sizes);
   auto pg2 = ProcessGroups::create(world2, ParallelConfig{.world = 4, .tp = 2});

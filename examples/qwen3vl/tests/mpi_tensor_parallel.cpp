@@ -2,6 +2,11 @@
 // fixtures with "convert then split" (each rank builds every full tensor, then takes its shard), and its loss and
 // every gradient, assembled back to full shape, equal the single-process run's (which every rank computes for
 // itself). At np 4 the dense fixture's 2 kv heads are replicated on 2 ranks each.
+// With sequence parallelism (…WithSequenceParallel) each rank holds N / tp tokens between the TP regions and the
+// MoE layers route each rank's own tokens; the batch is padded to a multiple of tp (pad_for_sequence_parallel: at
+// np 4 its 78 tokens become 80), the single-process reference runs the same padded batch. The expert gradients
+// are then each rank's tokens' part (the optimizer sums them over expert-dp, which spans the tp ranks): assembled
+// by summing over the ranks instead of averaging the replicas.
 // Tolerance: the same fp32 kernels with the reductions over heads / SwiGLU width / vocab split across ranks and
 // summed by all-reduce: a few u32 per op → 1e-5 relative to each tensor's largest value.
 #include <gtest/gtest.h>
@@ -16,8 +21,10 @@ using vlpar::DType;
 using vlpar::Shape;
 
 // Full-shape gradient of parameter i assembled over the group: Σ over ranks of each rank's shard placed in a zero
-// tensor, divided by how many ranks hold each element (replicated elements agree, checked below).
-Tensor assemble(vlpar::comm::Communicator& comm, const nn::ParamRegistry& reg, size_t i, Allocator& alloc) {
+// tensor, divided by how many ranks hold each element (replicated elements agree, checked below) unless each rank
+// holds a part of the sum (`parts`).
+Tensor assemble(vlpar::comm::Communicator& comm, const nn::ParamRegistry& reg, size_t i, Allocator& alloc,
+                bool parts = false) {
   const vlpar::ParamShard& p = reg.entry(i).shard;
   Tensor sum = Tensor::zeros(alloc, p.full_shape, DType::kF32).value();
   Tensor count = Tensor::zeros(alloc, p.full_shape, DType::kF32).value();
@@ -29,8 +36,9 @@ Tensor assemble(vlpar::comm::Communicator& comm, const nn::ParamRegistry& reg, s
   EXPECT_TRUE(comm.all_reduce(count, vlpar::comm::ReduceOp::kSum).ok());
   for (int64_t k = 0; k < sum.numel(); ++k) {
     EXPECT_GT(count.ptr<float>()[k], 0.f) << p.name << " element " << k << " held by no rank";
-    sum.ptr<float>()[k] /= std::max(1.f, count.ptr<float>()[k]);
+    if (!parts) sum.ptr<float>()[k] /= std::max(1.f, count.ptr<float>()[k]);
   }
+  if (parts) return sum;
   // This rank's shard must equal its place in the assembly (replicas agree).
   Tensor back = Tensor::empty(alloc, p.local_shape(), DType::kF32).value();
   EXPECT_TRUE(vlpar::gather_shard_from_full(back, sum, p).ok());
@@ -38,11 +46,12 @@ Tensor assemble(vlpar::comm::Communicator& comm, const nn::ParamRegistry& reg, s
   return sum;
 }
 
-void check_tp(const std::string& fixture) {
+void check_tp(const std::string& fixture, bool sp = false) {
   auto world = vlpar::test::world_comm("tp");
   ASSERT_TRUE(world);
   test::Loaded single;
   test::load(single, fixture);
+  if (sp) pad_for_sequence_parallel(*single.batch, world->size(), 0);
   Stash s1;
   Result<StepLoss> l1 = single.model->forward(single.ctx, single.batch->view(), s1);
   ASSERT_TRUE(l1.ok()) << l1.status().message();
@@ -53,7 +62,7 @@ void check_tp(const std::string& fixture) {
   ctx.allocator = &alloc;
   Result<Config> cfg = load_hf_config(test::fixture(fixture));
   ASSERT_TRUE(cfg.ok());
-  Result<Model> m = Model::create(ctx, cfg.value(), Freeze{}, 0, alloc, nn::TensorParallel{world.get(), false});
+  Result<Model> m = Model::create(ctx, cfg.value(), Freeze{}, 0, alloc, nn::TensorParallel{world.get(), sp});
   ASSERT_TRUE(m.ok()) << m.status().message();
   ASSERT_TRUE(load_hf_weights(m.value(), test::fixture(fixture)).ok());
   Stash st;
@@ -67,7 +76,8 @@ void check_tp(const std::string& fixture) {
   int sharded = 0;
   for (size_t i = 0; i < reg.size(); ++i) {
     sharded += reg.entry(i).shard.shard_dim >= 0;
-    Tensor full = assemble(*world, reg, i, alloc);
+    const bool parts = sp && reg.entry(i).shard.replica == vlpar::ReplicaGroup::kExpert;
+    Tensor full = assemble(*world, reg, i, alloc, parts);
     EXPECT_LE(test::rel_diff(full, single.model->registry().grad(i)), 1e-5) << fixture << " " << reg.name(i);
   }
   EXPECT_GT(sharded, 0);
@@ -75,6 +85,8 @@ void check_tp(const std::string& fixture) {
 
 TEST(Qwen3VlTensorParallel, DenseMatchesSingleProcess) { check_tp("dense"); }
 TEST(Qwen3VlTensorParallel, MoeMatchesSingleProcess) { check_tp("moe"); }
+TEST(Qwen3VlTensorParallel, DenseWithSequenceParallelMatchesSingleProcess) { check_tp("dense", true); }
+TEST(Qwen3VlTensorParallel, MoeWithSequenceParallelMatchesSingleProcess) { check_tp("moe", true); }
 
 }  // namespace
 }  // namespace qwen3vl

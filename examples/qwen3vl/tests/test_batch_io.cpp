@@ -100,3 +100,46 @@ TEST(BatchIo, PadCountThatDisagreesWithTheGridsIsAnError) {
 
 }  // namespace
 }  // namespace qwen3vl
+
+namespace qwen3vl {
+namespace {
+
+// pad_for_sequence_parallel: the fixture's 78 tokens padded to a multiple of 4 gain one sample of 2 tokens (ids
+// pad, labels −100, positions 0, 1 on the three MRoPE rows, no image), the other fields untouched; the padded pack
+// validates and gives the dense model the same cross-entropy and label count; a multiple already met adds nothing.
+TEST(BatchIo, PaddingForSequenceParallelIsOneUnsupervisedSample) {
+  test::Loaded l;
+  test::load(l, "dense");
+  const vlpar::data::PackedBatch before = *l.batch;
+  vlpar::data::PackedBatch p = before;
+  ASSERT_EQ(before.real_tokens, 78);
+  EXPECT_EQ(pad_for_sequence_parallel(p, 2, 3), 0);
+  EXPECT_EQ(p.fingerprint(), before.fingerprint());
+  EXPECT_EQ(pad_for_sequence_parallel(p, 4, 3), 2);
+  const int64_t N = 80, B = before.num_samples() + 1;
+  ASSERT_EQ(int64_t(p.input_ids.size()), N);
+  EXPECT_EQ(p.num_samples(), B);
+  EXPECT_EQ(p.cu_seqlens.back(), N);
+  EXPECT_EQ(p.cu_seqlens[size_t(B - 1)], 78);
+  for (int64_t t = 78; t < N; ++t) {
+    EXPECT_EQ(p.input_ids[size_t(t)], 3);
+    EXPECT_EQ(p.labels[size_t(t)], vlpar::data::kIgnoreLabel);
+    for (int64_t row = 0; row < 3; ++row) EXPECT_EQ(p.positions[size_t(row * N + t)], t - 78);
+  }
+  for (int64_t row = 0; row < 3; ++row)
+    for (int64_t t = 0; t < 78; ++t)
+      ASSERT_EQ(p.positions[size_t(row * N + t)], before.positions[size_t(row * 78 + t)]) << row << " " << t;
+  EXPECT_EQ(p.images_per_sample.back(), 0);
+  EXPECT_EQ(p.num_label_tokens, before.num_label_tokens);
+  ASSERT_TRUE(p.view().validate().ok()) << p.view().validate().to_string();
+  Stash s1, s2;
+  const Result<StepLoss> a = l.model->forward(l.ctx, before.view(), s1);
+  const Result<StepLoss> b = l.model->forward(l.ctx, p.view(), s2);
+  ASSERT_TRUE(a.ok()) << a.status().message();
+  ASSERT_TRUE(b.ok()) << b.status().message();
+  EXPECT_EQ(b.value().num_label_tokens, a.value().num_label_tokens);
+  EXPECT_NEAR(b.value().ce_loss, a.value().ce_loss, 1e-6 * a.value().ce_loss);
+}
+
+}  // namespace
+}  // namespace qwen3vl

@@ -35,8 +35,14 @@
 // every expert bitwise. The ep ranks must hold different tokens (EP folded over data parallelism; tp > 1 needs SP).
 // Backward re-dispatches h for the gate_up weight gradient instead of stashing the [N·K, H] rows.
 // Under tensor parallelism without SP the residual stream is replicated, so the block runs replicated
-// on every tp rank (same inputs, same weights, same gradients). Sequence parallelism is rejected (kNotSupported):
-// its token-split rows would need the aux statistics and every weight gradient summed over the tp group.
+// on every tp rank (same inputs, same weights, same gradients).
+// Sequence parallelism (spec B7.1): x and out are this tp rank's N / tp tokens, which it routes itself (no
+// collective over tp on the token path). The step-global quantities are made whole over tp: each layer's router
+// statistics (counts, probability sums, rows, Σ lse²) are gathered and added in tp-rank order, so every tp rank
+// holds the same aux loss; the z-loss divides by all N tokens; the sequence-level aux gathers the layer's probs and
+// ids over tp (a sample spans ranks). The router and norm weight gradients are summed over tp here (they are
+// replicated parameters); the expert weight gradients stay per-rank parts of one sum, which the optimizer adds over
+// the expert-data-parallel group (it spans the tp ranks: parallel::OptimizerGroups).
 // Storage f32 (CPU). Test: tests/unit/test_moe.cpp (./build/cpu/tests/test_moe).
 #include <cstddef>
 #include <cstdint>
@@ -75,6 +81,7 @@ struct MoeWeights {
 
 /// What backward needs from forward. x is the caller's input view: it must stay alive until backward.
 /// R = the rows this rank's experts process (N·K without expert parallelism; nn/expert_dispatch.hpp).
+/// N = the rows of this rank (N / tp under sequence parallelism).
 struct MoeStash {
   TensorView x;             // [N, H]    block input
   Tensor rstd;              // [N] f32   RMSNorm statistics
@@ -107,13 +114,14 @@ class MoeBlock {
   MoeBlock(const TransformerConfig& cfg, const MoeConfig& moe, TensorParallel tp, MoeWeights w, MoeWeights grads,
            size_t first_param, ExpertParallel ep = {});
 
-  /// @param out [N, H] written (x + MoE(RMSNorm(x))); x [N, H], N = num_tokens
+  /// @param out [N_loc, H] written (x + MoE(RMSNorm(x))); x [N_loc, H]; N = num_tokens of the micro-batch,
+  ///            N_loc = N / tp under sequence parallelism, else N
   /// @param aux if not null, this layer's router statistics are added to it (the load-balancing losses)
   /// @param cu_seqlens [B + 1] i32 host sample bounds or empty: with aux, this layer's sequence-level aux is added
   ///                   to aux->seq_aux_sum (the view must outlive backward)
   Status forward(const Context& ctx, TensorView out, TensorView x, int64_t num_tokens, MoeStash& stash,
                  RouterAuxStats* aux = nullptr, TensorView cu_seqlens = {}) const;
-  /// @brief dx [N, H] written (= dout + MoE path); gradients accumulated; ready(down, gate_up, router, norm).
+  /// @brief dx [N_loc, H] written (= dout + MoE path); gradients accumulated; ready(down, gate_up, router, norm).
   /// @param losses the router terms (each coefficient · dLoss/dloss; default: none)
   Status backward(const Context& ctx, TensorView dx, TensorView dout, int64_t num_tokens, const MoeStash& stash,
                   const GradReadyFn& ready, const RouterLossGrads& losses = {}) const;
@@ -124,7 +132,9 @@ class MoeBlock {
  private:
   Status check(const char* name, int64_t num_tokens) const;
   Status router_grads(const Context& ctx, TensorView dh, TensorView dweights, const MoeStash& st,
-                      const RouterLossGrads& losses) const;
+                      const RouterLossGrads& losses, int64_t num_tokens) const;
+  Status add_router_stats(const Context& ctx, RouterAuxStats& aux, const MoeStash& st, int64_t num_tokens) const;
+  Status seq_aux_grad(const Context& ctx, TensorView dlogits, const MoeStash& st, float grad) const;
 
   TransformerConfig cfg_;
   MoeConfig moe_;

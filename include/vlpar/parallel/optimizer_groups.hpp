@@ -49,7 +49,8 @@ struct OptimizerGroups {
   /// dp_cp / {tp}, expert = edp / {etp, ep}, vision = vision_dp / {vision_tp}; stages = pp. A vision tower
   /// narrower than the language model's tp runs the same images on tp / vision_tp ranks of its vision_dp group,
   /// and so do experts narrower than tp without expert parallelism (ep 1: every rank runs every token): those
-  /// are duplicates, not data replicas.
+  /// are duplicates, not data replicas. Under sequence parallelism the tp ranks route different tokens, so their
+  /// expert gradients are parts of one sum, not duplicates.
   static OptimizerGroups from(const ProcessGroups& pg) {
     OptimizerGroups g;
     g.stages = &pg.pp();
@@ -61,7 +62,8 @@ struct OptimizerGroups {
     const int tp = pg.get(Axis::kTp).size();
     const auto narrower = [tp](int n) { return n < tp && tp % n == 0 ? tp / n : 1; };
     g[ReplicaGroup::kVision].duplicates = narrower(pg.get(Axis::kVisionTp).size());
-    if (pg.get(Axis::kEp).size() == 1) g[ReplicaGroup::kExpert].duplicates = narrower(pg.get(Axis::kEtp).size());
+    if (pg.get(Axis::kEp).size() == 1 && !pg.mesh().config().sequence_parallel)
+      g[ReplicaGroup::kExpert].duplicates = narrower(pg.get(Axis::kEtp).size());
     return g;
   }
   /// @brief Every group over the same replicas and norm group (null: none): a layout without expert or vision

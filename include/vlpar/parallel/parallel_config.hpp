@@ -34,6 +34,10 @@ struct ParallelConfig {
   int pp = 1;         // pipeline parallel (layers split into stages)
   int dp = 0;         // data parallel; 0 = derived as world / (tp · cp · pp)
   int vision_tp = 0;  // tensor parallel of the vision encoder; 0 = same as tp
+  // Sequence parallelism (Megatron's --sequence-parallel): between TP regions each tp rank holds 1/tp of the
+  // tokens (nn/tensor_parallel.hpp), so a MoE layer routes each tp rank's own tokens (spec B7.1). Required for
+  // expert parallelism with etp < tp (the ep groups then span tp ranks, which without it hold the same tokens).
+  bool sequence_parallel = false;
   // Rank order, fastest-varying axis first, as Megatron's RankGenerator: "tp-cp-ep-dp-pp" puts the tp ranks of a
   // group on consecutive ranks (inside one node) and the pp stages farthest apart. Must name each of
   // tp, cp, ep, dp, pp exactly once. In the expert layout etp takes tp's place and edp takes dp's.
