@@ -118,6 +118,30 @@ Status Model::register_params() {
   };
   // Vision tower (HF order of Qwen3VLVisionModel's state dict).
   const int64_t Hv = v.hidden, Iv = v.intermediate, D = v.out_hidden, Hm = 4 * v.hidden;
+  // Under vision tp a block's qkv holds its heads' rows of each third, proj and fc2 their columns, fc1 its rows
+  // (nn/vision_block.hpp); norms and the proj / fc2 biases stay whole (sharded over ParallelConfig::vision_tp).
+  const vlpar::Range vheads = vlpar::even_shard(Hv, vtp_.size(), vtp_.rank());
+  const vlpar::Range vwidth = vlpar::even_shard(Iv, vtp_.size(), vtp_.rank());
+  auto add_vision_shard = [&](std::string name, Shape shape, InitRule init) -> Result<size_t> {
+    const std::string_view n(name);
+    vlpar::ParamShard shard;
+    if (n.ends_with("attn.qkv.weight") || n.ends_with("attn.qkv.bias")) {
+      shard = vlpar::make_split_param(std::move(name), shape, 0, vheads, next_id, init);
+      shard.pieces.clear();
+      for (int64_t third = 0; third < 3; ++third)
+        shard.pieces.push_back({third * vheads.size(), third * Hv + vheads.begin, vheads.size()});
+    } else if (n.ends_with("attn.proj.weight")) {
+      shard = vlpar::make_split_param(std::move(name), shape, 1, vheads, next_id, init);
+    } else if (n.ends_with("linear_fc1.weight") || n.ends_with("linear_fc1.bias")) {
+      shard = vlpar::make_split_param(std::move(name), shape, 0, vwidth, next_id, init);
+    } else if (n.ends_with("linear_fc2.weight")) {
+      shard = vlpar::make_split_param(std::move(name), shape, 1, vwidth, next_id, init);
+    } else {
+      shard = vlpar::make_replicated_param(std::move(name), shape, next_id, init);
+    }
+    shard.replica = vlpar::ReplicaGroup::kVision;
+    return enroll(std::move(shard), "vision");
+  };
   const std::string vp = "model.visual.";
   VLPAR_ASSIGN_OR_RETURN(vis_.patch_w, add(vp + "patch_embed.proj.weight", Shape{Hv, v.patch_dim()}, wv, "vision"));
   VLPAR_ASSIGN_OR_RETURN(vis_.patch_b, add(vp + "patch_embed.proj.bias", Shape{Hv}, zeros, "vision"));
@@ -136,7 +160,8 @@ Status Model::register_params() {
       const InitRule init = n.ends_with("norm1.weight") || n.ends_with("norm2.weight") ? ones
                             : n.ends_with(".bias")                                    ? zeros
                                                                                       : wv;
-      VLPAR_RETURN_IF_ERROR(add(p + name, shape, init, "vision").status());
+      VLPAR_RETURN_IF_ERROR((vtp_.active() ? add_vision_shard(p + name, shape, init) : add(p + name, shape, init,
+                                                                                             "vision")).status());
     }
   }
   auto add_merger = [&](const std::string& p, int64_t norm_width) -> Result<size_t> {
@@ -242,7 +267,7 @@ Status Model::register_params() {
 
 Result<Model> Model::create(const Context& ctx, const Config& cfg, const Freeze& freeze,
                             std::optional<uint64_t> seed, Allocator& alloc, nn::TensorParallel tp, PipelinePart part,
-                            nn::ExpertParallel ep) {
+                            nn::ExpertParallel ep, nn::TensorParallel vision_tp) {
   VLPAR_RETURN_IF_ERROR(cfg.validate());
   for (const auto& [a, b] : part.layers)
     VLPAR_CHECK(0 <= a && a <= b && b <= cfg.text.layers, "Qwen3-VL pipeline part: layers [{}, {}) outside the "
@@ -252,10 +277,15 @@ Result<Model> Model::create(const Context& ctx, const Config& cfg, const Freeze&
   VLPAR_CHECK(!ep.active() || !tp.active() || tp.sp(), "Qwen3-VL: expert parallelism (ep {}) with tensor "
               "parallelism (tp {}) needs sequence parallelism: without it the tp ranks hold the same tokens and "
               "would route them twice", ep.size(), tp.size());
+  VLPAR_CHECK(!vision_tp.sequence_parallel, "Qwen3-VL: the vision tower has no sequence parallelism");
+  VLPAR_CHECK(cfg.vision.heads % vision_tp.size() == 0 && cfg.vision.intermediate % vision_tp.size() == 0,
+              "Qwen3-VL: vision tp {} does not divide vision_config.num_heads = {} and intermediate_size = {}",
+              vision_tp.size(), cfg.vision.heads, cfg.vision.intermediate);
   Model m;
   m.cfg_ = cfg;
   m.tp_ = tp;
   m.ep_ = ep;
+  m.vtp_ = vision_tp;
   m.part_ = std::move(part);
   if (m.part_.layers.empty() && m.part_.whole) m.part_.layers = {{0, cfg.text.layers}};
   m.vocab_block_ = vlpar::even_shard(cfg.text.vocab, tp.size(), tp.rank());
@@ -348,7 +378,8 @@ nn::VisionEncoder Model::vision() const {
     return w;
   };
   return nn::VisionEncoder(vision_cfg_, views([&](size_t k) { return reg_.value(k); }),
-                           views([&](size_t k) { return reg_.grad(k); }), vis_.blocks.empty() ? 0 : vis_.blocks[0]);
+                           views([&](size_t k) { return reg_.grad(k); }), vis_.blocks.empty() ? 0 : vis_.blocks[0],
+                           vtp_);
 }
 
 // ---- forward -----------------------------------------------------------------------------------------------

@@ -150,14 +150,18 @@ class Model {
   /// model, a part runs the pieces below for its own layers.
   /// `ep`: expert parallelism of the MoE layers (each rank holds E / ep experts, ids ep_rank · E / ep …, as
   /// [E / ep, …] shards of the HF tensors; the ep ranks must hold different tokens: tp 1, or sequence parallelism).
+  /// `vision_tp`: tensor parallelism of the vision tower's blocks, its own group (ParallelConfig::vision_tp; may
+  /// differ from `tp`, no sequence parallelism); the patch embedding, position table and mergers stay whole.
   static Result<Model> create(const Context& ctx, const Config& cfg, const Freeze& freeze,
                               std::optional<uint64_t> seed, Allocator& alloc, vlpar::nn::TensorParallel tp = {},
-                              PipelinePart part = {}, vlpar::nn::ExpertParallel ep = {});
+                              PipelinePart part = {}, vlpar::nn::ExpertParallel ep = {},
+                              vlpar::nn::TensorParallel vision_tp = {});
 
   const Config& config() const { return cfg_; }
   const PipelinePart& part() const { return part_; }
   const vlpar::nn::TensorParallel& tensor_parallel() const { return tp_; }
   const vlpar::nn::ExpertParallel& expert_parallel() const { return ep_; }
+  const vlpar::nn::TensorParallel& vision_tensor_parallel() const { return vtp_; }
   void set_recompute(Recompute r) { recompute_ = r; }
   /// @brief Spans for the vision encoder (mergers included), decoder and loss go to `trace` (null = none).
   void set_trace(vlpar::obs::TraceRecorder* trace) { trace_ = trace; }
@@ -285,6 +289,7 @@ class Model {
   vlpar::obs::TraceRecorder* trace_ = nullptr;
   vlpar::nn::TensorParallel tp_;
   vlpar::nn::ExpertParallel ep_;
+  vlpar::nn::TensorParallel vtp_;  // the vision tower's tp group (its blocks' heads and MLP width)
   vlpar::Range vocab_block_;  // this rank's rows of embed_tokens / lm_head
   vlpar::nn::ParamRegistry reg_;
   size_t embed_ = 0, final_norm_ = 0, lm_head_ = 0;  // lm_head_ == embed_ when tied

@@ -82,6 +82,7 @@ std::vector<Field> fields(TrainConfig& c) {
       {"parallel", "pp", &c.parallel.pp},
       {"parallel", "ep", &c.parallel.ep},
       {"parallel", "sequence_parallel", &c.parallel.sequence_parallel},
+      {"parallel", "vision_tp", &c.parallel.vision_tp},
       {"parallel", "vpp", &c.parallel.vpp},
       {"parallel", "schedule", &c.parallel.schedule},
       {"parallel", "pipeline_layout", &c.parallel.pipeline_layout},
@@ -213,6 +214,12 @@ Status TrainConfig::validate() const {
               "training.eval_batches >= 1, got {} and {}", training.eval_interval, training.eval_batches);
   VLPAR_CHECK(parallel.tp >= 1, "parallel.tp must be >= 1, got {}", parallel.tp);
   VLPAR_CHECK(parallel.ep >= 1, "parallel.ep must be >= 1, got {}", parallel.ep);
+  VLPAR_CHECK(parallel.vision_tp >= 0, "parallel.vision_tp must be >= 1 (or 0: 1, the vision tower whole on every "
+              "rank), got {}", parallel.vision_tp);
+  VLPAR_CHECK(parallel.vision_tp <= 1 || parallel.tp % parallel.vision_tp == 0, "parallel.vision_tp = {} must divide "
+              "parallel.tp = {}: the ranks of a vision tp group must hold the same images (a group spanning "
+              "data-parallel ranks would need their images exchanged, which is not implemented)", parallel.vision_tp,
+              parallel.tp);
   VLPAR_CHECK(parallel.ep == 1 || parallel.tp == 1 || parallel.sequence_parallel, "parallel.ep = {} with "
               "parallel.tp = {} needs parallel.sequence_parallel = true (without it the tp ranks hold the same tokens "
               "and would route them twice)", parallel.ep, parallel.tp);
@@ -224,8 +231,10 @@ Status TrainConfig::validate() const {
   VLPAR_CHECK(parallel.schedule == "interleaved" ? parallel.vpp > 1 : parallel.vpp == want_vpp,
               "parallel.schedule = '{}' with parallel.vpp = {}: the interleaved schedule needs vpp > 1, zb_v "
               "(two chunks per rank in a V) vpp = 2 and the others vpp = 1", parallel.schedule, parallel.vpp);
-  VLPAR_CHECK(checkpoint.export_hf.empty() || (parallel.tp == 1 && parallel.pp == 1 && parallel.vpp == 1),
-              "checkpoint.export_hf needs parallel.tp = 1 and parallel.pp = 1, got tp {} and pp {} (to export a "
+  VLPAR_CHECK(checkpoint.export_hf.empty() ||
+                  (parallel.tp == 1 && parallel.pp == 1 && parallel.vpp == 1 && parallel.vision_tp <= 1),
+              "checkpoint.export_hf needs parallel.tp = 1, parallel.vision_tp = 1 and parallel.pp = 1, got tp {} and "
+              "pp {} (to export a "
               "parallel run, resume its checkpoint in one process with checkpoint.export_hf set: checkpoints load "
               "at any layout)", parallel.tp, parallel.pp);
   VLPAR_CHECK(parallel.bucket_mb > 0 && parallel.bucket_mb <= 4096, "parallel.bucket_mb must be in (0, 4096], got {}",

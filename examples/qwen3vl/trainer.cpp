@@ -129,7 +129,7 @@ Status Trainer::setup_groups() {
   pc.world = world;
   pc.etp = 1;        // experts are not tensor-parallel: split over ep ranks (parallel.ep), whole on each; with
                      // sequence parallelism an ep group may span the tp ranks (they hold different tokens)
-  pc.vision_tp = 1;  // the vision tower runs replicated on every tp rank
+  pc.vision_tp = cfg_.parallel.vision_tp > 0 ? cfg_.parallel.vision_tp : 1;  // default: the tower whole on each rank
   vlpar::parallel::ModelDims dims;
   dims.num_layers = mc.text.layers;
   dims.num_heads = mc.text.heads;
@@ -166,7 +166,8 @@ Status Trainer::build_model() {
   }
   const PipelinePart part = plan ? plan->part : PipelinePart{};
   const vlpar::nn::ExpertParallel ep{cfg_.parallel.ep > 1 ? &groups_->get(vlpar::parallel::Axis::kEp) : nullptr};
-  VLPAR_ASSIGN_OR_RETURN(Model model, Model::create(ctx_, mc, freeze, m.seed, alloc_, tp, part, ep));
+  const nn::TensorParallel vision_tp{groups_->vision_tp().size() > 1 ? &groups_->vision_tp() : nullptr, false};
+  VLPAR_ASSIGN_OR_RETURN(Model model, Model::create(ctx_, mc, freeze, m.seed, alloc_, tp, part, ep, vision_tp));
   model_ = std::make_unique<Model>(std::move(model));
   if (plan) {
     VLPAR_ASSIGN_OR_RETURN(pipe_, PipelineRunner::create(std::move(*plan), *model_, groups_->pp()));
@@ -234,6 +235,9 @@ std::vector<io::CheckpointTensor> Trainer::checkpoint_tensors(const vlpar::paral
     const vlpar::ParamShard& p = reg.entry(i).shard;
     // An expert shard's copies are the ranks of its expert-dp group (the same experts, other data).
     if (p.replica == vlpar::ReplicaGroup::kExpert) return groups_->get(vlpar::parallel::Axis::kEdp).rank();
+    if (p.replica == vlpar::ReplicaGroup::kVision)  // pieces over vision tp, copies over vision dp
+      return io::replica_index(p, groups_->vision_tp().size(), groups_->vision_tp().rank(),
+                               groups_->vision_dp().rank());
     const int r = io::replica_index(p, cfg_.parallel.tp, tp_rank_, dp_rank_);
     return second_copy && i == model_->embed_param_index() ? r + 1 : r;
   };
@@ -350,10 +354,18 @@ Result<Trainer::MicroResult> Trainer::forward_backward(const std::vector<MicroBa
   for (size_t i = 0; i < micro.size(); ++i) {
     const Batch batch = micro[i].pack.view();
     Stash stash;  // holds views into the pack, which outlives it
-    VLPAR_ASSIGN_OR_RETURN(StepLoss l, model_->forward(ctx_, batch, stash));
+    Result<StepLoss> fwd = model_->forward(ctx_, batch, stash);
+    if (!fwd.ok() && fwd.status().code() == vlpar::StatusCode::kNonFinite) {  // non-finite router logits: skip the step
+      r.bad = fmt::format("{} (micro-batch {} of {})", fwd.status().message(), i + 1, micro.size());
+      r.loss_sum[2] = 1;  // (every rank sharing a collective with the router got the same error: none waits)
+      break;
+    }
+    VLPAR_ASSIGN_OR_RETURN(StepLoss l, std::move(fwd));
     r.expert_load.resize(stash.expert_load.size(), 0.0);
     for (size_t k = 0; k < stash.expert_load.size(); ++k) r.expert_load[k] += stash.expert_load[k];
-    if (!r.add(l, weights[i], model_->config().text, i, micro.size())) break;
+    // A non-finite loss ends this rank's step early, unless its MoE layers exchange tokens with other ranks (expert
+    // parallelism): they would wait for this one, so it runs the step to the end (the step is skipped anyway).
+    if (!r.add(l, weights[i], model_->config().text, i, micro.size()) && !model_->expert_parallel().active()) break;
     // The last micro-batch's backward reports each finished gradient, starting the dp reduction of full buckets.
     nn::GradReadyFn ready;
     if (i + 1 == micro.size()) {

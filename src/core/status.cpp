@@ -18,6 +18,7 @@ const char* status_code_name(StatusCode code) {
     case StatusCode::kCudaError: return "CudaError";
     case StatusCode::kCommError: return "CommError";
     case StatusCode::kInternal: return "Internal";
+    case StatusCode::kNonFinite: return "NonFinite";
   }
   return "Unknown";
 }

@@ -24,19 +24,6 @@ Result<std::vector<double>> gather_scalar(comm::Communicator* ep, double value) 
   return all;
 }
 
-/// Every rank's planning outcome, so that no rank enters the count exchange while another returned an error:
-/// this rank's error, or a named error for the ranks that failed, or Ok on every rank.
-Status agree_on(comm::Communicator* ep, const Status& mine) {
-  VLPAR_ASSIGN_OR_RETURN(const std::vector<double> failed, gather_scalar(ep, mine.ok() ? 0.0 : 1.0));
-  if (!mine.ok()) return mine;
-  std::vector<int> bad;
-  for (int p = 0; p < int(failed.size()); ++p)
-    if (failed[size_t(p)] != 0.0) bad.push_back(p);
-  VLPAR_CHECK(bad.empty(), "{}: ep rank(s) {} could not plan the dispatch (see their error); nothing was sent", kOp,
-              fmt::join(bad, ", "));
-  return Status::Ok();
-}
-
 /// counts[src · E_l + e]: what each source sends to this rank's local expert e (an all-to-all of E_l counts).
 Status exchange_counts(comm::Communicator* ep, ExpertDispatch& d) {
   const int P = d.ep, El = d.local_experts;
@@ -142,13 +129,27 @@ MoeDispatch ExpertDispatch::received_plan() const {
   return p;
 }
 
+Status agree_on_outcome(comm::Communicator* group, const Status& mine, const char* name, const char* what) {
+  // Each rank contributes 0 (ok) or 1 + its status code.
+  VLPAR_ASSIGN_OR_RETURN(const std::vector<double> failed,
+                         gather_scalar(group, mine.ok() ? 0.0 : 1.0 + double(mine.code())));
+  if (!mine.ok()) return mine;
+  std::vector<int> bad;
+  for (int p = 0; p < int(failed.size()); ++p)
+    if (failed[size_t(p)] != 0.0) bad.push_back(p);
+  if (bad.empty()) return Status::Ok();
+  return VLPAR_STATUS(StatusCode(int(failed[size_t(bad[0])]) - 1), "{} rank(s) {} {} (see their error)", name,
+                      fmt::join(bad, ", "), what);
+}
+
 Result<ExpertDispatch> plan_expert_dispatch(const Context& ctx, comm::Communicator* ep, TensorView indices,
-                                            int num_experts, const DispatchOptions& options) {
+                                            int num_experts, const DispatchOptions& options, const Status& routed) {
   ExpertDispatch d;
   d.ep = ep_size(ep);
   d.ep_rank = ep != nullptr ? ep->rank() : 0;
   d.num_experts = num_experts;
   Status local = [&]() -> Status {
+    VLPAR_RETURN_IF_ERROR(routed);
     VLPAR_CHECK(ctx.allocator != nullptr, "{}: ctx.allocator must be set", kOp);
     VLPAR_CHECK(num_experts > 0 && num_experts % d.ep == 0, "{}: {} experts cannot be split evenly over the {} ranks "
                 "of the ep group", kOp, num_experts, d.ep);
@@ -156,7 +157,8 @@ Result<ExpertDispatch> plan_expert_dispatch(const Context& ctx, comm::Communicat
                 indices.to_string());
     return moe_dispatch_plan(ctx, d.local, indices, num_experts);
   }();
-  VLPAR_RETURN_IF_ERROR(agree_on(ep, local));
+  VLPAR_RETURN_IF_ERROR(agree_on_outcome(ep, local, "expert dispatch: ep",
+                                         "could not route or plan the dispatch; nothing was sent"));
   d.local_experts = num_experts / d.ep;
   d.send_rows.assign(size_t(d.ep), 0);
   for (int p = 0; p < d.ep; ++p)

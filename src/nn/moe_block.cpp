@@ -110,12 +110,16 @@ Status MoeBlock::forward(const Context& ctx, TensorView out, TensorView x, int64
   VLPAR_RETURN_IF_ERROR(rmsnorm_forward(ctx, st.h, st.rstd, x, w_.norm, cfg_.eps));
   const TensorView router3 = detail::as_shape(w_.router, {1, E, H});
   VLPAR_RETURN_IF_ERROR(grouped_gemm(ctx, logits, st.h, router3, one_group(N), GemmDesc{false, true, 1.f, 0.f}));
-  VLPAR_RETURN_IF_ERROR(router_forward(ctx, st.weights, st.indices, st.probs, logits, rdesc, w_.expert_bias, st.lse));
-  if (aux) VLPAR_RETURN_IF_ERROR(add_router_stats(ctx, *aux, st, Ntok));
+  // Non-finite logits are a kNonFinite error that every rank meeting this one in a collective below must share:
+  // the tp ranks under SP (the statistics' gather) and the ep ranks (the dispatch plan agrees on it).
+  Status routed = router_forward(ctx, st.weights, st.indices, st.probs, logits, rdesc, w_.expert_bias, st.lse);
+  if (tp_.sp()) routed = agree_on_outcome(tp_.comm, routed, "moe block: tp", "have non-finite router logits");
+  if (!ep_.active()) VLPAR_RETURN_IF_ERROR(routed);
+  if (aux && routed.ok()) VLPAR_RETURN_IF_ERROR(add_router_stats(ctx, *aux, st, Ntok));
 
   // Rows to the experts (this rank's, or the ep group's), the experts, then the weighted combine at the source in
   // ascending expert order and the residual.
-  VLPAR_ASSIGN_OR_RETURN(st.dispatch, plan_expert_dispatch(ctx, ep_.comm, st.indices, int(E)));
+  VLPAR_ASSIGN_OR_RETURN(st.dispatch, plan_expert_dispatch(ctx, ep_.comm, st.indices, int(E), {}, routed));
   const ExpertDispatch& d = st.dispatch;
   const int64_t R = d.received();
   VLPAR_ASSIGN_OR_RETURN(st.row_weights, scratch(ctx, {R, 1}));

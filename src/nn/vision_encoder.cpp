@@ -1,4 +1,4 @@
-// Qwen3-VL vision encoder (TP = 1). See include/vlpar/nn/vision_encoder.hpp.
+// Qwen3-VL vision encoder (blocks optionally tensor-parallel). See include/vlpar/nn/vision_encoder.hpp.
 #include "vlpar/nn/vision_encoder.hpp"
 
 #include <algorithm>
@@ -35,11 +35,11 @@ PosEmbedDesc pos_desc(const VisionConfig& cfg) {
 }  // namespace
 
 VisionEncoder::VisionEncoder(const VisionConfig& cfg, VisionEncoderWeights w, VisionEncoderWeights grads,
-                             size_t first_block_param)
-    : cfg_(cfg), w_(std::move(w)), g_(std::move(grads)), merger_(cfg, false, w_.merger, g_.merger) {
+                             size_t first_block_param, TensorParallel tp)
+    : cfg_(cfg), w_(std::move(w)), g_(std::move(grads)), tp_(tp), merger_(cfg, false, w_.merger, g_.merger) {
   for (size_t l = 0; l < w_.blocks.size(); ++l)
     layers_.emplace_back(cfg_, w_.blocks[l], block_or_empty(g_.blocks, l),
-                         ParamRange{first_block_param + VisionLayer::kNumParams * l, VisionLayer::kNumParams});
+                         ParamRange{first_block_param + VisionLayer::kNumParams * l, VisionLayer::kNumParams}, tp_);
   for (size_t j = 0; j < w_.deepstack.size(); ++j)
     deepstack_.emplace_back(cfg_, true, w_.deepstack[j], merger_or_empty(g_.deepstack, j));
 }
@@ -67,7 +67,7 @@ Status VisionEncoder::check_weights() const {
   if (!g_.pos_embed.empty())
     VLPAR_RETURN_IF_ERROR(check_shape(kEncoder, "pos_embed weight gradient", g_.pos_embed, {G * G, Hv}));
   for (size_t l = 0; l < w_.blocks.size(); ++l) {
-    const Status s = VisionBlock(cfg_, w_.blocks[l], block_or_empty(g_.blocks, l)).check_weights();
+    const Status s = VisionBlock(cfg_, w_.blocks[l], block_or_empty(g_.blocks, l), tp_).check_weights();
     VLPAR_CHECK(s.ok(), "{}: block {}: {}", kEncoder, l, s.message());
   }
   VLPAR_RETURN_IF_ERROR(merger_.check_weights());

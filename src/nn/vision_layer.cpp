@@ -3,8 +3,9 @@
 
 namespace vlpar::nn {
 
-VisionLayer::VisionLayer(const VisionConfig& cfg, VisionBlockWeights w, VisionBlockWeights grads, ParamRange params)
-    : cfg_(cfg), block_(cfg, w, grads), params_(params) {
+VisionLayer::VisionLayer(const VisionConfig& cfg, VisionBlockWeights w, VisionBlockWeights grads, ParamRange params,
+                         TensorParallel tp)
+    : cfg_(cfg), tp_(tp.size()), block_(cfg, w, grads, tp), params_(params) {
   const TensorView g[kNumParams] = {grads.norm1_w, grads.norm1_b, grads.qkv_w,   grads.qkv_b,
                                     grads.proj_w,  grads.proj_b,  grads.norm2_w, grads.norm2_b,
                                     grads.fc1_w,   grads.fc1_b,   grads.fc2_w,   grads.fc2_b};
@@ -28,9 +29,10 @@ Status VisionLayer::backward(const Context& ctx, TensorView dx, TensorView dout,
 
 int64_t VisionLayer::stash_bytes(int64_t tokens, Recompute mode) const {
   if (mode == Recompute::kFull) return 0;
-  const int64_t N = tokens, Hv = cfg_.hidden, Iv = cfg_.intermediate, heads = cfg_.heads;
-  // mean1, rstd1, mean2, rstd2 [N]; h1, attn, x1, h2 [N, Hv]; qkv [N, 3Hv]; lse [heads, N]; f1, act [N, Iv]
-  return 4 * (4 * N + 4 * N * Hv + 3 * N * Hv + heads * N + 2 * N * Iv);
+  const int64_t N = tokens, Hv = cfg_.hidden, Iv = cfg_.intermediate / tp_, heads = cfg_.heads / tp_, hv = Hv / tp_;
+  // mean1, rstd1, mean2, rstd2 [N]; h1, x1, h2 [N, Hv]; attn [N, Hv/tp]; qkv [N, 3Hv/tp]; lse [heads/tp, N];
+  // f1, act [N, Iv/tp]
+  return 4 * (4 * N + 3 * N * Hv + N * hv + 3 * N * hv + heads * N + 2 * N * Iv);
 }
 
 double VisionLayer::flops(const Seq& seq) const {
@@ -41,7 +43,7 @@ double VisionLayer::flops(const Seq& seq) const {
     const double len = double(cu[s + 1] - cu[s]);
     f += 4 * Hv * len * len;  // QKᵀ and PV over every pair of the segment, all heads
   }
-  return f;
+  return f / double(tp_);  // every term is split over the heads or the MLP width
 }
 
 }  // namespace vlpar::nn

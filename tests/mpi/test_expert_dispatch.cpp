@@ -231,7 +231,7 @@ TEST(ExpertDispatch, BadInputIsNamedOnEveryRank) {
     EXPECT_NE(d.status().message().find(fmt::format("indices[0, 0] = {} is outside [0, {})", s.E + 5, s.E)),
               std::string::npos) << d.status().to_string();
   } else {
-    EXPECT_NE(d.status().message().find(fmt::format("ep rank(s) {} could not plan the dispatch", bad)),
+    EXPECT_NE(d.status().message().find(fmt::format("ep rank(s) {} could not route or plan the dispatch", bad)),
               std::string::npos) << d.status().to_string();
   }
   auto uneven = nn::plan_expert_dispatch(s.ctx, s.ep.get(), s.indices(), s.E + 1);
@@ -443,6 +443,37 @@ void check_sequence_parallel(bool ep) {
 
 TEST(MoeSequenceParallel, MatchesTheWholeSequenceOnOneRank) { check_sequence_parallel(false); }
 TEST(MoeSequenceParallel, ExpertParallelOverTheTpRanksMatches) { check_sequence_parallel(true); }
+
+// A NaN in one rank's input (its router logits) is a kNonFinite error on every rank of the group that would meet
+// it in a collective: the ep group (agreed in the dispatch plan) and the tp group under SP (agreed before the
+// statistics' gather). The rank that has it names the token; the others name that rank. Nothing hangs.
+void check_non_finite_router(bool sp) {
+  auto group = world_comm("group");
+  ASSERT_TRUE(group);
+  const int P = group->size(), rank = group->rank(), bad = P - 1;
+  const int64_t n = 6, E = 2 * P;
+  Allocator alloc;
+  Context ctx;
+  ctx.allocator = &alloc;
+  const Weights w(alloc, E, false);
+  Tensor x = random_tensor(alloc, {n, kH}, DType::kF32, 40 + uint64_t(rank));
+  if (rank == bad) x.ptr<float>()[3 * kH + 1] = NAN;
+  Tensor out = Tensor::empty(alloc, {n, kH}, DType::kF32).value();
+  const nn::MoeBlock block(block_config(), nn::MoeConfig{int(E), kK, kI},
+                           nn::TensorParallel{sp ? group.get() : nullptr, sp}, w.slice(rank * 2, 2), {}, 0,
+                           nn::ExpertParallel{group.get()});
+  nn::MoeStash st;
+  RouterAuxStats stats;
+  const Status s = block.forward(ctx, out, x, sp ? n * P : n, st, &stats);
+  EXPECT_EQ(s.code(), StatusCode::kNonFinite) << s.to_string();
+  const std::string want = rank == bad ? "the router logits of token 3 are not finite"
+                                       : fmt::format("rank(s) {} ", bad);
+  EXPECT_NE(s.message().find(want), std::string::npos) << s.to_string();
+  ASSERT_TRUE(group->barrier().ok());  // every rank got here: none waits in a collective of the block
+}
+
+TEST(MoeExpertParallel, NonFiniteRouterLogitsAreANamedErrorOnEveryRank) { check_non_finite_router(false); }
+TEST(MoeSequenceParallel, NonFiniteRouterLogitsAreANamedErrorOnEveryRank) { check_non_finite_router(true); }
 
 TEST(MoeSequenceParallel, TokensNotSplittingOverTpAreNamed) {
   auto tp = world_comm("tp");

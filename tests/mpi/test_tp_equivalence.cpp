@@ -3,13 +3,15 @@
 // shape) of the single-process run within kParallelEquivalence (tests/tolerances.hpp), with and without SP, also
 // with Qwen3-VL's q/k norm, MRoPE and tied head; the
 // TP region boundaries move rank-encoded rows where they should; vocab-parallel cross-entropy equals the
-// full-vocab one; the same seed gives the same full weights.
+// full-vocab one; the same seed gives the same full weights. VisionTp.*: one Qwen3-VL vision block with its heads
+// and MLP split over the world (tp 2 and 4) against the whole block on one rank.
 // Run: ctest --preset cpu -L mpi   (or: mpirun -np 2 ./build/cpu/tests/test_tp_equivalence)
 #include <gtest/gtest.h>
 
 #include "mpi/mpi_test_util.hpp"
 #include "mpi/nn_equivalence.hpp"
 #include "vlpar/nn/tensor_parallel.hpp"
+#include "vlpar/nn/vision_block.hpp"
 #include "vlpar/nn/vocab_parallel.hpp"
 #include "vlpar/reference/loss.hpp"
 
@@ -163,6 +165,101 @@ TEST(TpEquivalence, WithSequenceParallelMatchesSingleProcess) { run_tp_equivalen
 TEST(TpEquivalence, Qwen3TextMatchesSingleProcess) {
   run_tp_equivalence(false, tiny_qwen3_config(true), true);
   run_tp_equivalence(true, tiny_qwen3_config(false), true);
+}
+
+// ---- vision tensor parallelism ----------------------------------------------------------------------------------
+
+// One vision block (8 heads of 8, MLP 48, three images as segments) with its shards on each rank: out and dx are
+// the single-rank block's within 1e-5 (the proj / fc2 partial sums and the qkv / fc1 input-gradient parts are
+// added over tp), each rank's weight-gradient shard equals the same rows / columns of the single-rank gradient,
+// and the replicated norms' and biases' gradients are whole on every rank.
+TEST(VisionTp, BlockMatchesOneRank) {
+  auto tp = world_comm("vision_tp");
+  ASSERT_TRUE(tp);
+  const int P = tp->size(), r = tp->rank();
+  nn::VisionConfig cfg;
+  cfg.hidden = 64;
+  cfg.heads = 8;
+  cfg.intermediate = 48;
+  cfg.depth = 1;
+  cfg.patch = 2;
+  cfg.temporal_patch = 2;
+  cfg.merge = 2;
+  cfg.out_hidden = 16;
+  cfg.num_position_embeddings = 16;
+  cfg.deepstack_indexes = {};
+  const int64_t Hv = cfg.hidden, Iv = cfg.intermediate, hv = Hv / P, iv = Iv / P;
+  Allocator alloc;
+  Context ctx;
+  ctx.allocator = &alloc;
+  const std::vector<VisionGrid> grids = {{1, 2, 4}, {1, 4, 4}, {2, 2, 2}};
+  auto seq = nn::make_vision_seq(alloc, cfg, grids);
+  ASSERT_TRUE(seq.ok()) << seq.status().to_string();
+  const int64_t N = seq.value().num_patches;
+  // Full weights (the same on every rank) and their gradients, in the order of VisionBlockWeights.
+  const std::vector<Shape> shapes = {{Hv}, {Hv}, {3 * Hv, Hv}, {3 * Hv}, {Hv, Hv}, {Hv},
+                                     {Hv}, {Hv}, {Iv, Hv},     {Iv},     {Hv, Iv}, {Hv}};
+  std::vector<Tensor> w, g, wl, gl;
+  for (size_t i = 0; i < shapes.size(); ++i) {
+    const bool norm_w = i == 0 || i == 6;
+    w.push_back(random_tensor(alloc, shapes[i], DType::kF32, 100 + i, norm_w ? 0.5f : -0.3f, norm_w ? 1.5f : 0.3f));
+    g.push_back(Tensor::zeros(alloc, shapes[i], DType::kF32).value());
+  }
+  // This rank's shards: qkv rows of its heads in each third, proj / fc2 columns, fc1 rows (bias alike).
+  auto rows = [&](const Tensor& t, int64_t per_third, int thirds) {
+    const int64_t cols = t.view().ndim() == 2 ? t.view().size(1) : 1;
+    Tensor out = Tensor::empty(alloc, t.view().ndim() == 2 ? Shape{per_third * thirds, cols} : Shape{per_third * thirds},
+                               DType::kF32).value();
+    const int64_t full_third = t.view().size(0) / thirds;
+    for (int k = 0; k < thirds; ++k)
+      std::memcpy(out.ptr<float>() + k * per_third * cols, t.ptr<float>() + (k * full_third + r * per_third) * cols,
+                  size_t(per_third * cols) * sizeof(float));
+    return out;
+  };
+  auto cols = [&](const Tensor& t, int64_t width) {
+    const int64_t R = t.view().size(0), C = t.view().size(1);
+    Tensor out = Tensor::empty(alloc, {R, width}, DType::kF32).value();
+    for (int64_t i = 0; i < R; ++i)
+      std::memcpy(out.ptr<float>() + i * width, t.ptr<float>() + i * C + r * width, size_t(width) * sizeof(float));
+    return out;
+  };
+  auto shard = [&](const std::vector<Tensor>& v) {
+    return std::vector<Tensor>{v[0], v[1], rows(v[2], hv, 3), rows(v[3], hv, 3), cols(v[4], hv), v[5],
+                               v[6], v[7], rows(v[8], iv, 1), rows(v[9], iv, 1), cols(v[10], iv), v[11]};
+  };
+  wl = shard(w);
+  for (const Tensor& t : shard(g)) gl.push_back(Tensor::zeros(alloc, t.shape(), DType::kF32).value());
+  auto views = [](std::vector<Tensor>& v) {
+    return nn::VisionBlockWeights{v[0], v[1], v[2], v[3], v[4], v[5], v[6], v[7], v[8], v[9], v[10], v[11]};
+  };
+  const Tensor x = random_tensor(alloc, {N, Hv}, DType::kF32, 7);
+  const Tensor dout = random_tensor(alloc, {N, Hv}, DType::kF32, 8);
+  auto run = [&](const nn::VisionBlock& b, Tensor& out, Tensor& dx) {
+    out = Tensor::empty(alloc, {N, Hv}, DType::kF32).value();
+    dx = Tensor::empty(alloc, {N, Hv}, DType::kF32).value();
+    nn::VisionBlockStash st;
+    Status s = b.forward(ctx, out, x, seq.value(), st);
+    ASSERT_TRUE(s.ok()) << s.to_string();
+    s = b.backward(ctx, dx, dout, seq.value(), st);
+    ASSERT_TRUE(s.ok()) << s.to_string();
+  };
+  Tensor out1, dx1, out2, dx2;
+  run(nn::VisionBlock(cfg, views(w), views(g)), out1, dx1);
+  run(nn::VisionBlock(cfg, views(wl), views(gl), nn::TensorParallel{tp.get(), false}), out2, dx2);
+  auto near = [](const char* what, const Tensor& a, const Tensor& b) {
+    const std::vector<double> av = to_f64(a), bv = to_f64(b);
+    ASSERT_EQ(av.size(), bv.size()) << what;
+    double scale = 0;
+    for (double v : bv) scale = std::max(scale, std::abs(v));
+    ASSERT_GT(scale, 0) << what;
+    for (size_t i = 0; i < av.size(); ++i) ASSERT_NEAR(av[i], bv[i], 1e-5 * scale) << what << " element " << i;
+  };
+  near("out", out2, out1);
+  near("dx", dx2, dx1);
+  const std::vector<Tensor> want = shard(g);  // the single-rank gradients cut like the weights
+  const char* names[] = {"norm1 w", "norm1 b", "qkv w", "qkv b", "proj w", "proj b",
+                         "norm2 w", "norm2 b", "fc1 w", "fc1 b", "fc2 w", "fc2 b"};
+  for (size_t i = 0; i < want.size(); ++i) near(names[i], gl[i], want[i]);
 }
 
 }  // namespace

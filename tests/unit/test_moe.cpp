@@ -7,6 +7,7 @@
 
 #include <algorithm>
 #include <array>
+#include <cmath>
 #include <cstring>
 #include <functional>
 #include <string>
@@ -866,6 +867,19 @@ TEST(MoeBlock, BadInputsAreNamedErrors) {
   expect_error(ok_block.backward(ctx, out, x, d.N, st, {}, seq_only), "needs the sample bounds (cu_seqlens)");
   Context no_alloc = test_ctx();
   expect_error(ok_block.forward(no_alloc, out, x, d.N, st), "no allocator");
+  // A NaN in token 5's input makes its router logits NaN: a kNonFinite error naming the token (never a ranking of
+  // NaNs); an infinite logit likewise.
+  x.ptr<float>()[5 * d.H + 2] = NAN;
+  const Status nan = ok_block.forward(ctx, out, x, d.N, st);
+  EXPECT_EQ(nan.code(), StatusCode::kNonFinite) << nan.to_string();
+  expect_error(nan, "router_forward: the router logits of token 5 are not finite (expert 0: nan)");
+  Tensor logits = Tensor::zeros(alloc, {2, d.E}, DType::kF32).value();
+  logits.ptr<float>()[d.E + 3] = INFINITY;
+  Tensor rw = Tensor::zeros(alloc, {2, 2}, DType::kF32).value(), ri = Tensor::zeros(alloc, {2, 2}, DType::kI32).value();
+  Tensor rp = Tensor::zeros(alloc, {2, d.E}, DType::kF32).value();
+  const Status inf = router_forward(ctx, rw, ri, rp, logits, RouterDesc{int(d.E), 2});
+  EXPECT_EQ(inf.code(), StatusCode::kNonFinite);
+  expect_error(inf, "the router logits of token 1 are not finite (expert 3: inf)");
 }
 
 }  // namespace

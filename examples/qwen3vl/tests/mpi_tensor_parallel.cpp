@@ -86,6 +86,47 @@ void check_tp(const std::string& fixture, bool sp = false) {
 TEST(Qwen3VlTensorParallel, DenseMatchesSingleProcess) { check_tp("dense"); }
 TEST(Qwen3VlTensorParallel, MoeMatchesSingleProcess) { check_tp("moe"); }
 TEST(Qwen3VlTensorParallel, DenseWithSequenceParallelMatchesSingleProcess) { check_tp("dense", true); }
+
+// Vision tp 2 with language tp 1 (np 2: the world; np 4: two groups of two ranks): the vision blocks' heads and MLP
+// split over the pair (qkv's three thirds, proj and fc2 by columns, fc1 by rows), the rest whole; loss and every
+// gradient, assembled over the pair, equal the single-process run's.
+TEST(Qwen3VlTensorParallel, VisionTp2WithLanguageTp1MatchesSingleProcess) {
+  auto world = vlpar::test::world_comm("world");
+  ASSERT_TRUE(world);
+  const int r = world->rank();
+  auto pair = world->split(r / 2, r % 2, vlpar::test::test_options("vision_tp"));
+  ASSERT_TRUE(pair.ok()) << pair.status().to_string();
+  vlpar::comm::Communicator& vtp = *pair.value();
+  ASSERT_EQ(vtp.size(), 2);
+  test::Loaded single;
+  test::load(single, "moe");
+  Stash s1;
+  Result<StepLoss> l1 = single.model->forward(single.ctx, single.batch->view(), s1);
+  ASSERT_TRUE(l1.ok()) << l1.status().message();
+  ASSERT_TRUE(single.model->backward(single.ctx, single.batch->view(), s1).ok());
+  Allocator alloc;
+  Context ctx = Context::cpu_default();
+  ctx.allocator = &alloc;
+  Result<Config> cfg = load_hf_config(test::fixture("moe"));
+  ASSERT_TRUE(cfg.ok());
+  Result<Model> m = Model::create(ctx, cfg.value(), Freeze{}, 0, alloc, {}, {}, {}, nn::TensorParallel{&vtp, false});
+  ASSERT_TRUE(m.ok()) << m.status().message();
+  ASSERT_TRUE(load_hf_weights(m.value(), test::fixture("moe")).ok());
+  Stash st;
+  Result<StepLoss> l = m.value().forward(ctx, single.batch->view(), st);
+  ASSERT_TRUE(l.ok()) << l.status().message();
+  ASSERT_TRUE(m.value().backward(ctx, single.batch->view(), st).ok());
+  EXPECT_NEAR(l.value().loss, l1.value().loss, 1e-5 * l1.value().loss);
+  const nn::ParamRegistry& reg = m.value().registry();
+  int sharded = 0;
+  for (size_t i = 0; i < reg.size(); ++i) {
+    const vlpar::ParamShard& p = reg.entry(i).shard;
+    sharded += p.replica == vlpar::ReplicaGroup::kVision && p.local_shape() != p.full_shape;
+    Tensor full = assemble(vtp, reg, i, alloc);
+    EXPECT_LE(test::rel_diff(full, single.model->registry().grad(i)), 1e-5) << reg.name(i);
+  }
+  EXPECT_EQ(sharded, 6 * cfg.value().vision.depth);  // per block: qkv w and b, proj w, fc1 w and b, fc2 w
+}
 TEST(Qwen3VlTensorParallel, MoeWithSequenceParallelMatchesSingleProcess) { check_tp("moe", true); }
 
 }  // namespace

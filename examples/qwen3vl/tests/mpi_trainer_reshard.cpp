@@ -2,7 +2,9 @@
 // at np 4, → TP1×DP2):
 // every parameter of the resumed single-process model equals, bit for bit, the slice each TP2 rank held at the
 // save; a dp change is refused unless checkpoint.allow_layout_change is set (the data position is per dp rank), a
-// tp change alone keeps the data position; the resumed run trains on.
+// tp change alone keeps the data position; the resumed run trains on. The same with the vision tower's blocks
+// split over the tp pair too (parallel.vision_tp = 2: its qkv thirds, proj, fc1 and fc2 shards resharded to whole),
+// whose first losses equal the vision_tp 1 run's within 1e-5.
 #include <gtest/gtest.h>
 
 #include <unistd.h>
@@ -18,9 +20,10 @@
 namespace qwen3vl {
 namespace {
 
-TrainConfig config(const std::string& dir, int tp, int steps, bool allow_layout_change) {
+TrainConfig config(const std::string& dir, int tp, int steps, bool allow_layout_change, int vision_tp = 1) {
   return test::mpi_trainer_config(
-      dir, tp, steps, {"--checkpoint.allow_layout_change=" + std::string(allow_layout_change ? "true" : "false")});
+      dir, tp, steps, {"--checkpoint.allow_layout_change=" + std::string(allow_layout_change ? "true" : "false"),
+                       "--parallel.vision_tp=" + std::to_string(vision_tp)});
 }
 
 Result<std::unique_ptr<Trainer>> make(const TrainConfig& c, vlpar::comm::Communicator* world, int dp_rank, int dp) {
@@ -30,7 +33,7 @@ Result<std::unique_ptr<Trainer>> make(const TrainConfig& c, vlpar::comm::Communi
   return Trainer::create(c, world, std::move(src));
 }
 
-TEST(TrainerReshard, Tp2CheckpointResumesAtTp1) {
+void check_reshard(int vision_tp) {
   auto world = vlpar::test::world_comm("world");
   ASSERT_TRUE(world);
   const int rank = world->rank(), dp = world->size() / 2;
@@ -41,10 +44,18 @@ TEST(TrainerReshard, Tp2CheckpointResumesAtTp1) {
   ASSERT_TRUE(world->barrier().ok());
 
   // 1. Two steps at TP2 × DP(world/2), checkpoint at step 2.
-  auto tp2 = make(config(dir, 2, 2, false), world.get(), rank / 2, dp);
+  auto tp2 = make(config(dir, 2, 2, false, vision_tp), world.get(), rank / 2, dp);
   ASSERT_TRUE(tp2.ok()) << tp2.status().message();
   Result<TrainSummary> r2 = tp2.value()->run();
   ASSERT_TRUE(r2.ok()) << r2.status().message();
+  if (vision_tp > 1) {  // the same two steps with the tower whole on each rank
+    auto whole = make(config(dir + "/whole", 2, 2, false), world.get(), rank / 2, dp);
+    ASSERT_TRUE(whole.ok()) << whole.status().message();
+    Result<TrainSummary> rw = whole.value()->run();
+    ASSERT_TRUE(rw.ok()) << rw.status().message();
+    for (size_t s = 0; s < 2; ++s)
+      EXPECT_NEAR(r2.value().losses[s], rw.value().losses[s], 1e-5 * rw.value().losses[s]) << "step " << s + 1;
+  }
 
   // 2. Rank 0 alone resumes at TP1 × DP1 (no steps left to run: the model is exactly the loaded one).
   std::unique_ptr<Trainer> tp1;
@@ -107,6 +118,9 @@ TEST(TrainerReshard, Tp2CheckpointResumesAtTp1) {
   ASSERT_TRUE(world->barrier().ok());
   if (rank == 0) std::filesystem::remove_all(dir);
 }
+
+TEST(TrainerReshard, Tp2CheckpointResumesAtTp1) { check_reshard(1); }
+TEST(TrainerReshard, Tp2WithVisionTp2CheckpointResumesAtTp1) { check_reshard(2); }
 
 }  // namespace
 }  // namespace qwen3vl

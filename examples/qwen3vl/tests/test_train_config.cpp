@@ -114,8 +114,12 @@ TEST(TrainConfig, ValidationIsOneSentenceNamingTheKey) {
                "parallel.schedule = 'zb_h1' with parallel.vpp = 2");
   expect_error("", {"--parallel.schedule=interleaved"}, "the interleaved schedule needs vpp > 1");
   expect_error("", {"--parallel.vpp=2"}, "parallel.schedule = '1f1b' with parallel.vpp = 2");
-  expect_error("", {"--parallel.pp=2", "--checkpoint.export_hf=out"}, "checkpoint.export_hf needs parallel.tp = 1 and "
-               "parallel.pp = 1, got tp 1 and pp 2");
+  expect_error("", {"--parallel.pp=2", "--checkpoint.export_hf=out"}, "checkpoint.export_hf needs parallel.tp = 1, "
+               "parallel.vision_tp = 1 and parallel.pp = 1, got tp 1 and pp 2");
+  expect_error("", {"--parallel.vision_tp=2"}, "parallel.vision_tp = 2 must divide parallel.tp = 1: the ranks of a "
+               "vision tp group must hold the same images");
+  expect_error("", {"--parallel.ep=2", "--parallel.tp=2"}, "parallel.ep = 2 with parallel.tp = 2 needs "
+               "parallel.sequence_parallel = true");
   expect_error("", {"--moe.expert_bias_rate=-0.001"}, "moe.expert_bias_rate must be finite and not negative");
   expect_error("", {"--moe.z_loss_coef=-1"}, "moe.z_loss_coef must be finite and not negative, got -1");
   expect_error("", {"--moe.seq_aux_coef=-1"}, "moe.seq_aux_coef must be finite and not negative, got -1");

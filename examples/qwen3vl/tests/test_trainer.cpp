@@ -146,6 +146,21 @@ TEST(Trainer, NonFiniteStepsAreSkippedAndKInARowAbort) {
     EXPECT_TRUE(std::isnan(r.value().losses[1]));
   }
   fs::remove_all(d);
+  {  // the same in the MoE model: the first MoE router's logits go NaN, a kNonFinite error naming the token, which
+     // the trainer takes as a non-finite step (skipped, training goes on)
+    TrainConfig c = config(d, 3);
+    c.training.grad_accum = 1;
+    c.model.config_json = test::fixture("moe") + "/config.json";
+    auto tr = make(c, {good, bad, good, good});
+    testing::internal::CaptureStderr();
+    Result<TrainSummary> r = tr->run();
+    const std::string log = testing::internal::GetCapturedStderr();
+    ASSERT_TRUE(r.ok()) << r.status().message();
+    EXPECT_EQ(r.value().skipped_steps, 1);
+    EXPECT_EQ(tr->step(), 3);
+    EXPECT_NE(log.find("step 2: router_forward: the router logits of token"), std::string::npos) << log;
+  }
+  fs::remove_all(d);
   {  // only poisoned batches: K = 3 skipped steps in a row abort, naming the cause
     TrainConfig c = config(d, 5);
     c.training.grad_accum = 1;

@@ -25,6 +25,7 @@ enum class StatusCode : int {
   kCudaError,
   kCommError,
   kInternal,
+  kNonFinite,        // a computed value that must be finite is NaN/Inf (router logits): the trainer skips the step
 };
 
 const char* status_code_name(StatusCode code);

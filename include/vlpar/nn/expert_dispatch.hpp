@@ -85,8 +85,18 @@ struct ExpertDispatch {
 /// @brief Plans a dispatch. Collective over `ep` (null or size 1: EP = 1).
 /// @param indices [T, K] i32 host, every id in [0, E), a token's K ids distinct (T may be 0 on some ranks)
 /// @param num_experts E, a multiple of the ep size
+/// @param routed this rank's outcome of what made `indices` (the router: non-finite logits are a kNonFinite error);
+///               an error is agreed on with the plan's own checks, so that every rank returns an error and none
+///               waits in the count exchange (`indices` is then not read)
 Result<ExpertDispatch> plan_expert_dispatch(const Context& ctx, comm::Communicator* ep, TensorView indices,
-                                            int num_experts, const DispatchOptions& options = {});
+                                            int num_experts, const DispatchOptions& options = {},
+                                            const Status& routed = Status::Ok());
+
+/// @brief Every rank of `group` learns whether any failed a step that precedes a collective, so that all return
+/// or none: this rank's own error, else (another rank failed) an error naming the ranks that did, "<name> rank(s)
+/// 1, 3 <what> (see their error)", with the first failing rank's code; Ok on every rank if none failed. Collective
+/// (one all-gather of a double; nothing when `group` is null or of size 1).
+Status agree_on_outcome(comm::Communicator* group, const Status& mine, const char* name, const char* what);
 
 /// @brief Token rows to the experts: out[i] (in [local expert][src][token] order) = (w ·) in[token]. Collective.
 /// @param out     [N, F] written (N = d.received())

@@ -43,6 +43,9 @@
 // ids over tp (a sample spans ranks). The router and norm weight gradients are summed over tp here (they are
 // replicated parameters); the expert weight gradients stay per-rank parts of one sum, which the optimizer adds over
 // the expert-data-parallel group (it spans the tp ranks: parallel::OptimizerGroups).
+// Non-finite router logits (a NaN input row, say) are a kNonFinite error naming the token, returned on every rank
+// of the tp group under SP and of the ep group (agreed before any collective, so no rank waits); the trainer skips
+// such a step as it skips a non-finite loss.
 // Storage f32 (CPU). Test: tests/unit/test_moe.cpp (./build/cpu/tests/test_moe).
 #include <cstddef>
 #include <cstdint>

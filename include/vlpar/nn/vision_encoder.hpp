@@ -14,8 +14,9 @@
 // means that parameter is frozen (no gradient, its weight-gradient GEMM skipped); the backward stops at the
 // lowest point that still has a trainable parameter below it, e.g. a frozen ViT with trainable mergers runs only
 // the mergers' backward.
-// TP = 1 only: the vision tower is replicated; vision tensor parallelism (ParallelConfig::vision_tp > 1) is not
-// implemented yet. Storage f32 (CPU). Scratch and stash tensors come from ctx.allocator.
+// Vision tensor parallelism (a TensorParallel over ParallelConfig::vision_tp's group): every block's heads and MLP
+// width split over it (nn/vision_block.hpp, weights given as this rank's shards); the patch embedding, position
+// table and mergers stay whole and run replicated. Storage f32 (CPU). Scratch and stash tensors come from ctx.allocator.
 // Test: tests/unit/test_vision_encoder.cpp (reference: include/vlpar/reference/vision.hpp).
 #include <span>
 #include <utility>
@@ -65,8 +66,9 @@ class VisionEncoder {
  public:
   /// @param first_block_param registry index of block 0's first parameter; block l's 12 are
   ///        first_block_param + 12·l … (consecutive, as HF's state dict orders them). Used for the layers' params().
+  /// @param tp the vision tp group of the blocks (default: none)
   VisionEncoder(const VisionConfig& cfg, VisionEncoderWeights w, VisionEncoderWeights grads,
-                size_t first_block_param = 0);
+                size_t first_block_param = 0, TensorParallel tp = {});
 
   /// @brief Checks the config, every weight (present, HF shape, contiguous f32) and every non-empty gradient.
   Status check_weights() const;
@@ -107,6 +109,7 @@ class VisionEncoder {
 
   VisionConfig cfg_;
   VisionEncoderWeights w_, g_;
+  TensorParallel tp_;
   std::vector<VisionLayer> layers_;
   PatchMerger merger_;
   std::vector<PatchMerger> deepstack_;

@@ -23,7 +23,8 @@ class VisionLayer {
   using Stash = VisionBlockStash;
   static constexpr size_t kNumParams = 12;
 
-  VisionLayer(const VisionConfig& cfg, VisionBlockWeights w, VisionBlockWeights grads, ParamRange params);
+  VisionLayer(const VisionConfig& cfg, VisionBlockWeights w, VisionBlockWeights grads, ParamRange params,
+              TensorParallel tp = {});
 
   Status forward(const Context& ctx, TensorView out, TensorView in, const Seq& seq, Stash& st) const {
     return block_.forward(ctx, out, in, seq, st);
@@ -33,14 +34,16 @@ class VisionLayer {
   ParamRange params() const { return params_; }
   /// True when some parameter of the block is trainable.
   bool trainable() const;
-  /// Bytes of VisionBlockStash for `tokens` patches (0 under kFull; no selective recompute: kSelective = kNone).
+  /// Bytes of VisionBlockStash for `tokens` patches (0 under kFull; no selective recompute: kSelective = kNone;
+  /// this tp rank's heads and MLP width).
   int64_t stash_bytes(int64_t tokens, Recompute mode) const;
   /// Forward FLOPs: qkv, proj, fc1, fc2 (2·in·out per patch) and bidirectional attention over every segment
-  /// (2·2·Hv per query-key pair, s² pairs per segment of s patches).
+  /// (2·2·Hv per query-key pair, s² pairs per segment of s patches); this tp rank's share of them.
   double flops(const Seq& seq) const;
 
  private:
   VisionConfig cfg_;
+  int tp_ = 1;
   VisionBlock block_;
   ParamRange params_;
   std::array<bool, kNumParams> has_grad_{};  // per parameter, registry order

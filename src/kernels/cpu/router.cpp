@@ -31,6 +31,12 @@ Status router_forward(const Context& ctx, TensorView weights, TensorView indices
   const char* op = "router_forward";
   const int64_t T = logits.size(0), E = desc.num_experts, K = desc.top_k;
   VLPAR_FLOAT_SWITCH(logits.dtype, L, op, {
+    // A non-finite logit has no place in the ranking (the sort's comparison would be no order): named, first one.
+    for (int64_t t = 0; t < T; ++t)
+      for (int64_t e = 0; e < E; ++e)
+        if (const float z = to_float(logits.ptr<L>()[t * logits.stride(0) + e]); !std::isfinite(z))
+          return VLPAR_STATUS(StatusCode::kNonFinite, "{}: the router logits of token {} are not finite (expert {}: "
+                              "{})", op, t, e, z);
     parallel_for(ctx, T, 8 * E, [&](int64_t begin, int64_t end) {
       std::vector<int32_t> order(static_cast<size_t>(E));
       std::vector<float> biased(expert_bias.empty() ? 0 : static_cast<size_t>(E));
