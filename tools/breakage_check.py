@@ -8,6 +8,9 @@ import os, re, subprocess, sys, tempfile
 ROOT = tempfile.mkdtemp(prefix="vlpar-breakage-")
 subprocess.run(f"git -C {os.path.dirname(os.path.abspath(__file__))}/.. archive HEAD | tar -x -C {ROOT}", shell=True, check=True)
 cases = [
+ ("etp: only rank 0's partial sums come back", "src/nn/expert_dispatch.cpp", "  for (int q = 1; q < g.etp; ++q)\n", "  for (int q = 1; q < 1; ++q)\n", "test_expert_dispatch:np2"),
+ ("etp: gathered rows left in arrival order", "src/nn/expert_dispatch.cpp", "return etp->all_to_all_rows(out, g.rows, g.placed, in, send, g.send_all);", "return etp->all_to_all_rows(out, g.rows, {}, in, send, g.send_all);", "test_expert_dispatch:np2"),
+ ("moe etp: the forward runs the whole width", "src/nn/moe_block.cpp", "  const int64_t I = moe_.intermediate / ep_.etp_size();  // this etp rank's width of every expert", "  const int64_t I = moe_.intermediate / (ep_.etp_size() > 0 ? 1 : 2);", "test_expert_dispatch:np2"),
  ("router forward ranks non-finite logits", "src/kernels/cpu/router.cpp", "!std::isfinite(z))\n          return VLPAR_STATUS(StatusCode::kNonFinite", "false && !std::isfinite(z))\n          return VLPAR_STATUS(StatusCode::kNonFinite", "test_moe"),
  ("dispatch plan ignores the router's error", "src/nn/expert_dispatch.cpp", "    VLPAR_RETURN_IF_ERROR(routed);\n", "    (void)routed;\n", "test_expert_dispatch:np2"),
  ("trainer aborts on non-finite router logits", "examples/qwen3vl/trainer.cpp", "fwd.status().code() == vlpar::StatusCode::kNonFinite", "fwd.status().code() == vlpar::StatusCode::kInternal", "test_trainer"),
@@ -116,7 +119,7 @@ cases = [
  ("comm: all_to_all backward does not swap counts", "src/comm/conjugate.cpp", "return c.all_to_all(grad_in, counts.send_rows, grad_out, counts.recv_rows);", "return c.all_to_all(grad_in, counts.recv_rows, grad_out, counts.send_rows);", "test_conjugate:np2"),
  ("comm: single-process all_to_all does not copy", "src/comm/single_communicator.cpp", "  VLPAR_RETURN_IF_ERROR(copy_flat(out, in));\n  return done();\n}\n\nResult<WorkHandle> SingleCommunicator::isend", "  return done();\n}\n\nResult<WorkHandle> SingleCommunicator::isend", "test_single_communicator"),
  ("decoder layer recompute adds to the router statistics again", "src/nn/decoder_layer.cpp", "return feed_forward(ctx, scratch, seq, st, nullptr);", "return feed_forward(ctx, scratch, seq, st, moe_loss_.stats);", "test_layer_stack"),
- ("MoE stash bytes forget the dispatch plan's row maps", "src/nn/decoder_layer.cpp", "bytes += 4 * 2 * R + (P > 1 ? 4 * R : 0);", "bytes += (P > 1 ? 4 * R : 0);", "test_layer_stack"),
+ ("MoE stash bytes forget the dispatch plan's row maps", "src/nn/decoder_layer.cpp", "bytes += 4 * 2 * Rl + (P > 1 ? 4 * Rl : 0);", "bytes += (P > 1 ? 4 * Rl : 0);", "test_layer_stack"),
  ("selective recompute keeps the MoE stash", "src/nn/decoder_layer.cpp", "  st.moe = MoeStash{};\n  if (mode", "  if (mode", "test_layer_stack"),
  ("batch: host cu_seqlens copy never compared", "src/core/batch.cpp", "index_at(cu_seqlens, i) == c,", "true,", "test_batch"),
  ("sample_of_pack skips one image too few", "src/data/packing.cpp", "const int64_t row = sum_patches({grids.data(), size_t(first)});", "const int64_t row = sum_patches({grids.data(), size_t(first > 0 ? first - 1 : 0)});", "test_batch"),

@@ -66,14 +66,17 @@ int64_t DecoderLayer::stash_bytes(int64_t tokens, Recompute mode) const {
   if (cfg_.qk_norm) bytes += 4 * (N * hq * D + N * hkv * D + N * hq + N * hkv);     // q_raw, k_raw, q/k rstd
   if (mode == Recompute::kSelective) return bytes;
   if (moe_) {
-    // R = N_loc·K expert rows: exact without expert parallelism, balanced routing assumed with it (the rows a
-    // rank's experts receive depend on the router).
+    // R = N_loc·K expert rows (· etp gathered, each of width I / etp): exact without expert parallelism, balanced
+    // routing assumed with it (the rows a rank's experts receive depend on the router).
     const MoeConfig& m = moe_->moe_config();
-    const int64_t E = m.num_experts, K = m.top_k, I = m.intermediate, R = Nl * K, P = moe_->expert_parallel().size();
+    const int T = moe_->expert_parallel().etp_size();
+    const int64_t E = m.num_experts, K = m.top_k, I = m.intermediate / T, Rl = Nl * K, R = Rl * T;
+    const int P = moe_->expert_parallel().size();
     bytes += 4 * (Nl + Nl * H + Nl * E + Nl * K + Nl * K + Nl);  // rstd, h, probs, weights, indices (i32), lse
     bytes += 4 * (R + R * 2 * I + R * I);              // row weights, gate|up, act (the experts' rows)
-    bytes += 4 * 2 * R + (P > 1 ? 4 * R : 0);          // row → token / assignment; under EP the received order
-    bytes += 8 * (E + 1) + 4 * 2 * R + 8 * (2 * P + E + E / P + 1);  // host plan (ExpertDispatch::host_bytes)
+    bytes += 4 * 2 * Rl + (P > 1 ? 4 * Rl : 0);        // row → token / assignment; under EP the received order
+    bytes += 8 * (E + 1) + 4 * 2 * Rl + 8 * (2 * P + E + E / P + 1);  // host plan (ExpertDispatch::host_bytes)
+    if (T > 1) bytes += 4 * (3 * R) + 8 * (T * (E / P + 1) + E / P + 1);  // the etp layout (ExpertTpRows)
   } else {
     const int64_t Il = cfg_.intermediate / tp_.size();
     bytes += 4 * (Nl + N * H + N * 2 * Il + N * Il);  // rstd, h, gate|up, act

@@ -237,4 +237,91 @@ Status combine_assignments(const Context& ctx, comm::Communicator* ep, const Exp
   return return_from_experts(ep, d, out, rows, &d.row_assignment);  // straight to each row's assignment
 }
 
+// ---- the expert-tensor-parallel gather and reduce-scatter ----------------------------------------------------------
+
+MoeDispatch ExpertTpRows::gathered_plan() const {
+  MoeDispatch p;
+  p.num_experts = local_experts;
+  p.top_k = 1;
+  p.num_tokens = gathered();
+  p.offsets = offsets;
+  p.row_assignment.resize(size_t(gathered()));
+  for (size_t i = 0; i < p.row_assignment.size(); ++i) p.row_assignment[i] = int32_t(i);
+  p.assignment_row = p.row_assignment;
+  return p;
+}
+
+Result<ExpertTpRows> plan_expert_tp(comm::Communicator* etp, std::span<const int64_t> expert_offsets) {
+  const char* op = "expert tp plan";
+  VLPAR_CHECK(!expert_offsets.empty() && expert_offsets.front() == 0, "{}: expert_offsets must start at 0", op);
+  ExpertTpRows g;
+  g.etp = ep_size(etp);
+  g.etp_rank = etp != nullptr ? etp->rank() : 0;
+  const int P = g.etp, El = int(expert_offsets.size()) - 1;
+  g.local_experts = El;
+  std::vector<int64_t> mine(static_cast<size_t>(El), 0);
+  for (int e = 0; e < El; ++e) mine[size_t(e)] = expert_offsets[size_t(e) + 1] - expert_offsets[size_t(e)];
+  g.counts.assign(size_t(P) * size_t(El), 0);
+  if (P > 1) {
+    VLPAR_RETURN_IF_ERROR(etp->all_gather(TensorView(g.counts.data(), DType::kI64, Shape{int64_t(P) * El}),
+                                          TensorView(mine.data(), DType::kI64, Shape{El})));
+  } else {
+    g.counts = mine;
+  }
+  // Gathered position of rank q's rows of expert e: after every rank's rows of experts < e and ranks < q's of e.
+  g.rows.assign(size_t(P), 0);
+  g.offsets.assign(size_t(El) + 1, 0);
+  for (int e = 0; e < El; ++e) {
+    int64_t n = 0;
+    for (int q = 0; q < P; ++q) n += g.counts[size_t(q * El + e)];
+    g.offsets[size_t(e) + 1] = g.offsets[size_t(e)] + n;
+  }
+  VLPAR_CHECK(g.gathered() <= INT32_MAX, "{}: {} gathered rows overflow the i32 row ids", op, g.gathered());
+  for (int q = 0; q < P; ++q)
+    for (int e = 0; e < El; ++e) {
+      int64_t at = g.offsets[size_t(e)];
+      for (int r = 0; r < q; ++r) at += g.counts[size_t(r * El + e)];
+      for (int64_t i = 0; i < g.counts[size_t(q * El + e)]; ++i) g.positions.push_back(int32_t(at + i));
+      g.rows[size_t(q)] += g.counts[size_t(q * El + e)];
+    }
+  g.placed = g.positions;  // rank q's rows arrive in q's own order, ranks in order: the same list
+  const int64_t R = g.rows[size_t(g.etp_rank)];
+  for (int q = 0; q < P; ++q)
+    for (int64_t i = 0; i < R; ++i) g.send_all.push_back(int32_t(i));
+  return g;
+}
+
+Status gather_expert_rows(comm::Communicator* etp, const ExpertTpRows& g, TensorView out, TensorView in) {
+  const char* op = "gather_expert_rows";
+  VLPAR_CHECK(ep_size(etp) == g.etp, "{}: the layout is for {} etp ranks, the group has {}", op, g.etp, ep_size(etp));
+  const int64_t R = g.rows[size_t(g.etp_rank)];
+  VLPAR_RETURN_IF_ERROR(check_rows(op, "in", in, R, -1));
+  VLPAR_RETURN_IF_ERROR(check_rows(op, "out", out, g.gathered(), in.size(1)));
+  VLPAR_CHECK(out.dtype == in.dtype, "{}: out {} and in {} differ in dtype", op, out.to_string(), in.to_string());
+  if (g.etp == 1) return copy_(out, in);
+  const std::vector<int64_t> send(size_t(g.etp), R);
+  return etp->all_to_all_rows(out, g.rows, g.placed, in, send, g.send_all);
+}
+
+Status reduce_scatter_expert_rows(const Context& ctx, comm::Communicator* etp, const ExpertTpRows& g, TensorView out,
+                                  TensorView in) {
+  const char* op = "reduce_scatter_expert_rows";
+  VLPAR_CHECK(ep_size(etp) == g.etp, "{}: the layout is for {} etp ranks, the group has {}", op, g.etp, ep_size(etp));
+  const int64_t R = g.rows[size_t(g.etp_rank)];
+  VLPAR_RETURN_IF_ERROR(check_rows(op, "in", in, g.gathered(), -1));
+  VLPAR_RETURN_IF_ERROR(check_rows(op, "out", out, R, in.size(1)));
+  VLPAR_CHECK(out.dtype == DType::kF32 && in.dtype == DType::kF32, "{}: f32 rows only, got {} and {}", op,
+              out.to_string(), in.to_string());
+  if (g.etp == 1) return copy_(out, in);
+  // Every rank's partial result of this rank's rows, in etp-rank order: [P · R, F]; then the sum in that order.
+  const int64_t F = in.size(1);
+  VLPAR_ASSIGN_OR_RETURN(Tensor parts, Tensor::empty(*ctx.allocator, Shape{int64_t(g.etp) * R, F}, DType::kF32));
+  const std::vector<int64_t> recv(size_t(g.etp), R);
+  VLPAR_RETURN_IF_ERROR(etp->all_to_all_rows(parts, recv, {}, in, g.rows, g.positions));
+  VLPAR_RETURN_IF_ERROR(copy_(out, parts.view().slice(0, 0, R)));
+  for (int q = 1; q < g.etp; ++q)
+    VLPAR_RETURN_IF_ERROR(add_(ctx, out, parts.view().slice(0, int64_t(q) * R, int64_t(q + 1) * R)));
+  return Status::Ok();
+}
+
 }  // namespace vlpar::nn

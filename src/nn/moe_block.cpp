@@ -36,6 +36,23 @@ Result<Tensor> gather_over_tp(const Context& ctx, const TensorParallel& tp, cons
   return full;
 }
 
+/// This rank's rows [R, F] → the etp group's gathered rows [R_g, F] (`rows` itself without etp).
+Result<Tensor> gathered(const Context& ctx, comm::Communicator* etp, const ExpertTpRows& g, Tensor rows) {
+  if (g.etp == 1) return rows;
+  VLPAR_ASSIGN_OR_RETURN(Tensor out, scratch(ctx, {g.gathered(), rows.shape()[1]}));
+  VLPAR_RETURN_IF_ERROR(gather_expert_rows(etp, g, out, rows));
+  return out;
+}
+
+/// Partial results of the gathered rows [R_g, F] → this rank's rows [R, F], the etp ranks' parts added in rank
+/// order (`partial` itself without etp).
+Result<Tensor> scattered(const Context& ctx, comm::Communicator* etp, const ExpertTpRows& g, Tensor partial) {
+  if (g.etp == 1) return partial;
+  VLPAR_ASSIGN_OR_RETURN(Tensor out, scratch(ctx, {g.rows[size_t(g.etp_rank)], partial.shape()[1]}));
+  VLPAR_RETURN_IF_ERROR(reduce_scatter_expert_rows(ctx, etp, g, out, partial));
+  return out;
+}
+
 /// a[i] += b[i] over the statistics' vectors (a sized from b on first use).
 void add_stats(RouterAuxStats& a, const RouterAuxStats& b) {
   if (a.counts.empty()) {
@@ -73,7 +90,9 @@ Status MoeBlock::check(const char* name, int64_t N) const {
               "parallelism", name, N, tp_.size());
   VLPAR_CHECK(moe_.num_experts % ep_.size() == 0, "{}: {} experts cannot be split evenly over {} expert-parallel "
               "ranks", name, moe_.num_experts, ep_.size());
-  const int64_t H = cfg_.hidden, E = moe_.num_experts, I = moe_.intermediate, El = E / ep_.size();
+  VLPAR_CHECK(moe_.intermediate % ep_.etp_size() == 0, "{}: the expert width {} does not split over {} "
+              "expert-tensor-parallel ranks", name, moe_.intermediate, ep_.etp_size());
+  const int64_t H = cfg_.hidden, E = moe_.num_experts, I = moe_.intermediate / ep_.etp_size(), El = E / ep_.size();
   VLPAR_RETURN_IF_ERROR(check_shape(name, "norm weight", w_.norm, {H}));
   VLPAR_RETURN_IF_ERROR(check_shape(name, "router weight", w_.router, {E, H}));
   VLPAR_RETURN_IF_ERROR(check_shape(name, "gate_up weight", w_.gate_up, {El, H, 2 * I}));
@@ -90,7 +109,8 @@ Status MoeBlock::forward(const Context& ctx, TensorView out, TensorView x, int64
                          RouterAuxStats* aux, TensorView cu_seqlens) const {
   const char* kName = "moe block forward";
   VLPAR_RETURN_IF_ERROR(check(kName, N));
-  const int64_t Ntok = N, H = cfg_.hidden, E = moe_.num_experts, K = moe_.top_k, I = moe_.intermediate;
+  const int64_t Ntok = N, H = cfg_.hidden, E = moe_.num_experts, K = moe_.top_k;
+  const int64_t I = moe_.intermediate / ep_.etp_size();  // this etp rank's width of every expert
   N = tp_.local_tokens(Ntok);  // this rank's rows from here on
   VLPAR_RETURN_IF_ERROR(check_shape(kName, "x", x, {N, H}));
   VLPAR_RETURN_IF_ERROR(check_shape(kName, "out", out, {N, H}));
@@ -111,9 +131,12 @@ Status MoeBlock::forward(const Context& ctx, TensorView out, TensorView x, int64
   const TensorView router3 = detail::as_shape(w_.router, {1, E, H});
   VLPAR_RETURN_IF_ERROR(grouped_gemm(ctx, logits, st.h, router3, one_group(N), GemmDesc{false, true, 1.f, 0.f}));
   // Non-finite logits are a kNonFinite error that every rank meeting this one in a collective below must share:
-  // the tp ranks under SP (the statistics' gather) and the ep ranks (the dispatch plan agrees on it).
+  // the tp ranks under SP (the statistics' gather), the etp ranks (the rows' gather) and the ep ranks (the
+  // dispatch plan agrees on it).
   Status routed = router_forward(ctx, st.weights, st.indices, st.probs, logits, rdesc, w_.expert_bias, st.lse);
   if (tp_.sp()) routed = agree_on_outcome(tp_.comm, routed, "moe block: tp", "have non-finite router logits");
+  if (ep_.etp_size() > 1)
+    routed = agree_on_outcome(ep_.etp, routed, "moe block: etp", "have non-finite router logits");
   if (!ep_.active()) VLPAR_RETURN_IF_ERROR(routed);
   if (aux && routed.ok()) VLPAR_RETURN_IF_ERROR(add_router_stats(ctx, *aux, st, Ntok));
 
@@ -122,18 +145,23 @@ Status MoeBlock::forward(const Context& ctx, TensorView out, TensorView x, int64
   VLPAR_ASSIGN_OR_RETURN(st.dispatch, plan_expert_dispatch(ctx, ep_.comm, st.indices, int(E), {}, routed));
   const ExpertDispatch& d = st.dispatch;
   const int64_t R = d.received();
-  VLPAR_ASSIGN_OR_RETURN(st.row_weights, scratch(ctx, {R, 1}));
-  VLPAR_ASSIGN_OR_RETURN(st.gu, scratch(ctx, {R, 2 * I}));
-  VLPAR_ASSIGN_OR_RETURN(st.act, scratch(ctx, {R, I}));
+  VLPAR_ASSIGN_OR_RETURN(st.etp, plan_expert_tp(ep_.etp, d.expert_offsets));
+  const int64_t Rg = st.etp.gathered();
+  const std::vector<int64_t>& offsets = st.etp.offsets;  // d.expert_offsets without etp
   VLPAR_ASSIGN_OR_RETURN(Tensor hp, scratch(ctx, {R, H}));
+  VLPAR_ASSIGN_OR_RETURN(Tensor rw, scratch(ctx, {R, 1}));
   VLPAR_RETURN_IF_ERROR(dispatch_rows(ctx, ep_.comm, d, hp, st.h));
-  VLPAR_RETURN_IF_ERROR(
-      dispatch_assignments(ctx, ep_.comm, d, st.row_weights, detail::as_shape(st.weights.view(), {N * K, 1})));
-  VLPAR_RETURN_IF_ERROR(grouped_gemm(ctx, st.gu, hp, w_.gate_up, d.expert_offsets, GemmDesc{}));
+  VLPAR_RETURN_IF_ERROR(dispatch_assignments(ctx, ep_.comm, d, rw, detail::as_shape(st.weights.view(), {N * K, 1})));
+  VLPAR_ASSIGN_OR_RETURN(Tensor hg, gathered(ctx, ep_.etp, st.etp, std::move(hp)));
+  VLPAR_ASSIGN_OR_RETURN(st.row_weights, gathered(ctx, ep_.etp, st.etp, std::move(rw)));
+  VLPAR_ASSIGN_OR_RETURN(st.gu, scratch(ctx, {Rg, 2 * I}));
+  VLPAR_ASSIGN_OR_RETURN(st.act, scratch(ctx, {Rg, I}));
+  VLPAR_RETURN_IF_ERROR(grouped_gemm(ctx, st.gu, hg, w_.gate_up, offsets, GemmDesc{}));
   const TensorView gate = st.gu.view().slice(1, 0, I), up = st.gu.view().slice(1, I, 2 * I);
   VLPAR_RETURN_IF_ERROR(swiglu_forward(ctx, st.act, gate, up));
-  Tensor y = std::move(hp);  // [R, H] again: the gate_up input is no longer needed
-  VLPAR_RETURN_IF_ERROR(grouped_gemm(ctx, y, st.act, w_.down, d.expert_offsets, GemmDesc{}));
+  Tensor y = std::move(hg);  // [R_g, H] again: the gate_up input is no longer needed
+  VLPAR_RETURN_IF_ERROR(grouped_gemm(ctx, y, st.act, w_.down, offsets, GemmDesc{}));
+  VLPAR_ASSIGN_OR_RETURN(y, scattered(ctx, ep_.etp, st.etp, std::move(y)));  // [R, H]: the etp ranks' partial sums added
   VLPAR_RETURN_IF_ERROR(combine_rows(ctx, ep_.comm, d, out, y, st.weights));
   return add_(ctx, out, x);
 }
@@ -242,13 +270,13 @@ Status MoeBlock::backward(const Context& ctx, TensorView dx, TensorView dout, in
                           const GradReadyFn& ready, const RouterLossGrads& losses) const {
   const char* kName = "moe block backward";
   VLPAR_RETURN_IF_ERROR(check(kName, N));
-  const int64_t Ntok = N, H = cfg_.hidden, K = moe_.top_k, I = moe_.intermediate;
+  const int64_t Ntok = N, H = cfg_.hidden, K = moe_.top_k, I = moe_.intermediate / ep_.etp_size();
   N = tp_.local_tokens(Ntok);  // this rank's rows from here on
   VLPAR_RETURN_IF_ERROR(check_shape(kName, "dx", dx, {N, H}));
   VLPAR_RETURN_IF_ERROR(check_shape(kName, "dout", dout, {N, H}));
   const ExpertDispatch& d = st.dispatch;
-  const int64_t R = d.received();
-  VLPAR_CHECK(st.gu.defined() && st.gu.shape() == Shape({R, 2 * I}) && d.num_tokens() == N &&
+  const int64_t R = d.received(), Rg = st.etp.gathered();
+  VLPAR_CHECK(st.gu.defined() && st.gu.shape() == Shape({Rg, 2 * I}) && d.num_tokens() == N &&
                   st.x.shape == Shape({N, H}),
               "{}: the stash does not come from a forward over {} tokens", kName, N);
   const RouterAuxStats* aux = losses.stats;
@@ -262,19 +290,22 @@ Status MoeBlock::backward(const Context& ctx, TensorView dx, TensorView dout, in
   auto mark = [&](size_t k) {
     return grads_by_offset[k].empty() ? Status::Ok() : detail::mark_ready(ctx, ready, first_param_ + k);
   };
-  const auto& offsets = d.expert_offsets;
-  const MoeDispatch rows_plan = d.received_plan();  // per-row ops on the experts' rows ([R, 1] values)
+  const auto& offsets = st.etp.offsets;
+  const MoeDispatch rows_plan = st.etp.gathered_plan();  // per-row ops on the experts' rows ([R_g, 1] values)
 
-  // Down projection on the experts' rows. dyp = dout sent to them (unweighted); dact_u = dyp · D_eᵀ gives both the
-  // routing-weight gradient dw[row] = <dout[t], y_row> = <dact_u[row], act[row]> and, scaled by w, the activation
+  // Down projection on the experts' rows. dyp = dout sent to them (unweighted, gathered over etp); dact_u =
+  // dyp · D_eᵀ gives both the routing-weight gradient dw[row] = <dout[t], y_row> = <dact_u[row], act[row]> (a
+  // partial sum over the etp ranks' widths, added back at the row's rank) and, scaled by w, the activation
   // gradient. The per-row dw go back to their (token, slot).
-  VLPAR_ASSIGN_OR_RETURN(Tensor dyp, scratch(ctx, {R, H}));
-  VLPAR_ASSIGN_OR_RETURN(Tensor dact, scratch(ctx, {R, I}));
-  VLPAR_ASSIGN_OR_RETURN(Tensor drow_w, scratch(ctx, {R, 1}));
+  VLPAR_ASSIGN_OR_RETURN(Tensor dyp_mine, scratch(ctx, {R, H}));
+  VLPAR_ASSIGN_OR_RETURN(Tensor dact, scratch(ctx, {Rg, I}));
+  VLPAR_ASSIGN_OR_RETURN(Tensor drow_g, scratch(ctx, {Rg, 1}));
   VLPAR_ASSIGN_OR_RETURN(Tensor dweights, scratch(ctx, {N, K}));
-  VLPAR_RETURN_IF_ERROR(dispatch_rows(ctx, ep_.comm, d, dyp, dout));
+  VLPAR_RETURN_IF_ERROR(dispatch_rows(ctx, ep_.comm, d, dyp_mine, dout));
+  VLPAR_ASSIGN_OR_RETURN(Tensor dyp, gathered(ctx, ep_.etp, st.etp, std::move(dyp_mine)));
   VLPAR_RETURN_IF_ERROR(grouped_gemm(ctx, dact, dyp, w_.down, offsets, GemmDesc{false, true, 1.f, 0.f}));
-  VLPAR_RETURN_IF_ERROR(moe_row_dot(ctx, drow_w, dact, st.act, rows_plan));
+  VLPAR_RETURN_IF_ERROR(moe_row_dot(ctx, drow_g, dact, st.act, rows_plan));
+  VLPAR_ASSIGN_OR_RETURN(const Tensor drow_w, scattered(ctx, ep_.etp, st.etp, std::move(drow_g)));
   VLPAR_RETURN_IF_ERROR(combine_assignments(ctx, ep_.comm, d, detail::as_shape(dweights.view(), {N * K, 1}), drow_w));
   VLPAR_RETURN_IF_ERROR(moe_scale_rows(ctx, dact, st.row_weights, rows_plan));
   if (!g_.down.empty()) {  // dD_e += act_eᵀ · (w ⊙ dout)_e
@@ -285,24 +316,26 @@ Status MoeBlock::backward(const Context& ctx, TensorView dx, TensorView dout, in
 
   // SwiGLU and gate/up projection; the input gradient goes back to the tokens, summed per token in ascending
   // expert order.
-  // Reuse dyp's [R, H] storage only if it fits and no queued down gradient still reads it; otherwise allocate.
+  // Reuse dyp's [R_g, H] storage only if it fits and no queued down gradient still reads it; otherwise allocate.
   const bool dyp_queued = ctx.weight_grads != nullptr && !g_.down.empty();
   Tensor dgu = dyp_queued ? Tensor{} : std::move(dyp);
-  if (dgu.numel() < R * 2 * I) {
-    VLPAR_ASSIGN_OR_RETURN(dgu, scratch(ctx, {R, 2 * I}));
+  if (dgu.numel() < Rg * 2 * I) {
+    VLPAR_ASSIGN_OR_RETURN(dgu, scratch(ctx, {Rg, 2 * I}));
   }
-  const TensorView dgu_v = detail::as_shape(dgu.view(), {R, 2 * I});
+  const TensorView dgu_v = detail::as_shape(dgu.view(), {Rg, 2 * I});
   const TensorView gate = st.gu.view().slice(1, 0, I), up = st.gu.view().slice(1, I, 2 * I);
   VLPAR_RETURN_IF_ERROR(swiglu_backward(ctx, dgu_v.slice(1, 0, I), dgu_v.slice(1, I, 2 * I), dact, gate, up));
-  if (!g_.gate_up.empty()) {  // dGU_e += h_eᵀ · dgu_e, h sent to the experts again (not stashed: [R, H])
-    VLPAR_ASSIGN_OR_RETURN(Tensor hp, scratch(ctx, {R, H}));
-    VLPAR_RETURN_IF_ERROR(dispatch_rows(ctx, ep_.comm, d, hp, st.h));
+  if (!g_.gate_up.empty()) {  // dGU_e += h_eᵀ · dgu_e, h sent to the experts again (not stashed: [R_g, H])
+    VLPAR_ASSIGN_OR_RETURN(Tensor hp_mine, scratch(ctx, {R, H}));
+    VLPAR_RETURN_IF_ERROR(dispatch_rows(ctx, ep_.comm, d, hp_mine, st.h));
+    VLPAR_ASSIGN_OR_RETURN(const Tensor hp, gathered(ctx, ep_.etp, st.etp, std::move(hp_mine)));
     VLPAR_RETURN_IF_ERROR(grouped_weight_grad_split(ctx, g_.gate_up, hp, dgu_v, dgu, offsets));
   }
   VLPAR_RETURN_IF_ERROR(mark(2));
-  VLPAR_ASSIGN_OR_RETURN(Tensor dhp, scratch(ctx, {R, H}));
+  VLPAR_ASSIGN_OR_RETURN(Tensor dhp_g, scratch(ctx, {Rg, H}));
   VLPAR_ASSIGN_OR_RETURN(Tensor dh, scratch(ctx, {N, H}));
-  VLPAR_RETURN_IF_ERROR(grouped_gemm(ctx, dhp, dgu_v, w_.gate_up, offsets, GemmDesc{false, true, 1.f, 0.f}));
+  VLPAR_RETURN_IF_ERROR(grouped_gemm(ctx, dhp_g, dgu_v, w_.gate_up, offsets, GemmDesc{false, true, 1.f, 0.f}));
+  VLPAR_ASSIGN_OR_RETURN(const Tensor dhp, scattered(ctx, ep_.etp, st.etp, std::move(dhp_g)));
   VLPAR_RETURN_IF_ERROR(combine_rows(ctx, ep_.comm, d, dh, dhp));
 
   VLPAR_RETURN_IF_ERROR(router_grads(ctx, dh, dweights, st, losses, Ntok));

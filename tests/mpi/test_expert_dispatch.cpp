@@ -366,8 +366,6 @@ TEST(MoeExpertParallel, ExpertsNotDividingTheRanksAreNamed) {
             std::string::npos) << s.to_string();
 }
 
-// ---- the MoE block under sequence parallelism ---------------------------------------------------------------------
-
 /// |a − b| ≤ tol · max|b| elementwise (a sum over tp ranks against one sum over every row: fp32 reassociation).
 ::testing::AssertionResult near(const char* what, TensorView a, TensorView b, double tol) {
   const std::vector<double> av = to_f64(a), bv = to_f64(b);
@@ -380,6 +378,73 @@ TEST(MoeExpertParallel, ExpertsNotDividingTheRanksAreNamed) {
       return ::testing::AssertionFailure() << what << " element " << i << ": " << av[i] << " vs " << bv[i];
   return ::testing::AssertionSuccess();
 }
+
+// ---- the MoE block with expert tensor parallelism -----------------------------------------------------------------
+
+/// Experts [e0, e0 + n) of gate_up [E, H, 2I] / down [E, I, H], width slice w of T: gate_up keeps its gate columns
+/// [w·I/T, (w+1)·I/T) then the same up columns, down those rows.
+Tensor cut_gate_up(Allocator& a, const Tensor& full, int64_t e0, int64_t n, int w, int T) {
+  const int64_t H = full.shape()[1], I = full.shape()[2] / 2, Il = I / T;
+  Tensor out = Tensor::empty(a, {n, H, 2 * Il}, DType::kF32).value();
+  for (int64_t e = 0; e < n; ++e)
+    for (int64_t h = 0; h < H; ++h)
+      for (int half = 0; half < 2; ++half)
+        std::memcpy(out.ptr<float>() + (e * H + h) * 2 * Il + half * Il,
+                    full.ptr<float>() + ((e0 + e) * H + h) * 2 * I + half * I + w * Il, size_t(Il) * sizeof(float));
+  return out;
+}
+Tensor cut_down(Allocator& a, const Tensor& full, int64_t e0, int64_t n, int w, int T) {
+  const int64_t I = full.shape()[1], H = full.shape()[2], Il = I / T;
+  Tensor out = Tensor::empty(a, {n, Il, H}, DType::kF32).value();
+  for (int64_t e = 0; e < n; ++e)
+    std::memcpy(out.ptr<float>() + e * Il * H, full.ptr<float>() + ((e0 + e) * I + w * Il) * H,
+                size_t(Il * H) * sizeof(float));
+  return out;
+}
+
+// Expert tensor parallelism: at np 2 the world is one etp pair (ep 1), at np 4 etp pairs {0,1} {2,3} with ep pairs
+// {0,2} {1,3}; each rank routes its own tokens (one rank none). Against every rank running the whole experts on its
+// own tokens: outputs and input gradients within 1e-5 (the down projection's sum over I is split over the etp
+// ranks and added back), the router and norm gradients (this rank's tokens) within 1e-5, and each rank's slice of
+// the expert weight gradients (its experts, its width) equals the slice of the world-summed whole gradients.
+TEST(MoeExpertTensorParallel, MatchesWholeExpertsOnEveryRank) {
+  auto world = world_comm("world");
+  ASSERT_TRUE(world);
+  const int P = world->size(), r = world->rank(), T = 2, EP = P / T;
+  auto etp = world->split(r / T, r % T, test_options("etp"));
+  auto epc = world->split(r % T, r / T, test_options("ep"));
+  ASSERT_TRUE(etp.ok() && epc.ok());
+  const int64_t E = 4, El = E / EP, N = block::tokens_of(r), e0 = (r / T) * El;
+  Allocator alloc;
+  Context ctx;
+  ctx.allocator = &alloc;
+  const block::Weights w(alloc, E, false);
+  block::Weights g_one(alloc, E, true), g_etp(alloc, E, true);
+  Tensor gu_l = cut_gate_up(alloc, w.gate_up, e0, El, r % T, T), dn_l = cut_down(alloc, w.down, e0, El, r % T, T);
+  Tensor ggu_l = Tensor::zeros(alloc, gu_l.shape(), DType::kF32).value();
+  Tensor gdn_l = Tensor::zeros(alloc, dn_l.shape(), DType::kF32).value();
+  const Tensor x = random_tensor(alloc, {N, block::kH}, DType::kF32, 50 + uint64_t(r));
+  const Tensor dout = random_tensor(alloc, {N, block::kH}, DType::kF32, 60 + uint64_t(r));
+  const nn::MoeConfig mc{int(E), block::kK, block::kI};
+  const block::BlockRun a = block::run_block(ctx, alloc, nn::MoeBlock(block::block_config(), mc, {}, w.slice(0, E),
+                                                                      g_one.slice(0, E), 0), x, dout, N, nullptr);
+  const nn::MoeBlock split(block::block_config(), mc, {}, {w.norm, w.router, gu_l, dn_l},
+                           {g_etp.norm, g_etp.router, ggu_l, gdn_l}, 0,
+                           nn::ExpertParallel{EP > 1 ? epc.value().get() : nullptr, etp.value().get()});
+  const block::BlockRun b = block::run_block(ctx, alloc, split, x, dout, N, nullptr);
+  if (N > 0) {
+    EXPECT_TRUE(near("out", b.out, a.out, 1e-5));
+    EXPECT_TRUE(near("dx", b.dx, a.dx, 1e-5));
+    EXPECT_TRUE(near("router gradient", g_etp.router, g_one.router, 1e-5));
+    EXPECT_TRUE(near("norm gradient", g_etp.norm, g_one.norm, 1e-5));
+  }
+  for (Tensor* t : {&g_one.gate_up, &g_one.down}) ASSERT_TRUE(world->all_reduce(*t, comm::ReduceOp::kSum).ok());
+  EXPECT_TRUE(near("gate_up gradient", ggu_l, cut_gate_up(alloc, g_one.gate_up, e0, El, r % T, T), 1e-5));
+  EXPECT_TRUE(near("down gradient", gdn_l, cut_down(alloc, g_one.down, e0, El, r % T, T), 1e-5));
+}
+
+// ---- the MoE block under sequence parallelism ---------------------------------------------------------------------
+
 
 /// The world as the tp group with sequence parallelism: rank r holds rows [r·n, (r+1)·n) of one micro-batch of
 /// P·n tokens in three samples that cross the ranks' boundaries, with the aux, z and sequence-level losses on.

@@ -12,8 +12,8 @@
 //     gradient and the norm are sums in another order);
 //   - a checkpoint written at PP=2 resumes at PP=1 (and at np 4 at PP=4): the continued steps equal an
 //     uninterrupted one-process run bit for bit;
-//   - np 4: PP=2 × DP=2 (ZeRO-1, full recompute) and PP=2 × TP=2 follow one process on the same global batch
-//     within 1e-5 relative;
+//   - np 4: PP=2 × DP=2 (ZeRO-1, full recompute), PP=2 × TP=2 and (MoE) PP=2 × TP=2 with sequence parallelism
+//     and ep 2 follow one process on the same global batch within 1e-5 relative;
 //   - the held-out loss (training.eval_interval: the forward-only schedule on the training placement) equals the
 //     one-process one bit for bit in those runs;
 //   - only pipeline rank 0 is given data sources (as qwen3vl-train does): the other stages train on what it sends
@@ -305,6 +305,28 @@ TEST(TrainerPipeline, ComposesWithDataAndTensorParallel) {
     EXPECT_NEAR(dp.grad_norms[s], one8.grad_norms[s], 1e-5 * one8.grad_norms[s]) << "pp 2 x dp 2, step " << s + 1;
     EXPECT_NEAR(tp.losses[s], one4.losses[s], 1e-5 * one4.losses[s]) << "pp 2 x tp 2, step " << s + 1;
     EXPECT_NEAR(tp.grad_norms[s], one4.grad_norms[s], 1e-5 * one4.grad_norms[s]) << "pp 2 x tp 2, step " << s + 1;
+  }
+}
+
+// np 4, the MoE model: PP=2 × TP=2 with sequence parallelism and the experts split over the tp pair (ep 2: each tp
+// rank routes its half of every micro-batch, the stages pass N/2 rows and the router statistics) follows one process
+// within 1e-5 relative, also with the router z-loss and the sequence-level aux.
+TEST(TrainerPipeline, ComposesWithSequenceAndExpertParallel) {
+  auto world = vlpar::test::world_comm("world");
+  ASSERT_TRUE(world);
+  if (world->size() != 4) GTEST_SKIP() << "needs 4 ranks (pp 2 x tp 2)";
+  SharedDir dir(*world, "sp_ep");
+  const std::string json = write_config(*world, "moe", dir.path, 5, false);
+  const std::vector<std::string> losses = {"--moe.z_loss_coef=0.001", "--moe.seq_aux_coef=0.001"};
+  std::vector<std::string> par = losses;
+  par.insert(par.end(), {"--parallel.pp=2", "--parallel.tp=2", "--parallel.sequence_parallel=true",
+                         "--parallel.ep=2"});
+  const TrainSummary one = train(config(json, dir.path + "/r" + std::to_string(world->rank()), 3, losses), nullptr);
+  const TrainSummary sp = train(config(json, dir.path + "/sp", 3, par), world.get());
+  ASSERT_EQ(sp.losses.size(), 3u);
+  for (size_t s = 0; s < 3; ++s) {
+    EXPECT_NEAR(sp.losses[s], one.losses[s], 1e-5 * one.losses[s]) << "step " << s + 1;
+    EXPECT_NEAR(sp.grad_norms[s], one.grad_norms[s], 1e-5 * one.grad_norms[s]) << "step " << s + 1;
   }
 }
 

@@ -30,6 +30,7 @@
 // The all-to-alls run on `ep` (MPI on CPU); null or a size-1 ep group is EP = 1 (local permute only).
 // Test: tests/mpi/test_expert_dispatch.cpp (np 2 and 4; EP 1 = every rank alone, as the reference).
 #include <cstdint>
+#include <span>
 #include <vector>
 
 #include "vlpar/comm/communicator.hpp"
@@ -40,12 +41,17 @@
 
 namespace vlpar::nn {
 
-/// The expert-parallel group of a MoE block: the E experts split over its ranks (null: every expert here).
+/// The expert-parallel group of a MoE block: the E experts split over its ranks (null: every expert here), and
+/// the expert-tensor-parallel group (null: each expert whole here): every expert's SwiGLU width I split over its
+/// ranks, which hold different tokens (spec B6 step 7).
 struct ExpertParallel {
   comm::Communicator* comm = nullptr;
+  comm::Communicator* etp = nullptr;
   int size() const { return comm != nullptr ? comm->size() : 1; }
   int rank() const { return comm != nullptr ? comm->rank() : 0; }
   bool active() const { return size() > 1; }
+  int etp_size() const { return etp != nullptr ? etp->size() : 1; }
+  int etp_rank() const { return etp != nullptr ? etp->rank() : 0; }
 };
 
 struct DispatchOptions {
@@ -91,6 +97,38 @@ struct ExpertDispatch {
 Result<ExpertDispatch> plan_expert_dispatch(const Context& ctx, comm::Communicator* ep, TensorView indices,
                                             int num_experts, const DispatchOptions& options = {},
                                             const Status& routed = Status::Ok());
+
+/// The rows of this rank's local experts gathered over the expert-tensor-parallel group (spec B6 steps 7 and 11):
+/// every etp rank q brings its dispatched rows (R_q of them, [local expert][…] order); the gathered rows are in
+/// [local expert][etp rank][…] order, so that local expert e's rows are one group of the grouped GEMM. From
+/// plan_expert_tp; gather_expert_rows moves rows there, reduce_scatter_expert_rows sums the etp ranks' partial
+/// results of each rank's rows back to it (in etp-rank order, from 0: deterministic).
+struct ExpertTpRows {
+  int etp = 1, etp_rank = 0;
+  int local_experts = 0;                // E_l
+  std::vector<int64_t> counts;          // [P · E_l] rows of etp rank q for local expert e, at q · E_l + e
+  std::vector<int64_t> rows;            // [P] R_q
+  std::vector<int64_t> offsets;         // [E_l + 1] over the gathered rows
+  std::vector<int32_t> placed;          // [R_g] the k-th row received (rank order, each rank's in its order) → its
+                                        // gathered position
+  std::vector<int32_t> send_all;        // [P · R] this rank's rows, once per etp rank
+  std::vector<int32_t> positions;       // [R_g] rank q's rows' gathered positions, ranks in order (the reverse)
+
+  int64_t gathered() const { return offsets.empty() ? 0 : offsets.back(); }
+  /// The gathered rows as a plan over themselves (R_g "tokens", top-1, E_l experts, identity maps), for the row
+  /// ops (moe_row_dot, moe_scale_rows) with per-row values [R_g, 1].
+  MoeDispatch gathered_plan() const;
+};
+
+/// @brief The gathered layout from this rank's per-local-expert row offsets ([E_l + 1], the dispatch's
+/// expert_offsets). Collective over `etp` (an all-gather of E_l counts); null or size 1: the rows as they are.
+Result<ExpertTpRows> plan_expert_tp(comm::Communicator* etp, std::span<const int64_t> expert_offsets);
+/// @brief out [R_g, F] = every etp rank's rows `in` [R, F] at their gathered positions. Collective.
+Status gather_expert_rows(comm::Communicator* etp, const ExpertTpRows& g, TensorView out, TensorView in);
+/// @brief out [R, F] f32 = Σ over etp ranks q (ascending, from 0) of q's `in` [R_g, F] f32 at this rank's rows'
+/// gathered positions (the partial sums of an expert split by width). Collective.
+Status reduce_scatter_expert_rows(const Context& ctx, comm::Communicator* etp, const ExpertTpRows& g, TensorView out,
+                                  TensorView in);
 
 /// @brief Every rank of `group` learns whether any failed a step that precedes a collective, so that all return
 /// or none: this rank's own error, else (another rank failed) an error naming the ranks that did, "<name> rank(s)

@@ -34,6 +34,12 @@
 // outputs are summed at its source in ascending expert order, so outputs and input gradients equal one rank holding
 // every expert bitwise. The ep ranks must hold different tokens (EP folded over data parallelism; tp > 1 needs SP).
 // Backward re-dispatches h for the gate_up weight gradient instead of stashing the [N·K, H] rows.
+// Expert tensor parallelism (ExpertParallel::etp, spec B6 steps 7 and 11): each expert's SwiGLU width I is split
+// over the etp ranks (this rank's gate_up [E_l, H, 2I/etp] = its columns of gate, then of up; down [E_l, I/etp, H]),
+// which hold different tokens: after the dispatch every etp rank gathers the group's rows of its local experts
+// ([expert][etp rank] order), runs its width on all of them, and the down projection's partial sums go back to
+// the rows' rank, added in etp-rank order (reduce_scatter_expert_rows); so do the routing-weight gradient and the
+// input gradient in backward. The expert weight gradients are then whole for this rank's width.
 // Under tensor parallelism without SP the residual stream is replicated, so the block runs replicated
 // on every tp rank (same inputs, same weights, same gradients).
 // Sequence parallelism (spec B7.1): x and out are this tp rank's N / tp tokens, which it routes itself (no
@@ -95,9 +101,11 @@ struct MoeStash {
   Tensor weights;           // [N, K]    renormalised top-k weights
   Tensor indices;           // [N, K]    i32 top-k expert ids, descending probability
   ExpertDispatch dispatch;  //           where each (token, slot) row goes and comes back
-  Tensor row_weights;       // [R, 1]    the routing weight of each expert row
-  Tensor gu;                // [R, 2I]   expert gate | up pre-activations
-  Tensor act;               // [R, I]    silu(gate) ⊙ up
+  ExpertTpRows etp;         //           the rows gathered over the expert-tensor-parallel group (R_g of them;
+                            //           R_g = R without it)
+  Tensor row_weights;       // [R_g, 1]  the routing weight of each expert row
+  Tensor gu;                // [R_g, 2I/etp] expert gate | up pre-activations (this etp rank's width)
+  Tensor act;               // [R_g, I/etp]  silu(gate) ⊙ up
 };
 
 /// The router terms a MoE block's backward adds to its router gradient, each as dLoss/d(term) (0: term off).
