@@ -8,6 +8,7 @@ import os, re, subprocess, sys, tempfile
 ROOT = tempfile.mkdtemp(prefix="vlpar-breakage-")
 subprocess.run(f"git -C {os.path.dirname(os.path.abspath(__file__))}/.. archive HEAD | tar -x -C {ROOT}", shell=True, check=True)
 cases = [
+ ("EP export: experts not gathered", "examples/qwen3vl/hf_weights.cpp", "  if (ep == nullptr || ep->size() == 1) return whole;\n", "  if (ep != nullptr) return whole;\n", "mpi_expert_parallel:np2"),
  ("etp: only rank 0's partial sums come back", "src/nn/expert_dispatch.cpp", "  for (int q = 1; q < g.etp; ++q)\n", "  for (int q = 1; q < 1; ++q)\n", "test_expert_dispatch:np2"),
  ("etp: gathered rows left in arrival order", "src/nn/expert_dispatch.cpp", "return etp->all_to_all_rows(out, g.rows, g.placed, in, send, g.send_all);", "return etp->all_to_all_rows(out, g.rows, {}, in, send, g.send_all);", "test_expert_dispatch:np2"),
  ("moe etp: the forward runs the whole width", "src/nn/moe_block.cpp", "  const int64_t I = moe_.intermediate / ep_.etp_size();  // this etp rank's width of every expert", "  const int64_t I = moe_.intermediate / (ep_.etp_size() > 0 ? 1 : 2);", "test_expert_dispatch:np2"),

@@ -108,13 +108,18 @@ Result<Model> load_hf_model(const Context& ctx, const std::string& dir, const Fr
   return model;
 }
 
-Result<std::vector<io::NamedTensor>> hf_tensors(const Model& model, HfWhich which, const std::string& prefix) {
+Result<std::vector<io::NamedTensor>> hf_tensors(const Model& model, HfWhich which, const std::string& prefix,
+                                                const std::vector<TensorView>* whole) {
   const nn::ParamRegistry& reg = model.registry();
   std::vector<io::NamedTensor> out;
   for (size_t i = 0; i < reg.size(); ++i) {
     const vlpar::ParamShard& p = reg.entry(i).shard;
-    VLPAR_CHECK(p.local_shape() == p.full_shape, "{} is sharded over tensor parallelism; gather it first", p.name);
-    const TensorView full = which == HfWhich::kValues ? reg.value(i) : reg.grad(i);
+    const bool given = whole != nullptr && i < whole->size() && !(*whole)[i].empty() && which == HfWhich::kValues;
+    VLPAR_CHECK(given || p.local_shape() == p.full_shape, "{} is sharded over tensor or expert parallelism; gather "
+                "it first (gather_experts for experts)", p.name);
+    const TensorView full = given ? (*whole)[i] : which == HfWhich::kValues ? reg.value(i) : reg.grad(i);
+    VLPAR_CHECK(full.empty() || full.shape == p.full_shape, "{}: the whole view given is {}, the parameter {}",
+                p.name, full.to_string(), p.full_shape.to_string());
     if (full.empty()) continue;  // a frozen parameter has no gradient
     int64_t row = 0;
     for (const HfPart& part : hf_parts(model, i)) {
@@ -126,11 +131,30 @@ Result<std::vector<io::NamedTensor>> hf_tensors(const Model& model, HfWhich whic
   return out;
 }
 
+Result<std::vector<TensorView>> gather_experts(const Model& model, vlpar::comm::Communicator* ep, Allocator& alloc,
+                                               std::vector<Tensor>& storage) {
+  const nn::ParamRegistry& reg = model.registry();
+  std::vector<TensorView> whole(reg.size());
+  if (ep == nullptr || ep->size() == 1) return whole;
+  for (size_t i = 0; i < reg.size(); ++i) {  // registry order: the same sequence of all-gathers on every ep rank
+    const vlpar::ParamShard& p = reg.entry(i).shard;
+    if (p.replica != vlpar::ReplicaGroup::kExpert) continue;
+    VLPAR_CHECK(p.shard_dim == 0 && p.local_shape()[0] * ep->size() == p.full_shape[0], "gather_experts: {} is {} "
+                "of {} on each of {} ep ranks, not an even split of its experts", p.name,
+                p.local_shape().to_string(), p.full_shape.to_string(), ep->size());
+    VLPAR_ASSIGN_OR_RETURN(Tensor t, Tensor::empty(alloc, p.full_shape, DType::kF32));
+    VLPAR_RETURN_IF_ERROR(ep->all_gather(t, reg.value(i)));
+    whole[i] = t.view();
+    storage.push_back(std::move(t));
+  }
+  return whole;
+}
+
 Status export_hf(const Model& model, const std::string& dir, DType dtype, uint64_t max_shard_bytes,
-                 vlpar::obs::ProgressBar* progress) {
+                 vlpar::obs::ProgressBar* progress, const std::vector<TensorView>* whole) {
   VLPAR_CHECK(dtype == DType::kF32 || dtype == DType::kBF16 || dtype == DType::kF16,
               "export_hf: storage dtype {} is not F32, BF16 or F16", vlpar::dtype_name(dtype));
-  VLPAR_ASSIGN_OR_RETURN(std::vector<io::NamedTensor> out, hf_tensors(model, HfWhich::kValues));
+  VLPAR_ASSIGN_OR_RETURN(std::vector<io::NamedTensor> out, hf_tensors(model, HfWhich::kValues, "", whole));
   if (model.config().text.router_expert_bias)
     vlpar::log_warn("export_hf: the routers' expert biases are written as layers.<l>.mlp.gate.e_score_correction_bias "
                     "(read back by vlpar); HF Qwen3-VL-MoE has no such tensor, so transformers ignores them and "

@@ -38,8 +38,18 @@ enum class HfWhich { kValues, kGrads };
 
 /// @brief Every parameter's value (or gradient; frozen ones have none and are left out) as HF-named views into the
 /// registry (tp 1), the dense SwiGLU split into gate_proj/up_proj views; names get `prefix` in front.
+/// `whole` (optional, values only): per registry index a whole-shape view to read instead of a sharded parameter
+/// (gather_experts); an empty view there, or no vector, means the registry's own (which must be whole).
 Result<std::vector<vlpar::io::NamedTensor>> hf_tensors(const Model& model, HfWhich which,
-                                                       const std::string& prefix = "");
+                                                       const std::string& prefix = "",
+                                                       const std::vector<vlpar::TensorView>* whole = nullptr);
+
+/// @brief Every expert tensor of an expert-parallel model gathered whole (each ep rank holds E / ep experts along
+/// dim 0, in rank order: an all-gather over `ep`; collective, every ep rank calls it), as views indexed by
+/// registry index for hf_tensors / export_hf (empty where the parameter is not an expert shard); `storage` owns
+/// them. Without expert parallelism (null or size-1 `ep`) all views are empty.
+Result<std::vector<vlpar::TensorView>> gather_experts(const Model& model, vlpar::comm::Communicator* ep,
+                                                      Allocator& alloc, std::vector<Tensor>& storage);
 
 /// @brief Reads every parameter of `model` from the HF directory `dir` (shapes checked against the config).
 /// `progress` (optional) counts parameter bytes as they are read.
@@ -51,7 +61,9 @@ Result<Model> load_hf_model(const Context& ctx, const std::string& dir, const Fr
 /// @brief Writes config.json and the weights of `model` (tp 1) into `dir` with storage dtype `dtype`
 /// (F32, BF16 or F16); shards above max_shard_bytes with an index, as save_pretrained does. `progress` (optional)
 /// counts the stored bytes as each file is written.
+/// `whole`: as hf_tensors (the gathered experts of an expert-parallel run: the export equals the ep 1 one).
 Status export_hf(const Model& model, const std::string& dir, vlpar::DType dtype = vlpar::DType::kF32,
-                 uint64_t max_shard_bytes = 5'000'000'000ull, vlpar::obs::ProgressBar* progress = nullptr);
+                 uint64_t max_shard_bytes = 5'000'000'000ull, vlpar::obs::ProgressBar* progress = nullptr,
+                 const std::vector<vlpar::TensorView>* whole = nullptr);
 
 }  // namespace qwen3vl

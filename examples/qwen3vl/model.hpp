@@ -191,8 +191,9 @@ class Model {
   /// Vision passes, token embeddings with the merged visual tokens scattered in (stash.embeds, [N, H]; layer 0's
   /// input stash.x0, [N_loc, H]) and the deepstack features (stage 0).
   Status embed(const Context& ctx, const Batch& batch, Stash& stash) const;
-  /// Decoder layers [a, b) from x [N_loc, H] (N_loc = N / tp under SP, else N); the deepstack features of level j are added after layer j (for j < a
-  /// deepstack level count they come from embed() in the same stash); MoE statistics accumulate in stash.aux.
+  /// Decoder layers [a, b) from x [N_loc, H] (N_loc = N / tp under SP, else N); the deepstack features of level j
+  /// are added after layer j (for j < a deepstack level count they come from embed() in the same stash); MoE
+  /// statistics accumulate in stash.aux.
   /// @return the output of layer b − 1 (owned by the stash).
   Result<TensorView> forward_layers(const Context& ctx, TensorView x, int a, int b, Stash& stash) const;
   /// Final norm, LM head and loss over x [N_loc, H]; the MoE aux loss from stash.aux (the totals of every layer).

@@ -455,7 +455,8 @@ void expert_load_metrics(const TextConfig& t, const std::vector<double>& load, o
 
 // The step's expert loads (assignments per decoder layer and expert) summed over every rank that saw distinct
 // tokens: the dp replicas (expert-parallel ranks included) and the pipeline stages (disjoint layers); tp ranks hold
-// the same tokens, so only tp rank 0 contributes, unless sequence parallelism gave each its own. Counts are integers: the sum is exact, the same on every rank.
+// the same tokens, so only tp rank 0 contributes, unless sequence parallelism gave each its own. Counts are
+// integers: the sum is exact, the same on every rank.
 // Then (moe.expert_bias_rate > 0) each MoE router's expert bias this rank holds moves towards the mean load.
 // Returns the global loads [L · E] (empty for a dense model). Collective over the world.
 Result<std::vector<double>> Trainer::balance_experts(std::vector<double> load) {
@@ -733,8 +734,12 @@ Result<TrainSummary> Trainer::run() {
       VLPAR_RETURN_IF_ERROR(obs::plot_metrics_png(cfg_.metrics.dir + "/metrics.jsonl", cfg_.metrics.dir + "/plot.png", po));
     }
   }
-  if (!cfg_.checkpoint.export_hf.empty() && lead) {  // tp = pp = 1 (TrainConfig::validate)
-    VLPAR_RETURN_IF_ERROR(export_hf(*model_, cfg_.checkpoint.export_hf));
+  if (!cfg_.checkpoint.export_hf.empty()) {  // tp = pp = 1 (TrainConfig::validate); experts gathered over ep
+    std::vector<Tensor> storage;
+    VLPAR_ASSIGN_OR_RETURN(const std::vector<TensorView> whole,
+                           gather_experts(*model_, model_->expert_parallel().comm, alloc_, storage));
+    if (lead) VLPAR_RETURN_IF_ERROR(export_hf(*model_, cfg_.checkpoint.export_hf, DType::kF32, 5'000'000'000ull,
+                                              nullptr, &whole));
   }
   return sum;
 }

@@ -137,6 +137,8 @@ class Trainer {
   Result<double> evaluate();
 
   const Model& model() const { return *model_; }
+  /// Every tensor of this rank's training (parameters, gradients, optimizer state, scratch) comes from here.
+  const Allocator& allocator() const { return alloc_; }
   Model& model() { return *model_; }
   int64_t step() const { return step_; }
 

@@ -161,7 +161,8 @@ Status MoeBlock::forward(const Context& ctx, TensorView out, TensorView x, int64
   VLPAR_RETURN_IF_ERROR(swiglu_forward(ctx, st.act, gate, up));
   Tensor y = std::move(hg);  // [R_g, H] again: the gate_up input is no longer needed
   VLPAR_RETURN_IF_ERROR(grouped_gemm(ctx, y, st.act, w_.down, offsets, GemmDesc{}));
-  VLPAR_ASSIGN_OR_RETURN(y, scattered(ctx, ep_.etp, st.etp, std::move(y)));  // [R, H]: the etp ranks' partial sums added
+  // [R, H]: the etp ranks' partial sums of this rank's rows added
+  VLPAR_ASSIGN_OR_RETURN(y, scattered(ctx, ep_.etp, st.etp, std::move(y)));
   VLPAR_RETURN_IF_ERROR(combine_rows(ctx, ep_.comm, d, out, y, st.weights));
   return add_(ctx, out, x);
 }

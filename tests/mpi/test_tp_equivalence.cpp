@@ -208,8 +208,8 @@ TEST(VisionTp, BlockMatchesOneRank) {
   // This rank's shards: qkv rows of its heads in each third, proj / fc2 columns, fc1 rows (bias alike).
   auto rows = [&](const Tensor& t, int64_t per_third, int thirds) {
     const int64_t cols = t.view().ndim() == 2 ? t.view().size(1) : 1;
-    Tensor out = Tensor::empty(alloc, t.view().ndim() == 2 ? Shape{per_third * thirds, cols} : Shape{per_third * thirds},
-                               DType::kF32).value();
+    const Shape shape = t.view().ndim() == 2 ? Shape{per_third * thirds, cols} : Shape{per_third * thirds};
+    Tensor out = Tensor::empty(alloc, shape, DType::kF32).value();
     const int64_t full_third = t.view().size(0) / thirds;
     for (int k = 0; k < thirds; ++k)
       std::memcpy(out.ptr<float>() + k * per_third * cols, t.ptr<float>() + (k * full_third + r * per_third) * cols,

@@ -5,7 +5,9 @@
 //     rank's rows instead of per-rank GEMMs summed by the dp all-reduce: fp32 reassociation), and every expert
 //     weight a rank holds after 3 steps is within 1e-4 of the data-parallel run's;
 //   - a checkpoint written at EP = np loads at EP = 1 (same dp): each rank's expert slices equal the EP run's bit
-//     for bit (each expert shard written once, by its expert-dp rank 0);
+//     for bit (each expert shard written once, by its expert-dp rank 0); the EP run's HF export (experts gathered
+//     over ep) is byte for byte the EP = 1 run's;
+//   - memory: the expert parameters, gradients and AdamW state per rank shrink by EP (registry and allocator);
 //   - the aux-loss-free expert bias (moe.expert_bias_rate) is the same on every rank and under DP, and resumes;
 //   - ep × tp with sequence parallelism matches data parallelism alone; ep with tp > 1 without it is a named
 //     config error.
@@ -18,6 +20,7 @@
 #include <cstring>
 #include <filesystem>
 #include <fstream>
+#include <iterator>
 
 #include "model_test_util.hpp"
 #include "mpi/mpi_test_util.hpp"
@@ -99,7 +102,8 @@ TEST(TrainerExpertParallel, MatchesDataParallelAndReshardsToEp1) {
   const std::string dir = shared_dir(*world);
   TrainSummary dp, ep;
   const auto dp_run = train(config(dir + "/dp", 3, {}), *world, dp);
-  const auto ep_run = train(config(dir + "/ep", 3, {"--parallel.ep=" + std::to_string(P)}), *world, ep);
+  const auto ep_run = train(config(dir + "/ep", 3, {"--parallel.ep=" + std::to_string(P),
+                                                   "--checkpoint.export_hf=" + dir + "/ep_hf"}), *world, ep);
   ASSERT_TRUE(dp_run && ep_run);
   ASSERT_EQ(dp.losses.size(), 3u);
   ASSERT_EQ(ep.losses.size(), 3u);
@@ -109,13 +113,38 @@ TEST(TrainerExpertParallel, MatchesDataParallelAndReshardsToEp1) {
     EXPECT_NEAR(ep.grad_norms[s], dp.grad_norms[s], 1e-5 * dp.grad_norms[s]) << "step " << s + 1;
   }
   compare_experts(ep_run->model(), dp_run->model(), 1e-4);
+  // Memory: this rank holds E / P of the experts, their gradients and their AdamW moments (registry counts, and
+  // the allocator's live bytes after training: values, gradients, m and v at 4 bytes each).
+  int64_t expert_elems = 0;
+  const nn::ParamRegistry& dreg = dp_run->model().registry();
+  for (size_t i = 0; i < dreg.size(); ++i) {
+    const vlpar::ParamShard& p = dreg.entry(i).shard;
+    if (p.replica == vlpar::ReplicaGroup::kExpert) expert_elems += p.full_shape.numel();
+  }
+  const int64_t not_held = expert_elems - expert_elems / P;
+  ASSERT_GT(expert_elems, 0);
+  EXPECT_EQ(dreg.counts().params - ep_run->model().registry().counts().params, not_held);
+  const int64_t dp_bytes = dp_run->allocator().stats(vlpar::Device::cpu()).current_bytes;
+  const int64_t ep_bytes = ep_run->allocator().stats(vlpar::Device::cpu()).current_bytes;
+  EXPECT_GE(dp_bytes - ep_bytes, 16 * not_held) << dp_bytes << " vs " << ep_bytes;
   // The EP checkpoint (step 3) loads at EP = 1: every rank's slices of the whole experts are the EP run's.
   TrainSummary none;
-  const auto back = train(config(dir + "/ep", 3, {}), *world, none);
+  const auto back = train(config(dir + "/ep", 3, {"--checkpoint.export_hf=" + dir + "/one_hf"}), *world, none);
   ASSERT_TRUE(back);
   EXPECT_EQ(none.first_step, 3);
   EXPECT_EQ(none.steps_done, 0);
   compare_experts(ep_run->model(), back->model(), 0.0);
+  // The HF export of the EP run (every expert gathered over ep) is byte for byte the EP = 1 run's of the same model.
+  if (world->rank() == 0) {
+    auto bytes = [](const std::string& path) {
+      std::ifstream in(path, std::ios::binary);
+      return std::string(std::istreambuf_iterator<char>(in), std::istreambuf_iterator<char>());
+    };
+    const std::string a = bytes(dir + "/ep_hf/model.safetensors"), b = bytes(dir + "/one_hf/model.safetensors");
+    EXPECT_FALSE(a.empty());
+    EXPECT_TRUE(a == b) << "the EP export differs from the EP = 1 export (" << a.size() << " vs " << b.size()
+                        << " bytes)";
+  }
   ASSERT_TRUE(world->barrier().ok());
   if (world->rank() == 0) fs::remove_all(dir);
 }

@@ -21,8 +21,8 @@
 
 namespace vlpar::nn {
 
-/// Weights of one block in HF shapes, this tp rank's shards of them (or their gradients; an empty gradient view means that parameter is frozen:
-/// no gradient is computed for it and its weight-gradient GEMM is skipped).
+/// Weights of one block in HF shapes, this tp rank's shards of them (or their gradients; an empty gradient view
+/// means that parameter is frozen: no gradient is computed for it and its weight-gradient GEMM is skipped).
 struct VisionBlockWeights {
   TensorView norm1_w, norm1_b;  // [Hv]          norm1.{weight,bias}
   TensorView qkv_w;             // [3Hv, Hv]     attn.qkv.weight: rows q (head-major), then k, then v (tp: [3Hv/tp, Hv])

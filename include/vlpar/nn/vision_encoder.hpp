@@ -16,7 +16,8 @@
 // the mergers' backward.
 // Vision tensor parallelism (a TensorParallel over ParallelConfig::vision_tp's group): every block's heads and MLP
 // width split over it (nn/vision_block.hpp, weights given as this rank's shards); the patch embedding, position
-// table and mergers stay whole and run replicated. Storage f32 (CPU). Scratch and stash tensors come from ctx.allocator.
+// table and mergers stay whole and run replicated. Storage f32 (CPU). Scratch and stash tensors come from
+// ctx.allocator.
 // Test: tests/unit/test_vision_encoder.cpp (reference: include/vlpar/reference/vision.hpp).
 #include <span>
 #include <utility>
