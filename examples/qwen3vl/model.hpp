@@ -20,9 +20,10 @@
 // A frozen group allocates no gradient and its weight-gradient GEMMs are skipped; the backward stops where
 // nothing upstream is trainable.
 // Tensor parallelism: the language model is sharded over `tp` as the nn blocks do it (heads, SwiGLU width, vocab;
-// HF tensors are converted to vlpar's full layout, then each rank takes its shard). The vision tower and the MoE
-// blocks run replicated on every tp rank (same inputs, same weights, same gradients) until vision TP and expert
-// parallelism exist. With sequence parallelism (tp.sequence_parallel) the decoder layers hold N / tp tokens per
+// HF tensors are converted to vlpar's full layout, then each rank takes its shard). Without sequence parallelism
+// the MoE blocks run replicated on every tp rank (same inputs, same weights, same gradients); expert parallelism
+// splits the experts (`ep`), vision tensor parallelism the vision blocks (`vision_tp`, Model::create); without it
+// the vision tower runs replicated. With sequence parallelism (tp.sequence_parallel) the decoder layers hold N / tp tokens per
 // rank (rank r: rows [r·N/tp, (r+1)·N/tp)): the embeddings and visual tokens are made whole on every rank as
 // without SP and each rank keeps its rows (layer 0's input, stash.x0); each deepstack level is added to the rows a
 // rank holds; the MoE layers route each rank's own tokens (nn/moe_block.hpp); backward all-gathers the gradient at

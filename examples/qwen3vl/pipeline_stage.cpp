@@ -4,6 +4,10 @@
 #include <fmt/core.h>
 
 #include <algorithm>
+#include <cmath>
+#include <limits>
+
+#include "vlpar/core/log.hpp"
 
 namespace qwen3vl {
 namespace {
@@ -22,6 +26,18 @@ void encode_aux(TensorView out, const vlpar::RouterAuxStats& s, int64_t E) {
   p[2 * E + 1] = double(s.top_k);
   p[2 * E + 2] = s.z_sum;
   p[2 * E + 3] = s.seq_aux_sum;
+}
+
+/// A poisoned micro-batch's statistics (and gradient) are NaN: the marker a stage checks first.
+bool poisoned_aux(TensorView in, int64_t E) { return std::isnan(in.ptr<double>()[2 * E]); }
+
+Status fill_nan(TensorView t) {
+  if (t.dtype == DType::kF64) {
+    std::fill(t.ptr<double>(), t.ptr<double>() + t.numel(), std::numeric_limits<double>::quiet_NaN());
+  } else {
+    std::fill(t.ptr<float>(), t.ptr<float>() + t.numel(), std::numeric_limits<float>::quiet_NaN());
+  }
+  return Status::Ok();
 }
 
 // The inverse; before any MoE layer ran (top_k 0) the statistics stay empty, as in one process.
@@ -110,7 +126,9 @@ int64_t PipelineStage::stash_bytes(int j) const {
   if (!check_j(j).ok()) return 0;
   const int64_t N = micro_[size_t(j)].input_ids.numel();
   const int64_t layers = model_->decoder_layers(first_, last_, vlpar::nn::MoeLoss{}).stash_bytes(N);
-  return layers + model_->tensor_parallel().local_tokens(N) * model_->config().text.hidden * 4;
+  // Stage 0 keeps the whole embeddings [N, H] (layer 0's input is its tp rank's rows of them under SP).
+  const int64_t rows = stage_ == 0 ? N : model_->tensor_parallel().local_tokens(N);
+  return layers + rows * model_->config().text.hidden * 4;
 }
 
 Status PipelineStage::forward(const Context& ctx, std::span<const TensorView> out, std::span<const TensorView> in,
@@ -120,14 +138,20 @@ Status PipelineStage::forward(const Context& ctx, std::span<const TensorView> ou
   const int64_t E = model_->config().text.num_experts;
   VLPAR_RETURN_IF_ERROR(model_->prepare(ctx, batch, st.model));
   TensorView x;
+  st.poisoned = false;
   if (stage_ == 0) {
     VLPAR_RETURN_IF_ERROR(model_->embed(ctx, batch, st.model));
     x = st.model.x0;
   } else {
     x = in[0];
+    if (moe() && poisoned_aux(in[1], E))
+      return poison(j, out, st, VLPAR_STATUS(vlpar::StatusCode::kNonFinite, "an earlier stage's router logits"));
     if (moe()) st.model.aux = decode_aux(in[1], E);
   }
-  VLPAR_ASSIGN_OR_RETURN(TensorView y, model_->forward_layers(ctx, x, first_, last_, st.model));
+  Result<TensorView> layers = model_->forward_layers(ctx, x, first_, last_, st.model);
+  if (!layers.ok() && layers.status().code() == vlpar::StatusCode::kNonFinite)
+    return poison(j, out, st, layers.status());
+  VLPAR_ASSIGN_OR_RETURN(TensorView y, std::move(layers));
   for (size_t i = 0; i < expert_load_.size(); ++i) expert_load_[i] += st.model.expert_load[i];
   if (is_last()) {
     VLPAR_ASSIGN_OR_RETURN(losses_[size_t(j)], model_->forward_head(ctx, y, st.model));
@@ -145,6 +169,11 @@ Status PipelineStage::backward(const Context& ctx, std::span<const TensorView> d
   const int64_t N = model_->tensor_parallel().local_tokens(micro_[size_t(j)].input_ids.numel());
   const int64_t H = model_->config().text.hidden, E = model_->config().text.num_experts;
   const auto w = float(weights_[size_t(j)]);
+  if (st.poisoned || (!is_last() && moe() && poisoned_aux(dout[1], E))) {  // NaN upstream, no layer runs
+    st.poisoned = true;
+    for (size_t k = 0; stage_ != 0 && k < din.size(); ++k) VLPAR_RETURN_IF_ERROR(fill_nan(din[k]));
+    return Status::Ok();
+  }
   Tensor head_grad, embed_grad;
   TensorView dx;
   if (is_last()) {
@@ -163,6 +192,21 @@ Status PipelineStage::backward(const Context& ctx, std::span<const TensorView> d
   VLPAR_RETURN_IF_ERROR(model_->backward_layers(ctx, dinput, dx, st.model, w, {}));
   if (stage_ == 0) return model_->backward_embed(ctx, micro_[size_t(j)], dinput, st.model, {});
   if (moe()) encode_aux(din[1], st.model.aux, E);
+  return Status::Ok();
+}
+
+Status PipelineStage::poison(int j, std::span<const TensorView> out, Stash& st, const Status& why) {
+  st.poisoned = true;
+  st.model = qwen3vl::Stash{};
+  if (is_last()) {
+    const double nan = std::numeric_limits<double>::quiet_NaN();
+    losses_[size_t(j)] = StepLoss{};
+    losses_[size_t(j)].loss = losses_[size_t(j)].ce_loss = nan;
+    vlpar::log_warn("pipeline stage {}: micro-batch {}: {}; its loss is NaN (the step will be skipped)", stage_, j,
+                    why.message());
+    return Status::Ok();
+  }
+  for (const TensorView& t : out) VLPAR_RETURN_IF_ERROR(fill_nan(t));
   return Status::Ok();
 }
 

@@ -14,6 +14,11 @@
 //   rejects a layout that cuts them, naming the fix); their gradients return to the vision tower on stage 0.
 //   loss: micro-batch j's loss is scaled by weights[j] in backward (its share of the step's label tokens, as the
 //   trainer weighs micro-batches), so the step's gradient equals the single-process one.
+//   non-finite router logits (a kNonFinite error of a MoE layer, agreed within the stage's tp / ep groups) poison
+//   the micro-batch instead of failing the schedule: the stage sends NaN activations and NaN statistics (the
+//   marker the next stage checks before running anything), the last stage records a NaN loss, and backward sends
+//   NaN gradients upstream without running its layers. Every stage thus runs the whole schedule and the trainer
+//   skips the step, as for a non-finite loss.
 // Each rank builds only its stages' part of the model (PipelineStage::part_for → Model::create): its decoder
 // layers, the vision tower and embedding on stage 0's rank, the final norm and head on the last stage's rank (a
 // tied head is embed_tokens, so both ranks hold it and its gradient is the sum of their two copies, spec A5.3).
@@ -34,6 +39,7 @@ class PipelineStage {
   struct Stash {
     qwen3vl::Stash model;
     vlpar::WeightGradQueue weight_grads;  // between I and W: the decoder layers' weight-gradient work
+    bool poisoned = false;                // non-finite router logits here or upstream: no backward runs
   };
 
   /// @brief Stage `stage` of `layout` over `model` (which must outlive it and hold the stage's part).
@@ -83,6 +89,8 @@ class PipelineStage {
   vlpar::pipeline::Port boundary(int j) const;
   Status keep_last_logits(const Context& ctx, int j, const Stash& st);
   Status check_j(int j) const;
+  /// The micro-batch's forward found non-finite router logits (`why`): NaN to the next stage, or a NaN loss.
+  Status poison(int j, std::span<const TensorView> out, Stash& st, const Status& why);
 
   const Model* model_;
   int stage_, stages_, first_, last_;

@@ -233,10 +233,10 @@ Status TrainConfig::validate() const {
               "(two chunks per rank in a V) vpp = 2 and the others vpp = 1", parallel.schedule, parallel.vpp);
   VLPAR_CHECK(checkpoint.export_hf.empty() ||
                   (parallel.tp == 1 && parallel.pp == 1 && parallel.vpp == 1 && parallel.vision_tp <= 1),
-              "checkpoint.export_hf needs parallel.tp = 1, parallel.vision_tp = 1 and parallel.pp = 1, got tp {} and "
-              "pp {} (to export a "
+              "checkpoint.export_hf needs parallel.tp = 1, parallel.vision_tp = 1 and parallel.pp = 1, got tp {}, "
+              "vision_tp {} and pp {} (to export a "
               "parallel run, resume its checkpoint in one process with checkpoint.export_hf set: checkpoints load "
-              "at any layout)", parallel.tp, parallel.pp);
+              "at any layout)", parallel.tp, parallel.vision_tp, parallel.pp);
   VLPAR_CHECK(parallel.bucket_mb > 0 && parallel.bucket_mb <= 4096, "parallel.bucket_mb must be in (0, 4096], got {}",
               parallel.bucket_mb);
   // The keys mapped onto library configs pass the library's own checks too (with the derived fields).

@@ -8,6 +8,7 @@
 #include <chrono>
 #include <cmath>
 #include <filesystem>
+#include <limits>
 #include <span>
 #include <utility>
 
@@ -530,8 +531,13 @@ Result<double> Trainer::evaluate() {
   } else {
     for (const MicroBatch& mb : micro) {
       Stash stash;
-      VLPAR_ASSIGN_OR_RETURN(StepLoss l, model_->forward(ctx_, mb.pack.view(), stash));
-      add(l);
+      Result<StepLoss> l = model_->forward(ctx_, mb.pack.view(), stash);
+      if (!l.ok() && l.status().code() == vlpar::StatusCode::kNonFinite) {  // non-finite router logits
+        sums[0] = std::numeric_limits<double>::quiet_NaN();
+        continue;
+      }
+      VLPAR_RETURN_IF_ERROR(l.status());
+      add(l.value());
     }
   }
   if (vlpar::comm::Communicator* dp = dp_comm()) {

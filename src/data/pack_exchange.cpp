@@ -164,12 +164,14 @@ Status check_consistent(const PackedBatch& b) {
     VLPAR_CHECK(b.cu_seqlens[i] > b.cu_seqlens[i - 1], "packed batch bytes: cu_seqlens does not increase at entry {}",
                 i);
   const size_t samples = b.cu_seqlens.size() - 1;
-  VLPAR_CHECK(b.sample_keys.size() == samples && b.images_per_sample.size() == samples &&
-                  b.videos_per_sample.size() == samples && b.rope_deltas.size() == samples,
+  // The per-sample vision counts are optional (a batch file may not have them): none, or one per sample.
+  const auto per_sample = [samples](const std::vector<int64_t>& v) { return v.empty() || v.size() == samples; };
+  VLPAR_CHECK(b.sample_keys.size() == samples && per_sample(b.images_per_sample) &&
+                  per_sample(b.videos_per_sample) && b.rope_deltas.size() == samples,
               "packed batch bytes: {} samples but {} keys, {} image counts, {} video counts, {} rope deltas", samples,
               b.sample_keys.size(), b.images_per_sample.size(), b.videos_per_sample.size(), b.rope_deltas.size());
-  VLPAR_CHECK(sum_of(b.images_per_sample) == int64_t(b.image_grids.size()) &&
-                  sum_of(b.videos_per_sample) == int64_t(b.video_grids.size()),
+  VLPAR_CHECK((b.images_per_sample.empty() || sum_of(b.images_per_sample) == int64_t(b.image_grids.size())) &&
+                  (b.videos_per_sample.empty() || sum_of(b.videos_per_sample) == int64_t(b.video_grids.size())),
               "packed batch bytes: per-sample counts give {} images and {} videos, the grids {} and {}",
               sum_of(b.images_per_sample), sum_of(b.videos_per_sample), b.image_grids.size(), b.video_grids.size());
   VLPAR_ASSIGN_OR_RETURN(const int64_t image_patches, patches_of(b.image_grids, "image"));

@@ -90,7 +90,8 @@ int64_t DecoderLayer::weight_stash_bytes(int64_t tokens) const {
   int64_t bytes = 4 * (2 * N * H + 2 * N * hq * D + 2 * N * hkv * D);  // h, dpartial; attn, dq; dk, dv
   if (moe_) {
     const MoeConfig& m = moe_->moe_config();
-    const int64_t Nl = tp_.local_tokens(N), E = m.num_experts, I = m.intermediate, R = Nl * m.top_k;
+    const int T = moe_->expert_parallel().etp_size();  // rows gathered over etp, each of width I / etp
+    const int64_t Nl = tp_.local_tokens(N), E = m.num_experts, I = m.intermediate / T, R = Nl * m.top_k * T;
     return bytes + 4 * (R * I + 2 * R * H + 2 * R * I + Nl * E + Nl * H);  // act, dyp, hp, dgu; dlogits, h
   }
   const int64_t Il = cfg_.intermediate / tp_.size();

@@ -5,6 +5,7 @@
 
 #include <string>
 
+#include "vlpar/kernels/elementwise.hpp"
 #include "vlpar/kernels/index_rows.hpp"
 
 namespace vlpar::nn {
@@ -109,6 +110,20 @@ Status return_from_experts(comm::Communicator* ep, const ExpertDispatch& d, Tens
                              d.recv_rows, index_span(d.received_from));
 }
 
+/// Rows grouped by expert at `offsets` as a plan over themselves (each row one top-1 "token", identity maps): lets
+/// the per-row ops (moe_row_dot, moe_scale_rows) work on the experts' side with per-row values [R, 1].
+MoeDispatch rows_as_plan(int experts, const std::vector<int64_t>& offsets) {
+  MoeDispatch p;
+  p.num_experts = experts;
+  p.top_k = 1;
+  p.num_tokens = offsets.empty() ? 0 : offsets.back();
+  p.offsets = offsets;
+  p.row_assignment.resize(size_t(p.num_tokens));
+  for (size_t i = 0; i < p.row_assignment.size(); ++i) p.row_assignment[i] = int32_t(i);
+  p.assignment_row = p.row_assignment;
+  return p;
+}
+
 }  // namespace
 
 int64_t ExpertDispatch::host_bytes() const {
@@ -117,17 +132,7 @@ int64_t ExpertDispatch::host_bytes() const {
          bytes(recv_rows) + bytes(counts) + bytes(expert_offsets);
 }
 
-MoeDispatch ExpertDispatch::received_plan() const {
-  MoeDispatch p;
-  p.num_experts = local_experts;
-  p.top_k = 1;
-  p.num_tokens = received();
-  p.offsets = expert_offsets;
-  p.row_assignment.resize(size_t(received()));
-  for (size_t i = 0; i < p.row_assignment.size(); ++i) p.row_assignment[i] = int32_t(i);
-  p.assignment_row = p.row_assignment;
-  return p;
-}
+MoeDispatch ExpertDispatch::received_plan() const { return rows_as_plan(local_experts, expert_offsets); }
 
 Status agree_on_outcome(comm::Communicator* group, const Status& mine, const char* name, const char* what) {
   // Each rank contributes 0 (ok) or 1 + its status code.
@@ -239,17 +244,7 @@ Status combine_assignments(const Context& ctx, comm::Communicator* ep, const Exp
 
 // ---- the expert-tensor-parallel gather and reduce-scatter ----------------------------------------------------------
 
-MoeDispatch ExpertTpRows::gathered_plan() const {
-  MoeDispatch p;
-  p.num_experts = local_experts;
-  p.top_k = 1;
-  p.num_tokens = gathered();
-  p.offsets = offsets;
-  p.row_assignment.resize(size_t(gathered()));
-  for (size_t i = 0; i < p.row_assignment.size(); ++i) p.row_assignment[i] = int32_t(i);
-  p.assignment_row = p.row_assignment;
-  return p;
-}
+MoeDispatch ExpertTpRows::gathered_plan() const { return rows_as_plan(local_experts, offsets); }
 
 Result<ExpertTpRows> plan_expert_tp(comm::Communicator* etp, std::span<const int64_t> expert_offsets) {
   const char* op = "expert tp plan";
@@ -284,6 +279,10 @@ Result<ExpertTpRows> plan_expert_tp(comm::Communicator* etp, std::span<const int
       for (int64_t i = 0; i < g.counts[size_t(q * El + e)]; ++i) g.positions.push_back(int32_t(at + i));
       g.rows[size_t(q)] += g.counts[size_t(q * El + e)];
     }
+  if (P == 1) {  // nothing moves: no index lists
+    g.positions.clear();
+    return g;
+  }
   g.placed = g.positions;  // rank q's rows arrive in q's own order, ranks in order: the same list
   const int64_t R = g.rows[size_t(g.etp_rank)];
   for (int q = 0; q < P; ++q)

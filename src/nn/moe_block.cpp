@@ -90,6 +90,9 @@ Status MoeBlock::check(const char* name, int64_t N) const {
               "parallelism", name, N, tp_.size());
   VLPAR_CHECK(moe_.num_experts % ep_.size() == 0, "{}: {} experts cannot be split evenly over {} expert-parallel "
               "ranks", name, moe_.num_experts, ep_.size());
+  VLPAR_CHECK(ep_.etp_size() == 1 || !tp_.active() || tp_.sp(), "{}: expert tensor parallelism (etp {}) with tp {} "
+              "needs sequence parallelism: the etp ranks must hold different tokens", name, ep_.etp_size(),
+              tp_.size());
   VLPAR_CHECK(moe_.intermediate % ep_.etp_size() == 0, "{}: the expert width {} does not split over {} "
               "expert-tensor-parallel ranks", name, moe_.intermediate, ep_.etp_size());
   const int64_t H = cfg_.hidden, E = moe_.num_experts, I = moe_.intermediate / ep_.etp_size(), El = E / ep_.size();
@@ -134,9 +137,8 @@ Status MoeBlock::forward(const Context& ctx, TensorView out, TensorView x, int64
   // the tp ranks under SP (the statistics' gather), the etp ranks (the rows' gather) and the ep ranks (the
   // dispatch plan agrees on it).
   Status routed = router_forward(ctx, st.weights, st.indices, st.probs, logits, rdesc, w_.expert_bias, st.lse);
-  if (tp_.sp()) routed = agree_on_outcome(tp_.comm, routed, "moe block: tp", "have non-finite router logits");
-  if (ep_.etp_size() > 1)
-    routed = agree_on_outcome(ep_.etp, routed, "moe block: etp", "have non-finite router logits");
+  if (tp_.sp()) routed = agree_on_outcome(tp_.comm, routed, "moe block: tp", "failed to route their tokens");
+  if (ep_.etp_size() > 1) routed = agree_on_outcome(ep_.etp, routed, "moe block: etp", "failed to route their tokens");
   if (!ep_.active()) VLPAR_RETURN_IF_ERROR(routed);
   if (aux && routed.ok()) VLPAR_RETURN_IF_ERROR(add_router_stats(ctx, *aux, st, Ntok));
 

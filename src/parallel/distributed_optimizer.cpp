@@ -63,7 +63,7 @@ Result<DistributedOptimizer> DistributedOptimizer::create(const Context& ctx, co
       std::vector<TensorView> grads;
       for (size_t i : g.members) grads.push_back(o.params_[i].grad);
       BucketConfig bc{.bucket_bytes = cfg.bucket_bytes, .average = cfg.average_grads, .shard = cfg.zero1,
-                      .duplicates = g.comms.duplicates};
+                      .duplicates = g.comms.duplicates, .parts = g.comms.parts};
       VLPAR_ASSIGN_OR_RETURN(GradBuckets b, GradBuckets::create(*rep, std::move(grads), bc, alloc));
       g.buckets.emplace(std::move(b));
     }

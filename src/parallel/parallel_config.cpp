@@ -50,6 +50,11 @@ Status ParallelConfig::validate(const ModelDims& d) const {
   VLPAR_CHECK(d.num_experts == 0 || ep == 1 || etp_size() >= tp || sequence_parallel,
               "ep={} with etp={} < tp={} needs sequence parallelism: the ep groups span tp ranks, which without it "
               "hold the same tokens, and each would route and send them to the experts again", ep, etp_size(), tp);
+  // Under SP a MoE layer's failure (non-finite router logits) is agreed over tp, then ep: that reaches every rank
+  // that meets the failing one in a collective only when the ep groups and the tp groups nest.
+  VLPAR_CHECK(d.num_experts == 0 || !sequence_parallel || ep == 1 || tp == 1 || ep % tp == 0 || tp % ep == 0,
+              "ep={} and tp={} under sequence parallelism: one must divide the other (the expert groups must nest "
+              "with the tp groups)", ep, tp);
   VLPAR_CHECK(stage % (int64_t(etp_size()) * ep) == 0,
               "etp*ep = {} does not divide the {} ranks of a pipeline stage (tp*cp*dp), so the MoE layers cannot "
               "fold onto them",

@@ -358,6 +358,8 @@ const BadCase kBadCases[] = {
     {"folding", {.world = 8, .ep = 3}, {}, "etp*ep = 3 does not divide the 8 ranks of a pipeline stage"},
     {"ep_tp_without_sp", {.world = 4, .tp = 2, .ep = 2, .etp = 1}, kQwenLike,
      "ep=2 with etp=1 < tp=2 needs sequence parallelism: the ep groups span tp ranks"},
+    {"ep_tp_not_nested", {.world = 12, .tp = 4, .ep = 6, .etp = 1, .sequence_parallel = true},
+     {.num_heads = 16, .num_experts = 12}, "ep=6 and tp=4 under sequence parallelism: one must divide the other"},
     {"folding_with_tp", {.world = 8, .tp = 2, .ep = 8}, {}, "etp*ep = 16 does not divide the 8 ranks of a pipeline stage"},
     {"vision_heads", {.world = 6, .tp = 2, .vision_tp = 3}, {.vision_heads = 16}, "vision tp=3 does not divide 16 vision heads"},
     {"vision_default_tp_heads", {.world = 6, .tp = 3}, {.num_heads = 24, .vision_heads = 16},
@@ -516,7 +518,9 @@ TEST(ProcessGroupsFake, OptimizerGroupsCountNarrowerTowersAsDuplicates) {
   ASSERT_TRUE(pg_sp.ok()) << pg_sp.status().to_string();
   const OptimizerGroups g_sp = OptimizerGroups::from(pg_sp.value());
   EXPECT_EQ(g_sp[ReplicaGroup::kExpert].duplicates, 1);
+  EXPECT_EQ(g_sp[ReplicaGroup::kExpert].parts, 2);  // an average over the 4 expert replicas is ÷ 2 data replicas
   EXPECT_EQ(g_sp[ReplicaGroup::kVision].duplicates, 2);
+  EXPECT_EQ(g[ReplicaGroup::kExpert].parts, 1);
   // With tp-wide towers (the default) nothing is duplicated.
   FakeComm world2(1, 4, "world", &log, kTp2Dp2Sizes);
   auto pg2 = ProcessGroups::create(world2, ParallelConfig{.world = 4, .tp = 2});

@@ -42,6 +42,22 @@ TEST(PackBytes, RoundTripsEveryField) {
   EXPECT_NE(serialize_packed_batch(sample_pack(8)), bytes);
 }
 
+// A batch file may leave out the per-sample image and video counts (they are optional): such a pack round-trips
+// too (a pipeline shares it with the other stages), and a count list of the wrong length is still an error.
+TEST(PackBytes, PacksWithoutPerSampleVisionCountsRoundTrip) {
+  PackedBatch a = sample_pack(3);
+  a.images_per_sample.clear();
+  a.videos_per_sample.clear();
+  Result<PackedBatch> b = deserialize_packed_batch(serialize_packed_batch(a));
+  ASSERT_TRUE(b.ok()) << b.status().message();
+  EXPECT_EQ(b.value().fingerprint(), a.fingerprint());
+  a.images_per_sample = {1};
+  Result<PackedBatch> c = deserialize_packed_batch(serialize_packed_batch(a));
+  ASSERT_FALSE(c.ok());
+  EXPECT_NE(c.status().message().find("2 samples but 2 keys, 1 image counts"), std::string::npos)
+      << c.status().message();
+}
+
 TEST(PackBytes, CorruptImagesAreNamedErrors) {
   const std::vector<uint8_t> good = serialize_packed_batch(sample_pack(1));
   for (size_t cut : {size_t(0), size_t(3), size_t(8), size_t(40), good.size() / 2, good.size() - 1}) {

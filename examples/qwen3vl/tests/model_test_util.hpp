@@ -70,6 +70,26 @@ void load(Loaded& l, const std::string& name, const Freeze& freeze = {}, Edit ed
   l.batch.emplace(std::move(b).value());
 }
 
+/// @brief Writes the dense fixture's batch with every pixel NaN to `path` (a poisoned micro-batch: the vision
+/// features and then every hidden state and router logit go NaN).
+inline void write_nan_pixel_batch(const std::string& path) {
+  Result<vlpar::data::PackedBatch> lb = load_batch(fixture("dense") + "/batch.safetensors", fixture_mrope_desc());
+  ASSERT_TRUE(lb.ok()) << lb.status().message();
+  for (float& v : lb.value().pixel_values) v = NAN;
+  const vlpar::Batch v = lb.value().view();
+  std::vector<vlpar::io::NamedTensor> t = {{"input_ids", v.input_ids},
+                                           {"labels", v.labels},
+                                           {"cu_seqlens", v.cu_seqlens},
+                                           {"pixel_values", v.pixel_values},
+                                           {"pixel_values_videos", v.pixel_values_videos}};
+  std::vector<int64_t> ig, vg;
+  for (const auto& g : v.image_grids) ig.insert(ig.end(), {g.t, g.h, g.w});
+  for (const auto& g : v.video_grids) vg.insert(vg.end(), {g.t, g.h, g.w});
+  t.push_back({"image_grid_thw", TensorView(ig.data(), vlpar::DType::kI64, vlpar::Shape{int64_t(ig.size() / 3), 3})});
+  t.push_back({"video_grid_thw", TensorView(vg.data(), vlpar::DType::kI64, vlpar::Shape{int64_t(vg.size() / 3), 3})});
+  ASSERT_TRUE(vlpar::io::write_safetensors(path, t).ok());
+}
+
 /// @brief Sample s of a pack as a pack of its own (data::sample_of_pack); the test fails on an error.
 inline vlpar::data::PackedBatch sample_of(const vlpar::data::PackedBatch& pack, int64_t s) {
   Result<vlpar::data::PackedBatch> r = vlpar::data::sample_of_pack(pack, s);

@@ -232,8 +232,8 @@ TEST(TrainerExpertParallel, EpWithTpWithoutSequenceParallelIsANamedConfigError) 
 // EP × TP with sequence parallelism (tp 2, ep = world: at np 2 the ep group is the tp group, at np 4 it spans both
 // tp groups; each tp rank routes its own half of every micro-batch) against data parallelism alone over the same
 // global batch (grad_accum scaled by tp, so the same packs make each step): losses and gradient norms within
-// 1e-5, every expert weight this rank holds within 1e-4 after 3 steps. The fixture packs' 78 tokens split over
-// tp 2 without padding.
+// 1e-5, every expert weight this rank holds within 1e-4 after 3 steps; the same with the experts whole on every
+// rank (ep 1). The fixture packs' 78 tokens split over tp 2 without padding.
 TEST(TrainerExpertParallel, TensorAndSequenceParallelWithEpMatchesDataParallel) {
   auto world = vlpar::test::world_comm("world");
   ASSERT_TRUE(world);
@@ -251,6 +251,28 @@ TEST(TrainerExpertParallel, TensorAndSequenceParallelWithEpMatchesDataParallel) 
     EXPECT_NEAR(tp.grad_norms[s], dp.grad_norms[s], 1e-5 * dp.grad_norms[s]) << "step " << s + 1;
   }
   compare_experts(tp_run->model(), dp_run->model(), 1e-4);
+  // SP with the experts whole on every rank (ep 1): each tp rank's expert gradients are parts of one sum, which
+  // the optimizer adds over expert-dp (it spans the tp ranks: no duplicates).
+  TrainSummary sp;
+  const auto sp_run = train(config(dir + "/sp", 3, {"--parallel.tp=2", "--parallel.sequence_parallel=true",
+                                                    "--training.grad_accum=4"}), *world, sp);
+  ASSERT_TRUE(sp_run);
+  ASSERT_EQ(sp.losses.size(), 3u);
+  for (size_t s = 0; s < 3; ++s) {
+    EXPECT_NEAR(sp.losses[s], dp.losses[s], 1e-5 * dp.losses[s]) << "ep 1, step " << s + 1;
+    EXPECT_NEAR(sp.grad_norms[s], dp.grad_norms[s], 1e-5 * dp.grad_norms[s]) << "ep 1, step " << s + 1;
+  }
+  compare_experts(sp_run->model(), dp_run->model(), 1e-4);
+  if (P == 4) {  // tp 4: the trainer pads each 78-token pack to 80 (one unsupervised 2-token sample), whose rows
+                 // enter the router statistics: the losses within 1e-4
+    TrainSummary tp4;
+    const auto tp4_run = train(config(dir + "/tp4", 3, {"--parallel.tp=4", "--parallel.sequence_parallel=true",
+                                                        "--training.grad_accum=8"}), *world, tp4);
+    ASSERT_TRUE(tp4_run);
+    ASSERT_EQ(tp4.losses.size(), 3u);
+    for (size_t s = 0; s < 3; ++s)
+      EXPECT_NEAR(tp4.losses[s], dp.losses[s], 1e-4 * dp.losses[s]) << "tp 4 (padded), step " << s + 1;
+  }
   ASSERT_TRUE(world->barrier().ok());
   if (world->rank() == 0) fs::remove_all(dir);
 }

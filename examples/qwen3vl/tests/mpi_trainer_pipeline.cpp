@@ -86,10 +86,10 @@ TrainConfig config(const std::string& model_json, const std::string& dir, int st
   return test::mpi_trainer_config(dir, 1, steps, extra);
 }
 
-Result<std::unique_ptr<Trainer>> make(const TrainConfig& c, Communicator* world) {
+Result<std::unique_ptr<Trainer>> make(const TrainConfig& c, Communicator* world, std::vector<std::string> files = {}) {
   VLPAR_ASSIGN_OR_RETURN(const DataRank d, data_rank_of(c, world ? world->rank() : 0, world ? world->size() : 1));
-  const std::vector<std::string> files = {test::fixture("dense") + "/batch.safetensors",
-                                          test::fixture("moe") + "/batch.safetensors"};
+  if (files.empty())
+    files = {test::fixture("dense") + "/batch.safetensors", test::fixture("moe") + "/batch.safetensors"};
   // As qwen3vl-train: only the ranks that read data get sources (pipeline rank 0; the others receive).
   std::unique_ptr<BatchSource> src, held_out;
   if (d.loads) {
@@ -99,9 +99,11 @@ Result<std::unique_ptr<Trainer>> make(const TrainConfig& c, Communicator* world)
   return Trainer::create(c, world, std::move(src), std::move(held_out));
 }
 
-/// Trains `c` over `world` (null: one process); the summary, or a failed test.
-TrainSummary train(const TrainConfig& c, Communicator* world, std::unique_ptr<Trainer>* keep = nullptr) {
-  auto t = make(c, world);
+/// Trains `c` over `world` (null: one process) on `files` (default: the two fixture packs); the summary, or a
+/// failed test.
+TrainSummary train(const TrainConfig& c, Communicator* world, std::unique_ptr<Trainer>* keep = nullptr,
+                   const std::vector<std::string>& files = {}) {
+  auto t = make(c, world, files);
   EXPECT_TRUE(t.ok()) << t.status().message();
   if (!t.ok()) return {};
   Result<TrainSummary> r = t.value()->run();
@@ -328,6 +330,30 @@ TEST(TrainerPipeline, ComposesWithSequenceAndExpertParallel) {
     EXPECT_NEAR(sp.losses[s], one.losses[s], 1e-5 * one.losses[s]) << "step " << s + 1;
     EXPECT_NEAR(sp.grad_norms[s], one.grad_norms[s], 1e-5 * one.grad_norms[s]) << "step " << s + 1;
   }
+}
+
+// A micro-batch whose pixels are NaN in the MoE model under pp = np: its router logits go NaN on stage 0 (a
+// kNonFinite error there), the stage poisons the micro-batch instead of failing the schedule, every stage runs the
+// step to the end and the step is skipped; the next steps train (finite losses), and no rank waits.
+TEST(TrainerPipeline, NonFiniteRouterLogitsSkipTheStepOnEveryStage) {
+  auto world = vlpar::test::world_comm("world");
+  ASSERT_TRUE(world);
+  const int P = world->size();
+  SharedDir dir(*world, "nan");
+  const std::string json = write_config(*world, "moe", dir.path, 2 * P + 1, false);
+  const std::string bad = dir.path + "/nan.safetensors";
+  if (world->rank() == 0) test::write_nan_pixel_batch(bad);
+  ASSERT_TRUE(world->barrier().ok());
+  const std::string good = test::fixture("moe") + "/batch.safetensors";
+  std::vector<std::string> files(16, good);  // 4 micro-batches a step: steps 1, 2 (poisoned), 2 again, 3
+  files[5] = bad;
+  const TrainSummary s = train(config(json, dir.path + "/pp", 3, {"--parallel.pp=" + std::to_string(P)}),
+                               world.get(), nullptr, files);
+  EXPECT_EQ(s.skipped_steps, 1);
+  ASSERT_EQ(s.losses.size(), 4u);  // steps 1, 2 (skipped), 2 again, 3
+  EXPECT_TRUE(std::isfinite(s.losses[0]));
+  EXPECT_TRUE(std::isnan(s.losses[1]));
+  EXPECT_TRUE(std::isfinite(s.losses[2]) && std::isfinite(s.losses[3]));
 }
 
 TEST(TrainerPipeline, LayoutWithWrongStageCountIsNamed) {

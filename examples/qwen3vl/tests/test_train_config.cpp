@@ -115,7 +115,7 @@ TEST(TrainConfig, ValidationIsOneSentenceNamingTheKey) {
   expect_error("", {"--parallel.schedule=interleaved"}, "the interleaved schedule needs vpp > 1");
   expect_error("", {"--parallel.vpp=2"}, "parallel.schedule = '1f1b' with parallel.vpp = 2");
   expect_error("", {"--parallel.pp=2", "--checkpoint.export_hf=out"}, "checkpoint.export_hf needs parallel.tp = 1, "
-               "parallel.vision_tp = 1 and parallel.pp = 1, got tp 1 and pp 2");
+               "parallel.vision_tp = 1 and parallel.pp = 1, got tp 1, vision_tp 0 and pp 2");
   expect_error("", {"--parallel.vision_tp=2"}, "parallel.vision_tp = 2 must divide parallel.tp = 1: the ranks of a "
                "vision tp group must hold the same images");
   expect_error("", {"--parallel.ep=2", "--parallel.tp=2"}, "parallel.ep = 2 with parallel.tp = 2 needs "

@@ -49,9 +49,11 @@
 // ids over tp (a sample spans ranks). The router and norm weight gradients are summed over tp here (they are
 // replicated parameters); the expert weight gradients stay per-rank parts of one sum, which the optimizer adds over
 // the expert-data-parallel group (it spans the tp ranks: parallel::OptimizerGroups).
-// Non-finite router logits (a NaN input row, say) are a kNonFinite error naming the token, returned on every rank
-// of the tp group under SP and of the ep group (agreed before any collective, so no rank waits); the trainer skips
-// such a step as it skips a non-finite loss.
+// Non-finite router logits (a NaN input row, say) are a kNonFinite error naming the token, agreed (before any
+// collective) over the tp group under SP, the etp group and the ep group in that order, so every rank of them
+// returns an error and none waits, provided the ep groups nest with the tp groups (ParallelConfig::validate
+// requires it under SP); the trainer skips such a step as it skips a non-finite loss (pipeline stages poison the
+// micro-batch: examples/qwen3vl/pipeline_stage.hpp).
 // Storage f32 (CPU). Test: tests/unit/test_moe.cpp (./build/cpu/tests/test_moe).
 #include <cstddef>
 #include <cstdint>
@@ -82,8 +84,9 @@ struct MoeConfig {
 struct MoeWeights {
   TensorView norm;     // [H]            post_attention_layernorm.weight
   TensorView router;   // [E, H]         mlp.gate.weight (logits = h · routerᵀ)
-  TensorView gate_up;  // [E_l, H, 2I]   mlp.experts.gate_up_proj: h @ gate_up[e] = [gate | up]
-  TensorView down;     // [E_l, I, H]    mlp.experts.down_proj: act @ down[e]
+  TensorView gate_up;  // [E_l, H, 2I]   mlp.experts.gate_up_proj: h @ gate_up[e] = [gate | up] (etp: [E_l, H,
+                       //                2I/etp], this rank's gate columns then the same up columns)
+  TensorView down;     // [E_l, I, H]    mlp.experts.down_proj: act @ down[e] (etp: [E_l, I/etp, H], those rows)
   TensorView expert_bias = {};  // [E] f32 or empty: the aux-loss-free selection bias (kernels/router.hpp; no gradient,
                            // so always empty in the gradient struct)
 };

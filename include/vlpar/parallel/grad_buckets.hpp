@@ -30,6 +30,9 @@ struct BucketConfig {
   int duplicates = 1;   // ranks among the dp group that computed the same gradient from the same data (a vision
                         // tower replicated over the language model's tp ranks): the sum is ÷ duplicates (when not
                         // averaging; an average already divides by them)
+  int parts = 1;        // ranks among the dp group whose gradients are parts of one replica's gradient (experts
+                        // under sequence parallelism: each tp rank routed its share of the same micro-batch); an
+                        // average is then ÷ (dp / parts), the number of data replicas
 };
 
 /// One bucket as finish() leaves it. Elements of the flat buffer follow the gradients [first, last) in order.

@@ -28,6 +28,7 @@ struct ReplicaComms {
   comm::Communicator* replicas = nullptr;  // null: one replica (nothing to reduce; ZeRO-1 is then an error)
   std::vector<comm::Communicator*> norm;   // summed over in order; null entries and size-1 groups are skipped
   int duplicates = 1;  // replicas that computed the same gradient from the same data: the sum is ÷ duplicates
+  int parts = 1;       // replicas whose gradients are parts of one (SP experts): an average is ÷ (size / parts)
 
   /// @brief Ranks over which the group's pieces are spread: the product of the norm groups' sizes (1 without).
   int norm_ranks() const {
@@ -62,8 +63,12 @@ struct OptimizerGroups {
     const int tp = pg.get(Axis::kTp).size();
     const auto narrower = [tp](int n) { return n < tp && tp % n == 0 ? tp / n : 1; };
     g[ReplicaGroup::kVision].duplicates = narrower(pg.get(Axis::kVisionTp).size());
-    if (pg.get(Axis::kEp).size() == 1 && !pg.mesh().config().sequence_parallel)
-      g[ReplicaGroup::kExpert].duplicates = narrower(pg.get(Axis::kEtp).size());
+    const int ep = pg.get(Axis::kEp).size(), etp = pg.get(Axis::kEtp).size();
+    if (ep == 1 && !pg.mesh().config().sequence_parallel) g[ReplicaGroup::kExpert].duplicates = narrower(etp);
+    // Under SP the tp ranks of one micro-batch that hold the same expert shard (tp / (etp·ep) of them, when the
+    // expert groups nest inside the tp groups) each computed part of its gradient.
+    if (pg.mesh().config().sequence_parallel && tp % (etp * ep) == 0)
+      g[ReplicaGroup::kExpert].parts = tp / (etp * ep);
     return g;
   }
   /// @brief Every group over the same replicas and norm group (null: none): a layout without expert or vision
