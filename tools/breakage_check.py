@@ -8,6 +8,9 @@ import os, re, subprocess, sys, tempfile
 ROOT = tempfile.mkdtemp(prefix="vlpar-breakage-")
 subprocess.run(f"git -C {os.path.dirname(os.path.abspath(__file__))}/.. archive HEAD | tar -x -C {ROOT}", shell=True, check=True)
 cases = [
+ ("grad buckets: SP expert parts ignored when averaging", "src/parallel/grad_buckets.cpp", "float(cfg_.parts) / float(dp_->size())", "1.0f / float(dp_->size() + 0 * cfg_.parts)", "test_distributed_optimizer:np2"),
+ ("pipeline: non-finite router logits fail the schedule", "examples/qwen3vl/pipeline_stage.cpp", "if (!layers.ok() && layers.status().code() == vlpar::StatusCode::kNonFinite)", "if (!layers.ok() && layers.status().code() == vlpar::StatusCode::kInternal)", "mpi_trainer_pipeline:np2"),
+ ("pack bytes: optional vision counts required", "src/data/pack_exchange.cpp", "return v.empty() || v.size() == samples; };", "return v.size() == samples; };", "test_pack_exchange"),
  ("EP export: experts not gathered", "examples/qwen3vl/hf_weights.cpp", "  if (ep == nullptr || ep->size() == 1) return whole;\n", "  if (ep != nullptr) return whole;\n", "mpi_expert_parallel:np2"),
  ("etp: only rank 0's partial sums come back", "src/nn/expert_dispatch.cpp", "  for (int q = 1; q < g.etp; ++q)\n", "  for (int q = 1; q < 1; ++q)\n", "test_expert_dispatch:np2"),
  ("etp: gathered rows left in arrival order", "src/nn/expert_dispatch.cpp", "return etp->all_to_all_rows(out, g.rows, g.placed, in, send, g.send_all);", "return etp->all_to_all_rows(out, g.rows, {}, in, send, g.send_all);", "test_expert_dispatch:np2"),

@@ -10,6 +10,7 @@
 //   - pipeline stages (OptimizerGroups::stages): ranks holding different parameters (one stage also a vision
 //     group the other lacks) clip by the norm over every stage's parameters;
 //   - duplicates (ReplicaComms::duplicates): ranks that computed the same gradient from the same data count once;
+//   - parts (ReplicaComms::parts): ranks holding parts of one replica's gradient average over the data replicas;
 //   - bad input is a named error; optim_params_from_registry skips frozen parameters and weights replicated ones.
 // Run: ctest --preset cpu -R distributed_optimizer   (or: mpirun -np 2 ./build/cpu/tests/test_distributed_optimizer)
 #include <gtest/gtest.h>
@@ -382,6 +383,49 @@ void duplicates(bool zero1) {
 }
 TEST(ReplicaGroups, DuplicatesCountOnceReplicated) { duplicates(false); }
 TEST(ReplicaGroups, DuplicatesCountOnceZero1) { duplicates(true); }
+
+// Pairs of ranks {2k, 2k+1} each hold a part of one data replica's gradient (as the tp ranks of experts under
+// sequence parallelism): with parts = 2 and averaging, the reduced gradient is the mean over the size / 2 data
+// replicas of their whole gradients, Σ over every rank ÷ (size / 2), as plain AdamW on that (dyadic: exact);
+// without, it would be half that.
+void parts(bool zero1) {
+  auto world = world_comm("dp");
+  ASSERT_TRUE(world);
+  if (world->size() % 2 != 0) GTEST_SKIP() << "needs pairs of ranks";
+  parallel::OptimizerGroups groups = parallel::OptimizerGroups::uniform(world.get(), nullptr);
+  groups[ReplicaGroup::kDense].parts = 2;
+  Allocator alloc;
+  const Context ctx = test_ctx(1);
+  Model mine(alloc, 21), plain(alloc, 21);
+  parallel::OptimizerConfig cfg = config(zero1, 40);
+  cfg.average_grads = true;
+  auto opt = parallel::DistributedOptimizer::create(ctx, groups, mine.params(), cfg, alloc);
+  ASSERT_TRUE(opt.ok()) << opt.status().to_string();
+  std::vector<Tensor> m = zero_state(alloc), v = zero_state(alloc);
+  const int replicas = world->size() / 2;
+  for (int64_t t = 1; t <= 3; ++t) {
+    mine.fill_grads(world->rank(), t);
+    for (int r = 0; r < world->size(); ++r) {  // plain: Σ over every rank's part, ÷ the data replicas
+      Model one(alloc, 0);
+      one.fill_grads(r, t);
+      for (size_t i = 0; i < kShapes.size(); ++i) {
+        const Status st = r == 0 ? copy_(plain.g[i], one.g[i]) : add_(ctx, plain.g[i], one.g[i]);
+        ASSERT_TRUE(st.ok()) << st.to_string();
+      }
+    }
+    for (size_t i = 0; i < kShapes.size(); ++i) {
+      for (int64_t k = 0; k < plain.g[i].numel(); ++k) plain.g[i].ptr<float>()[k] /= float(replicas);
+      AdamWConfig ac = cfg.adamw;
+      if (kShapes[i].ndim < 2) ac.weight_decay = 0.f;
+      ASSERT_TRUE(adamw_step(ctx, plain.p[i], {}, plain.g[i], m[i], v[i], ac, t).ok());
+    }
+    auto r = opt->step(ctx, 1e-2);
+    ASSERT_TRUE(r.ok()) << r.status().to_string();
+  }
+  EXPECT_TRUE(same_params(zero1 ? "parts, zero1" : "parts, replicated", mine, plain));
+}
+TEST(ReplicaGroups, PartsAverageOverDataReplicasReplicated) { parts(false); }
+TEST(ReplicaGroups, PartsAverageOverDataReplicasZero1) { parts(true); }
 
 // Two pipeline stages (stage = rank / (world / 2); dp = the ranks of a stage, pp = the ranks with the same
 // position in their stage): stage 0 holds p0, p1 and p3 as a vision parameter, stage 1 only p2. The clipping norm
