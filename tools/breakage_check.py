@@ -309,7 +309,7 @@ for name, path, old, new, test in cases:
     open(p, 'w').write(src.replace(old, new))
     try:
         targets = [t.partition(":np")[0].partition("@")[0] for t in test.split()]
-        b = subprocess.run(f"cmake --build {ROOT}/build -j2 --target {' '.join(targets)}", shell=True, capture_output=True, text=True)
+        b = subprocess.run(f"cmake --build {ROOT}/build -j2 --target {' '.join(targets)}", shell=True, capture_output=True, text=True, errors="replace")
         if b.returncode != 0:
             print(f"{name}: BUILD FAILED", flush=True); continue
         caught = []
@@ -320,7 +320,7 @@ for name, path, old, new, test in cases:
             run = exe if not np else f"env {MPI_ENV} mpirun -np {np} {exe} --gtest_color=no"
             if isa: run = f"env VLPAR_CPU_ISA={isa} {run}"
             # A broken watchdog hangs instead of failing: `timeout` turns that into a catch (the ctest TIMEOUT's job).
-            r = subprocess.run(f"timeout 60 {run} 2>&1", shell=True, capture_output=True, text=True)
+            r = subprocess.run(f"timeout 60 {run} 2>&1", shell=True, capture_output=True, text=True, errors="replace")
             if r.returncode == 124: caught.append(f"{target} hung, killed after 60 s" + (f" (np {np})" if np else ""))
             failed = sorted({l for l in r.stdout.splitlines() if re.match(r'^\[  FAILED  \] [A-Za-z]', l)})
             caught += [l.split('] ')[1].split(' (')[0].split(',')[0] + (f" (np {np})" if np else "") for l in failed]
