@@ -56,13 +56,13 @@ Status check_fits_in_memory(const nn::ParamRegistry& reg) {
   return Status::Ok();
 }
 
-/// Under sequence parallelism: every tp rank's rows of `local` [N / tp, H] in rank order, [N, H] (an all-gather);
-/// without it an empty tensor (`local` is the whole sequence already).
+/// Under sequence parallelism: every tp rank's rows of `local` [N / tp, H] in rank order, [N, H] (the SP region
+/// entry's all-gather, nn::region_enter_forward); without it an empty tensor (`local` is the whole sequence).
 Result<Tensor> whole_sequence(const Context& ctx, const nn::TensorParallel& tp, TensorView local) {
   if (!tp.sp()) return Tensor{};
   VLPAR_ASSIGN_OR_RETURN(Tensor whole, Tensor::empty(*ctx.allocator, Shape{local.size(0) * tp.size(), local.size(1)},
                                                      local.dtype, ctx.device));
-  VLPAR_RETURN_IF_ERROR(tp.comm->all_gather(whole, local));
+  VLPAR_RETURN_IF_ERROR(nn::region_enter_forward(tp, whole, local));
   return whole;
 }
 

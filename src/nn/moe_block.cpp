@@ -29,10 +29,10 @@ Status grouped_weight_grad_split(const Context& ctx, TensorView dw, const Tensor
   });
 }
 
-/// Every tp rank's rows of `local` [N_loc, F] in rank order: full [N, F] (sequence parallelism).
+/// Every tp rank's rows of `local` [N_loc, F] in rank order: full [N, F] (the SP region entry's all-gather).
 Result<Tensor> gather_over_tp(const Context& ctx, const TensorParallel& tp, const Tensor& local) {
   VLPAR_ASSIGN_OR_RETURN(Tensor full, scratch(ctx, {local.shape()[0] * tp.size(), local.shape()[1]}, local.dtype()));
-  VLPAR_RETURN_IF_ERROR(tp.comm->all_gather(full, local));
+  VLPAR_RETURN_IF_ERROR(region_enter_forward(tp, full, local));
   return full;
 }
 
