@@ -131,19 +131,74 @@ Result<std::vector<io::NamedTensor>> hf_tensors(const Model& model, HfWhich whic
   return out;
 }
 
-Result<std::vector<TensorView>> gather_experts(const Model& model, vlpar::comm::Communicator* ep, Allocator& alloc,
+namespace {
+
+/// One expert parameter's E_l experts with every etp rank's width side by side ([E_l, ...] of the full shape):
+/// the etp ranks' values and inner pieces are all-gathered and each placed where its pieces say.
+Result<Tensor> gather_expert_width(const vlpar::ParamShard& p, TensorView mine, vlpar::comm::Communicator* etp,
+                                   Allocator& alloc) {
+  const int n = etp->size();
+  const int64_t np = int64_t(p.inner_pieces.size());
+  VLPAR_ASSIGN_OR_RETURN(Tensor desc, Tensor::empty(alloc, Shape{3 * np}, DType::kI64));
+  for (int64_t k = 0; k < np; ++k) {
+    const vlpar::ShardPiece& q = p.inner_pieces[size_t(k)];
+    desc.ptr<int64_t>()[3 * k] = q.local_begin;
+    desc.ptr<int64_t>()[3 * k + 1] = q.full_begin;
+    desc.ptr<int64_t>()[3 * k + 2] = q.length;
+  }
+  VLPAR_ASSIGN_OR_RETURN(Tensor all_desc, Tensor::empty(alloc, Shape{n * 3 * np}, DType::kI64));
+  VLPAR_RETURN_IF_ERROR(etp->all_gather(all_desc, desc));
+  VLPAR_ASSIGN_OR_RETURN(Tensor parts, Tensor::empty(alloc, Shape{n * mine.numel()}, DType::kF32));
+  VLPAR_RETURN_IF_ERROR(etp->all_gather(parts, mine));
+  vlpar::ParamShard wide = p;  // the rank's experts as the whole tensor, split along the width only
+  wide.full_shape[0] = mine.shape[0];
+  wide.shard_dim = p.inner_dim;
+  wide.inner_dim = -1;
+  wide.inner_pieces.clear();
+  VLPAR_ASSIGN_OR_RETURN(Tensor out, Tensor::empty(alloc, wide.full_shape, DType::kF32));
+  int64_t covered = 0;
+  for (int r = 0; r < n; ++r) {
+    wide.pieces.clear();
+    for (int64_t k = 0; k < np; ++k) {
+      const int64_t* d = all_desc.ptr<int64_t>() + (r * np + k) * 3;
+      wide.pieces.push_back({d[0], d[1], d[2]});
+      covered += d[2];
+    }
+    const TensorView part(parts.ptr<float>() + r * mine.numel(), DType::kF32, mine.shape);
+    VLPAR_RETURN_IF_ERROR(vlpar::scatter_shard_into_full(out, part, wide));
+  }
+  VLPAR_CHECK(covered == p.full_shape[p.inner_dim], "gather_experts: the {} etp ranks hold {} of the {} columns of "
+              "{} along dim {}", n, covered, p.full_shape[p.inner_dim], p.name, p.inner_dim);
+  return out;
+}
+
+}  // namespace
+
+Result<std::vector<TensorView>> gather_experts(const Model& model, const nn::ExpertParallel& ep, Allocator& alloc,
                                                std::vector<Tensor>& storage) {
   const nn::ParamRegistry& reg = model.registry();
   std::vector<TensorView> whole(reg.size());
-  if (ep == nullptr || ep->size() == 1) return whole;
-  for (size_t i = 0; i < reg.size(); ++i) {  // registry order: the same sequence of all-gathers on every ep rank
+  if (!ep.active() && ep.etp_size() == 1) return whole;
+  for (size_t i = 0; i < reg.size(); ++i) {  // registry order: the same sequence of all-gathers on every rank
     const vlpar::ParamShard& p = reg.entry(i).shard;
     if (p.replica != vlpar::ReplicaGroup::kExpert) continue;
-    VLPAR_CHECK(p.shard_dim == 0 && p.local_shape()[0] * ep->size() == p.full_shape[0], "gather_experts: {} is {} "
-                "of {} on each of {} ep ranks, not an even split of its experts", p.name,
-                p.local_shape().to_string(), p.full_shape.to_string(), ep->size());
+    VLPAR_CHECK(p.shard_dim == 0 && p.local_shape()[0] * ep.size() == p.full_shape[0] &&
+                    (ep.etp_size() == 1) == (p.inner_dim < 0),
+                "gather_experts: {} is {} of {} on each of {} ep × {} etp ranks, not an even split of its experts "
+                "(and, with etp, of their width)", p.name, p.local_shape().to_string(), p.full_shape.to_string(),
+                ep.size(), ep.etp_size());
+    Tensor wide;
+    if (ep.etp_size() > 1) {
+      VLPAR_ASSIGN_OR_RETURN(wide, gather_expert_width(p, reg.value(i), ep.etp, alloc));
+    }
+    const TensorView experts = ep.etp_size() > 1 ? wide.view() : reg.value(i);
+    if (!ep.active()) {
+      whole[i] = experts;
+      storage.push_back(std::move(wide));
+      continue;
+    }
     VLPAR_ASSIGN_OR_RETURN(Tensor t, Tensor::empty(alloc, p.full_shape, DType::kF32));
-    VLPAR_RETURN_IF_ERROR(ep->all_gather(t, reg.value(i)));
+    VLPAR_RETURN_IF_ERROR(ep.comm->all_gather(t, experts));
     whole[i] = t.view();
     storage.push_back(std::move(t));
   }

@@ -45,10 +45,11 @@ Result<std::vector<vlpar::io::NamedTensor>> hf_tensors(const Model& model, HfWhi
                                                        const std::vector<vlpar::TensorView>* whole = nullptr);
 
 /// @brief Every expert tensor of an expert-parallel model gathered whole (each ep rank holds E / ep experts along
-/// dim 0, in rank order: an all-gather over `ep`; collective, every ep rank calls it), as views indexed by
-/// registry index for hf_tensors / export_hf (empty where the parameter is not an expert shard); `storage` owns
-/// them. Without expert parallelism (null or size-1 `ep`) all views are empty.
-Result<std::vector<vlpar::TensorView>> gather_experts(const Model& model, vlpar::comm::Communicator* ep,
+/// dim 0, in rank order: an all-gather over ep; under expert tensor parallelism each etp rank its block of every
+/// expert's width, placed by the pieces the etp ranks all-gather first; collective, every ep and etp rank calls
+/// it), as views indexed by registry index for hf_tensors / export_hf (empty where the parameter is not an expert
+/// shard); `storage` owns them. Without expert parallelism (no ep, no etp group) all views are empty.
+Result<std::vector<vlpar::TensorView>> gather_experts(const Model& model, const vlpar::nn::ExpertParallel& ep,
                                                       Allocator& alloc, std::vector<Tensor>& storage);
 
 /// @brief Reads every parameter of `model` from the HF directory `dir` (shapes checked against the config).

@@ -195,10 +195,14 @@ Status Model::register_params() {
   auto text = [&](std::string name, Shape shape, InitRule init, bool summed = false) {
     return add_shard(vlpar::make_replicated_param(std::move(name), shape, id(), init), summed);
   };
-  // Experts: this rank's E / ep of them (dim 0), reduced over the expert replicas.
+  // Experts: this rank's E / ep of them (dim 0), reduced over the expert replicas; under expert tensor
+  // parallelism also this etp rank's block of each expert's width I (gate_up [E, H, 2I]: its gate and its up
+  // columns along dim 2; down [E, I, H]: its rows along dim 1), as nn::MoeBlock expects.
   const vlpar::Range experts = vlpar::even_shard(t.num_experts, ep_.size(), ep_.rank());
-  auto expert = [&](std::string name, Shape shape, InitRule init) {
+  const vlpar::Range width = vlpar::even_shard(t.moe_intermediate, ep_.etp_size(), ep_.etp_rank());
+  auto expert = [&](std::string name, Shape shape, InitRule init, int width_dim) {
     vlpar::ParamShard shard = vlpar::make_split_param(std::move(name), shape, 0, experts, id(), init);
+    if (ep_.etp_size() > 1) shard = vlpar::split_inner(std::move(shard), width_dim, width, /*fused=*/width_dim == 2);
     shard.replica = vlpar::ReplicaGroup::kExpert;
     return add_shard(std::move(shard), false);
   };
@@ -231,8 +235,8 @@ Status Model::register_params() {
     if (lay.moe) {
       const int64_t E = t.num_experts, I = t.moe_intermediate;
       VLPAR_RETURN_IF_ERROR(text(p + "mlp.gate.weight", Shape{E, H}, w).status());
-      VLPAR_RETURN_IF_ERROR(expert(p + "mlp.experts.gate_up_proj", Shape{E, H, 2 * I}, w).status());
-      VLPAR_RETURN_IF_ERROR(expert(p + "mlp.experts.down_proj", Shape{E, I, H}, w).status());
+      VLPAR_RETURN_IF_ERROR(expert(p + "mlp.experts.gate_up_proj", Shape{E, H, 2 * I}, w, 2).status());
+      VLPAR_RETURN_IF_ERROR(expert(p + "mlp.experts.down_proj", Shape{E, I, H}, w, 1).status());
     } else {
       const int64_t I = t.intermediate;
       const vlpar::Range inter = vlpar::even_shard(I, tp, rank);
@@ -277,6 +281,12 @@ Result<Model> Model::create(const Context& ctx, const Config& cfg, const Freeze&
   VLPAR_CHECK(!ep.active() || !tp.active() || tp.sp(), "Qwen3-VL: expert parallelism (ep {}) with tensor "
               "parallelism (tp {}) needs sequence parallelism: without it the tp ranks hold the same tokens and "
               "would route them twice", ep.size(), tp.size());
+  VLPAR_CHECK(ep.etp_size() == 1 || cfg.text.moe_intermediate % ep.etp_size() == 0, "Qwen3-VL: expert tensor "
+              "parallelism over {} ranks does not divide text_config.moe_intermediate_size = {}", ep.etp_size(),
+              cfg.text.moe_intermediate);
+  VLPAR_CHECK(ep.etp_size() == 1 || !tp.active() || tp.sp(), "Qwen3-VL: expert tensor parallelism (etp {}) with "
+              "tensor parallelism (tp {}) needs sequence parallelism: the etp ranks must hold different tokens",
+              ep.etp_size(), tp.size());
   VLPAR_CHECK(!vision_tp.sequence_parallel, "Qwen3-VL: the vision tower has no sequence parallelism");
   VLPAR_CHECK(cfg.vision.heads % vision_tp.size() == 0 && cfg.vision.intermediate % vision_tp.size() == 0,
               "Qwen3-VL: vision tp {} does not divide vision_config.num_heads = {} and intermediate_size = {}",

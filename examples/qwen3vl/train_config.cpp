@@ -81,6 +81,7 @@ std::vector<Field> fields(TrainConfig& c) {
       {"parallel", "tp", &c.parallel.tp},
       {"parallel", "pp", &c.parallel.pp},
       {"parallel", "ep", &c.parallel.ep},
+      {"parallel", "etp", &c.parallel.etp},
       {"parallel", "sequence_parallel", &c.parallel.sequence_parallel},
       {"parallel", "vision_tp", &c.parallel.vision_tp},
       {"parallel", "vpp", &c.parallel.vpp},
@@ -220,6 +221,11 @@ Status TrainConfig::validate() const {
               "parallel.tp = {}: the ranks of a vision tp group must hold the same images (a group spanning "
               "data-parallel ranks would need their images exchanged, which is not implemented)", parallel.vision_tp,
               parallel.tp);
+  VLPAR_CHECK(parallel.etp >= 0, "parallel.etp must be >= 1 (or 0: 1, each expert whole on its rank), got {}",
+              parallel.etp);
+  VLPAR_CHECK(parallel.etp <= 1 || parallel.tp == 1 || parallel.sequence_parallel, "parallel.etp = {} with "
+              "parallel.tp = {} needs parallel.sequence_parallel = true (the etp ranks must hold different tokens)",
+              parallel.etp, parallel.tp);
   VLPAR_CHECK(parallel.ep == 1 || parallel.tp == 1 || parallel.sequence_parallel, "parallel.ep = {} with "
               "parallel.tp = {} needs parallel.sequence_parallel = true (without it the tp ranks hold the same tokens "
               "and would route them twice)", parallel.ep, parallel.tp);

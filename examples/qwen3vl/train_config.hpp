@@ -116,8 +116,10 @@ struct MetricsSection {
 /// The library's parallel layout (parallel.tp, parallel.pp, parallel.ep, parallel.sequence_parallel; world =
 /// tp · dp · pp under mpirun, the trainer sets world; ep folds over the tp × dp ranks of a stage: each MoE layer's
 /// experts are split over ep ranks, which must hold different tokens, so ep with tp > 1 needs sequence
-/// parallelism; parallel.vision_tp splits the vision blocks and must divide tp, 0 or 1 = the tower whole on every
-/// rank, unlike the library's ParallelConfig where 0 means tp), the pipeline's schedule and layer split, and the
+/// parallelism; parallel.etp splits each expert's width over that many ranks (expert tensor parallelism, folded like
+/// ep; with tp > 1 it needs sequence parallelism), parallel.vision_tp splits the vision blocks and must divide tp;
+/// for both 0 or 1 = whole on every rank, unlike the library's ParallelConfig where 0 means tp), the pipeline's
+/// schedule and layer split, and the
 /// gradient-bucket size in MiB (parallel.bucket_mb;
 /// parsing derives optimizer.bucket_bytes).
 struct ParallelSection : vlpar::parallel::ParallelConfig {

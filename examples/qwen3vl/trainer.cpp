@@ -128,8 +128,8 @@ Status Trainer::setup_groups() {
   VLPAR_ASSIGN_OR_RETURN(Config mc, model_config_of(cfg_.model));
   vlpar::parallel::ParallelConfig pc = cfg_.parallel;
   pc.world = world;
-  pc.etp = 1;        // experts are not tensor-parallel: split over ep ranks (parallel.ep), whole on each; with
-                     // sequence parallelism an ep group may span the tp ranks (they hold different tokens)
+  pc.etp = cfg_.parallel.etp > 0 ? cfg_.parallel.etp : 1;  // default: each expert whole on the rank holding it
+                     // (split over ep ranks); with sequence parallelism ep and etp groups may span the tp ranks
   pc.vision_tp = cfg_.parallel.vision_tp > 0 ? cfg_.parallel.vision_tp : 1;  // default: the tower whole on each rank
   vlpar::parallel::ModelDims dims;
   dims.num_layers = mc.text.layers;
@@ -137,6 +137,7 @@ Status Trainer::setup_groups() {
   dims.num_kv_heads = mc.text.kv_heads;
   dims.vocab = mc.text.vocab;
   dims.num_experts = mc.text.num_experts;
+  dims.expert_intermediate = mc.text.moe_intermediate;
   VLPAR_ASSIGN_OR_RETURN(vlpar::parallel::ProcessGroups g, vlpar::parallel::ProcessGroups::create(*world_, pc, dims));
   groups_ = std::make_unique<vlpar::parallel::ProcessGroups>(std::move(g));
   tp_rank_ = groups_->tp().rank();
@@ -166,7 +167,8 @@ Status Trainer::build_model() {
     VLPAR_ASSIGN_OR_RETURN(plan, plan_pipeline(cfg_, mc, pp_size_, groups_->pp().rank()));
   }
   const PipelinePart part = plan ? plan->part : PipelinePart{};
-  const vlpar::nn::ExpertParallel ep{cfg_.parallel.ep > 1 ? &groups_->get(vlpar::parallel::Axis::kEp) : nullptr};
+  const vlpar::nn::ExpertParallel ep{cfg_.parallel.ep > 1 ? &groups_->get(vlpar::parallel::Axis::kEp) : nullptr,
+                                     cfg_.parallel.etp > 1 ? &groups_->get(vlpar::parallel::Axis::kEtp) : nullptr};
   const nn::TensorParallel vision_tp{groups_->vision_tp().size() > 1 ? &groups_->vision_tp() : nullptr, false};
   VLPAR_ASSIGN_OR_RETURN(Model model, Model::create(ctx_, mc, freeze, m.seed, alloc_, tp, part, ep, vision_tp));
   model_ = std::make_unique<Model>(std::move(model));
@@ -740,10 +742,10 @@ Result<TrainSummary> Trainer::run() {
       VLPAR_RETURN_IF_ERROR(obs::plot_metrics_png(cfg_.metrics.dir + "/metrics.jsonl", cfg_.metrics.dir + "/plot.png", po));
     }
   }
-  if (!cfg_.checkpoint.export_hf.empty()) {  // tp = pp = 1 (TrainConfig::validate); experts gathered over ep
+  if (!cfg_.checkpoint.export_hf.empty()) {  // tp = pp = 1 (TrainConfig::validate); experts gathered over ep, etp
     std::vector<Tensor> storage;
     VLPAR_ASSIGN_OR_RETURN(const std::vector<TensorView> whole,
-                           gather_experts(*model_, model_->expert_parallel().comm, alloc_, storage));
+                           gather_experts(*model_, model_->expert_parallel(), alloc_, storage));
     if (lead) VLPAR_RETURN_IF_ERROR(export_hf(*model_, cfg_.checkpoint.export_hf, DType::kF32, 5'000'000'000ull,
                                               nullptr, &whole));
   }

@@ -1,7 +1,9 @@
 // Shard arithmetic and per-parameter shard descriptions. See include/vlpar/core/shard.hpp.
 #include "vlpar/core/shard.hpp"
 
+#include <algorithm>
 #include <cstring>
+#include <vector>
 
 #include "vlpar/core/dispatch.hpp"
 
@@ -9,11 +11,36 @@ namespace vlpar {
 
 Shape ParamShard::local_shape() const {
   Shape s = full_shape;
-  if (shard_dim < 0) return s;
-  int64_t n = 0;
-  for (const ShardPiece& p : pieces) n += p.length;
-  s[shard_dim] = n;
+  auto length = [](const std::vector<ShardPiece>& pieces) {
+    int64_t n = 0;
+    for (const ShardPiece& p : pieces) n += p.length;
+    return n;
+  };
+  if (shard_dim >= 0) s[shard_dim] = length(pieces);
+  if (inner_dim >= 0) s[inner_dim] = length(inner_pieces);
   return s;
+}
+
+std::vector<ShardBox> ParamShard::boxes() const {
+  ShardBox whole;
+  for (int d = 0; d < full_shape.ndim; ++d) whole.length[d] = full_shape[d];
+  std::vector<ShardBox> out;
+  if (shard_dim < 0) return {whole};
+  const std::vector<ShardPiece> none = {ShardPiece{0, 0, inner_dim >= 0 ? full_shape[inner_dim] : 0}};
+  for (const ShardPiece& p : pieces)
+    for (const ShardPiece& q : inner_dim >= 0 ? inner_pieces : none) {
+      ShardBox b = whole;
+      b.local_begin[shard_dim] = p.local_begin;
+      b.full_begin[shard_dim] = p.full_begin;
+      b.length[shard_dim] = p.length;
+      if (inner_dim >= 0) {
+        b.local_begin[inner_dim] = q.local_begin;
+        b.full_begin[inner_dim] = q.full_begin;
+        b.length[inner_dim] = q.length;
+      }
+      out.push_back(b);
+    }
+  return out;
 }
 
 ParamShard make_split_param(std::string name, Shape full_shape, int shard_dim, Range block, uint32_t param_id,
@@ -50,54 +77,112 @@ ParamShard make_fused_gate_up_param(std::string name, int64_t intermediate, int6
   return p;
 }
 
-Status init_param_shard(const Context& ctx, TensorView local, const ParamShard& p, uint64_t seed) {
-  VLPAR_CHECK(local.shape == p.local_shape(), "init_param_shard: {} is {} but its shard is {}", p.name,
-              local.shape.to_string(), p.local_shape().to_string());
-  int64_t offsets[kMaxDims] = {};
-  if (p.shard_dim < 0) return init_shard(ctx, local, p.full_shape, offsets, seed, p.param_id, p.init);
-  // A piece along dim 0 is a contiguous slice; along another dim only a single whole-tensor piece is allowed.
-  VLPAR_CHECK(p.shard_dim == 0 || p.pieces.size() == 1,
-              "init_param_shard: {} has {} pieces along dim {}; only dim 0 may hold several", p.name,
-              p.pieces.size(), p.shard_dim);
-  for (const ShardPiece& piece : p.pieces) {
-    TensorView part = local.slice(p.shard_dim, piece.local_begin, piece.local_begin + piece.length);
-    offsets[p.shard_dim] = piece.full_begin;
-    VLPAR_RETURN_IF_ERROR(init_shard(ctx, part, p.full_shape, offsets, seed, p.param_id, p.init));
-  }
-  return Status::Ok();
+ParamShard split_inner(ParamShard p, int dim, Range block, bool fused) {
+  p.inner_dim = dim;
+  const int64_t half = p.full_shape[dim] / 2;
+  p.inner_pieces = {ShardPiece{0, block.begin, block.size()}};
+  if (fused) p.inner_pieces.push_back(ShardPiece{block.size(), half + block.begin, block.size()});
+  return p;
 }
 
 namespace {
 
 enum class ShardCopy { kShardToFull, kFullToShard };
 
-// Copies between this rank's shard `local` and its place inside `full`, piece by piece: both are viewed as
-// [outer, dim, inner] around the shard dim, so each piece is `outer` runs of length·inner contiguous elements.
+/// Row-major element strides of a shape.
+void strides_of(const Shape& s, int64_t* out) {
+  int64_t acc = 1;
+  for (int d = s.ndim - 1; d >= 0; --d) {
+    out[d] = acc;
+    acc *= s[d];
+  }
+}
+
+/// Calls fn(local_element_offset, full_element_offset, elements) for each contiguous run of box `b` (runs along
+/// the last dim; a box whole in its trailing dims is one run per leading index).
+template <class F>
+void walk_box(const ShardBox& b, const Shape& full, const Shape& local, F&& fn) {
+  const int nd = full.ndim;
+  for (int d = 0; d < nd; ++d)
+    if (b.length[d] == 0) return;
+  int64_t fs[kMaxDims] = {}, ls[kMaxDims] = {};
+  strides_of(full, fs);
+  strides_of(local, ls);
+  int k = nd - 1;  // runs cover dims [k, nd): dims after k whole in both layouts
+  while (k > 0 && b.length[k] == full[k] && b.length[k] == local[k]) --k;
+  int64_t run = 1;
+  for (int d = std::max(k, 0); d < nd; ++d) run *= b.length[d];
+  int64_t idx[kMaxDims] = {};
+  for (;;) {
+    int64_t fo = 0, lo = 0;
+    for (int d = 0; d < nd; ++d) {
+      const int64_t i = d < k ? idx[d] : 0;
+      fo += (b.full_begin[d] + i) * fs[d];
+      lo += (b.local_begin[d] + i) * ls[d];
+    }
+    fn(lo, fo, run);
+    int d = k - 1;
+    for (; d >= 0; --d) {
+      if (++idx[d] < b.length[d]) break;
+      idx[d] = 0;
+    }
+    if (d < 0) return;
+  }
+}
+
+}  // namespace
+
+Status init_param_shard(const Context& ctx, TensorView local, const ParamShard& p, uint64_t seed) {
+  VLPAR_CHECK(local.shape == p.local_shape() && local.is_contiguous(), "init_param_shard: {} is {} but its shard is "
+              "a contiguous {}", p.name, local.to_string(), p.local_shape().to_string());
+  const Shape ls = p.local_shape();
+  const size_t es = dtype_size(local.dtype);
+  int64_t lstr[kMaxDims] = {};
+  strides_of(ls, lstr);
+  for (const ShardBox& b : p.boxes()) {
+    Shape bs = p.full_shape;
+    for (int d = 0; d < bs.ndim; ++d) bs[d] = b.length[d];
+    if (bs.numel() == 0) continue;
+    // init_shard fills a contiguous block: a box contiguous in the local layout (whole in every dim after the
+    // first) is filled in place, any other through a box-shaped staging buffer.
+    bool in_place = true;
+    for (int d = 1; d < bs.ndim; ++d) in_place = in_place && bs[d] == ls[d];
+    auto* base = static_cast<char*>(local.data);
+    if (in_place) {
+      int64_t at = 0;
+      for (int d = 0; d < bs.ndim; ++d) at += b.local_begin[d] * lstr[d];
+      VLPAR_RETURN_IF_ERROR(init_shard(ctx, TensorView(base + size_t(at) * es, local.dtype, bs), p.full_shape,
+                                       b.full_begin, seed, p.param_id, p.init));
+      continue;
+    }
+    std::vector<char> staging(size_t(bs.numel()) * es);
+    VLPAR_RETURN_IF_ERROR(init_shard(ctx, TensorView(staging.data(), local.dtype, bs), p.full_shape, b.full_begin,
+                                     seed, p.param_id, p.init));
+    ShardBox within = b;  // the staging buffer is the box itself, as a "full" tensor of shape bs
+    for (int d = 0; d < bs.ndim; ++d) within.full_begin[d] = 0;
+    walk_box(within, bs, ls, [&](int64_t lo, int64_t so, int64_t n) {
+      std::memcpy(base + size_t(lo) * es, staging.data() + size_t(so) * es, size_t(n) * es);
+    });
+  }
+  return Status::Ok();
+}
+
+namespace {
+
+// Copies between this rank's shard `local` and its place inside `full`, box by box.
 Status copy_shard(TensorView full, TensorView local, const ParamShard& p, ShardCopy dir) {
   VLPAR_CHECK(full.shape == p.full_shape && full.is_contiguous() && local.is_contiguous() &&
                   full.dtype == local.dtype && local.shape == p.local_shape(),
               "{}: full {} / shard {} do not match {} / {}", p.name, full.to_string(), local.to_string(),
               p.full_shape.to_string(), p.local_shape().to_string());
-  const size_t esize = dtype_size(full.dtype);
+  const size_t es = dtype_size(full.dtype);
   auto* f = static_cast<char*>(full.data);
   auto* l = static_cast<char*>(local.data);
-  if (p.shard_dim < 0) {
-    if (dir == ShardCopy::kShardToFull) std::memcpy(f, l, local.nbytes());
-    else std::memcpy(l, f, local.nbytes());
-    return Status::Ok();
-  }
-  int64_t outer = 1, inner = 1;
-  for (int d = 0; d < p.shard_dim; ++d) outer *= p.full_shape[d];
-  for (int d = p.shard_dim + 1; d < p.full_shape.ndim; ++d) inner *= p.full_shape[d];
-  const int64_t full_dim = p.full_shape[p.shard_dim], local_dim = local.size(p.shard_dim);
-  for (const ShardPiece& piece : p.pieces)
-    for (int64_t o = 0; o < outer; ++o) {
-      char* fp = f + size_t((o * full_dim + piece.full_begin) * inner) * esize;
-      char* lp = l + size_t((o * local_dim + piece.local_begin) * inner) * esize;
-      const size_t n = size_t(piece.length * inner) * esize;
-      if (dir == ShardCopy::kShardToFull) std::memcpy(fp, lp, n);
-      else std::memcpy(lp, fp, n);
-    }
+  for (const ShardBox& b : p.boxes())
+    walk_box(b, p.full_shape, local.shape, [&](int64_t lo, int64_t fo, int64_t n) {
+      if (dir == ShardCopy::kShardToFull) std::memcpy(f + size_t(fo) * es, l + size_t(lo) * es, size_t(n) * es);
+      else std::memcpy(l + size_t(lo) * es, f + size_t(fo) * es, size_t(n) * es);
+    });
   return Status::Ok();
 }
 

@@ -16,6 +16,7 @@
 #include <nlohmann/json.hpp>
 #include <set>
 #include <sstream>
+#include <tuple>
 
 #include "dims_string.hpp"
 #include "vlpar/core/log.hpp"
@@ -30,7 +31,7 @@ namespace {
 namespace fs = std::filesystem;
 using json = nlohmann::json;
 
-constexpr int kFormatVersion = 1;
+constexpr int kFormatVersion = 2;  // 2: optional second split dim (inner_dim, inner_pieces); reads 1 and 2
 constexpr const char* kFormatName = "vlpar-checkpoint";
 constexpr const char* kShardingKey = "vlpar.checkpoint";   // rank-file "__metadata__" key: this rank's sharding JSON
 constexpr const char* kRankStateKey = "vlpar.rank_state";  // rank-file "__metadata__" key: the rank's own JSON
@@ -97,6 +98,33 @@ uint64_t fnv1a(std::string_view s) {
 
 // ---- shard descriptions -----------------------------------------------------------------------------------------
 
+/// Checks the pieces of one split dim: local ranges tile [0, Σ length) in some order, full ranges fit and are
+/// disjoint.
+Status check_pieces(const std::vector<ShardPiece>& pieces, int dim, int64_t full, std::string_view ctx,
+                    const std::string& name) {
+  std::vector<ShardPiece> by_local = pieces, by_full = pieces;
+  for (const ShardPiece& p : pieces)
+    VLPAR_CHECK(p.length >= 0 && p.local_begin >= 0 && p.full_begin >= 0 && p.full_begin + p.length <= full,
+                "{}: tensor '{}' piece (local {}, full {}, length {}) does not fit dim {} of size {}", ctx, name,
+                p.local_begin, p.full_begin, p.length, dim, full);
+  std::sort(by_local.begin(), by_local.end(), [](auto& a, auto& b) { return a.local_begin < b.local_begin; });
+  int64_t at = 0;
+  for (const ShardPiece& p : by_local) {
+    VLPAR_CHECK(p.local_begin == at, "{}: tensor '{}' pieces do not tile its local dim {}: a piece starts at local {} "
+                "where {} was expected", ctx, name, dim, p.local_begin, at);
+    at += p.length;
+  }
+  std::sort(by_full.begin(), by_full.end(), [](auto& a, auto& b) { return a.full_begin < b.full_begin; });
+  int64_t end = 0;
+  for (const ShardPiece& p : by_full) {
+    if (p.length == 0) continue;
+    VLPAR_CHECK(p.full_begin >= end, "{}: tensor '{}' pieces overlap in the full tensor at dim {} index {}", ctx,
+                name, dim, p.full_begin);
+    end = p.full_begin + p.length;
+  }
+  return Status::Ok();
+}
+
 /// Checks one tensor's shard description and its local view; `ctx` prefixes errors ("saving checkpoint '<dir>'").
 Status check_tensor(const CheckpointTensor& t, std::string_view ctx, bool loading) {
   const ParamShard& s = t.shard;
@@ -109,31 +137,16 @@ Status check_tensor(const CheckpointTensor& t, std::string_view ctx, bool loadin
   VLPAR_CHECK(s.shard_dim >= -1 && s.shard_dim < nd, "{}: tensor '{}' has shard_dim {} but its full shape {} has {} dims",
               ctx, t.name, s.shard_dim, s.full_shape.to_string(), nd);
   if (s.shard_dim < 0) {
-    VLPAR_CHECK(s.pieces.empty(), "{}: tensor '{}' is replicated (shard_dim -1) but lists {} pieces", ctx, t.name,
-                s.pieces.size());
+    VLPAR_CHECK(s.pieces.empty() && s.inner_dim < 0, "{}: tensor '{}' is replicated (shard_dim -1) but lists {} pieces "
+                "or an inner dim {}", ctx, t.name, s.pieces.size(), s.inner_dim);
   } else {
-    const int64_t full = s.full_shape[s.shard_dim];
-    std::vector<ShardPiece> by_local = s.pieces, by_full = s.pieces;
-    for (const ShardPiece& p : s.pieces)
-      VLPAR_CHECK(p.length >= 0 && p.local_begin >= 0 && p.full_begin >= 0 && p.full_begin + p.length <= full,
-                  "{}: tensor '{}' piece (local {}, full {}, length {}) does not fit dim {} of size {}", ctx, t.name,
-                  p.local_begin, p.full_begin, p.length, s.shard_dim, full);
-    // Local ranges tile [0, Σ length) in some order; full ranges are disjoint.
-    std::sort(by_local.begin(), by_local.end(), [](auto& a, auto& b) { return a.local_begin < b.local_begin; });
-    int64_t at = 0;
-    for (const ShardPiece& p : by_local) {
-      VLPAR_CHECK(p.local_begin == at, "{}: tensor '{}' pieces do not tile its local dim {}: a piece starts at local {} "
-                  "where {} was expected", ctx, t.name, s.shard_dim, p.local_begin, at);
-      at += p.length;
-    }
-    std::sort(by_full.begin(), by_full.end(), [](auto& a, auto& b) { return a.full_begin < b.full_begin; });
-    int64_t end = 0;
-    for (const ShardPiece& p : by_full) {
-      if (p.length == 0) continue;
-      VLPAR_CHECK(p.full_begin >= end, "{}: tensor '{}' pieces overlap in the full tensor at dim {} index {}", ctx,
-                  t.name, s.shard_dim, p.full_begin);
-      end = p.full_begin + p.length;
-    }
+    VLPAR_RETURN_IF_ERROR(check_pieces(s.pieces, s.shard_dim, s.full_shape[s.shard_dim], ctx, t.name));
+  }
+  if (s.inner_dim >= 0 || !s.inner_pieces.empty()) {
+    VLPAR_CHECK(s.inner_dim > s.shard_dim && s.inner_dim < nd && s.shard_dim >= 0, "{}: tensor '{}' has inner_dim {} "
+                "with shard_dim {} (it must come after the shard dim, inside the {} dims)", ctx, t.name, s.inner_dim,
+                s.shard_dim, nd);
+    VLPAR_RETURN_IF_ERROR(check_pieces(s.inner_pieces, s.inner_dim, s.full_shape[s.inner_dim], ctx, t.name));
   }
   VLPAR_CHECK(t.local.shape == s.local_shape(), "{}: tensor '{}' is {} but its shard is {}", ctx, t.name,
               t.local.to_string(), s.local_shape().to_string());
@@ -165,12 +178,15 @@ struct Chunk {                          // what one rank holds of one tensor
   int rank = 0;
   std::vector<ShardPiece> pieces;   // along the tensor's shard dim; empty when replicated
   int64_t local_dim = 0;                // Σ lengths: the size of the shard dim in the rank file
+  std::vector<ShardPiece> inner;        // along the inner dim (empty without one): the rank holds pieces × inner
+  int64_t inner_local_dim = 0;
 };
 
 struct IndexEntry {
   std::string dtype;                    // safetensors spelling
   std::vector<int64_t> shape;           // full
   int shard_dim = -1;
+  int inner_dim = -1;                   // a second split dim (after shard_dim), or −1
   std::vector<Chunk> chunks;            // ascending rank
 };
 
@@ -179,6 +195,7 @@ struct SavedPiece {
   int64_t full_begin = 0, length = 0;   // along shard_dim (whole dim 0 range when replicated, unused)
   int64_t local_begin = 0;
   size_t chunk = 0;                     // index into IndexEntry::chunks
+  int64_t inner_full_begin = 0, inner_length = 0, inner_local_begin = 0;  // along inner_dim (unused without one)
 };
 
 /// Parses a sharding description (rank metadata entry or meta.json index entry) without its chunks.
@@ -197,33 +214,55 @@ Status parse_entry_head(const json& j, IndexEntry& e, std::string_view ctx, std:
   e.shard_dim = j["shard_dim"].get<int>();
   VLPAR_CHECK(e.shard_dim >= -1 && e.shard_dim < int(e.shape.size()), "{}: tensor '{}' has shard_dim {} for shape {}",
               ctx, name, e.shard_dim, dump(j["shape"]));
+  if (j.contains("inner_dim")) {
+    VLPAR_CHECK(j["inner_dim"].is_number_integer(), "{}: tensor '{}' has a non-integer inner_dim", ctx, name);
+    e.inner_dim = j["inner_dim"].get<int>();
+    VLPAR_CHECK(e.shard_dim >= 0 && e.inner_dim > e.shard_dim && e.inner_dim < int(e.shape.size()), "{}: tensor '{}' "
+                "has inner_dim {} with shard_dim {} for shape {}", ctx, name, e.inner_dim, e.shard_dim,
+                dump(j["shape"]));
+  }
   return Status::Ok();
 }
 
-Result<Chunk> parse_chunk(const json& pieces, int rank, const IndexEntry& e, std::string_view ctx, std::string_view name) {
-  Chunk c;
-  c.rank = rank;
+/// Parses one piece list ([[local_begin, full_begin, length], ...]) and checks that it tiles [0, Σ length) and
+/// fits the full dim; returns Σ length.
+Result<int64_t> parse_pieces(const json& pieces, int64_t full, std::vector<ShardPiece>& out, int rank,
+                             std::string_view ctx, std::string_view name) {
   VLPAR_CHECK(pieces.is_array(), "{}: tensor '{}' on rank {} has no piece list", ctx, name, rank);
   for (const json& p : pieces) {
     VLPAR_CHECK(p.is_array() && p.size() == 3 && p[0].is_number_integer() && p[1].is_number_integer() &&
                     p[2].is_number_integer(),
                 "{}: tensor '{}' on rank {} has a malformed piece {} (expected [local_begin, full_begin, length])", ctx,
                 name, rank, dump(p));
-    c.pieces.push_back({p[0].get<int64_t>(), p[1].get<int64_t>(), p[2].get<int64_t>()});
+    out.push_back({p[0].get<int64_t>(), p[1].get<int64_t>(), p[2].get<int64_t>()});
   }
+  std::vector<ShardPiece> by_local = out;
+  std::sort(by_local.begin(), by_local.end(), [](auto& a, auto& b) { return a.local_begin < b.local_begin; });
+  int64_t local = 0;
+  for (const ShardPiece& p : by_local) {
+    VLPAR_CHECK(p.local_begin == local && p.length >= 0 && p.full_begin >= 0 && p.full_begin + p.length <= full,
+                "{}: tensor '{}' on rank {}: piece [local {}, full {}, length {}] is inconsistent (local dim so far {}, "
+                "full dim {})", ctx, name, rank, p.local_begin, p.full_begin, p.length, local, full);
+    local += p.length;
+  }
+  return local;
+}
+
+/// One rank's chunk from the object holding its "pieces" (and "inner_pieces" when the tensor has an inner dim).
+Result<Chunk> parse_chunk(const json& holder, int rank, const IndexEntry& e, std::string_view ctx,
+                          std::string_view name) {
+  Chunk c;
+  c.rank = rank;
+  const json pieces = holder.is_object() ? holder.value("pieces", json()) : json();
+  VLPAR_CHECK(pieces.is_array(), "{}: tensor '{}' on rank {} has no piece list", ctx, name, rank);
   if (e.shard_dim < 0) {
-    VLPAR_CHECK(c.pieces.empty(), "{}: tensor '{}' is replicated but rank {} lists pieces", ctx, name, rank);
+    VLPAR_CHECK(pieces.empty(), "{}: tensor '{}' is replicated but rank {} lists pieces", ctx, name, rank);
     return c;
   }
-  // The pieces must tile the rank's local dim and fit the full one (what check_tensor enforced at save).
-  std::vector<ShardPiece> by_local = c.pieces;
-  std::sort(by_local.begin(), by_local.end(), [](auto& a, auto& b) { return a.local_begin < b.local_begin; });
-  const int64_t full = e.shape[size_t(e.shard_dim)];
-  for (const ShardPiece& p : by_local) {
-    VLPAR_CHECK(p.local_begin == c.local_dim && p.length >= 0 && p.full_begin >= 0 && p.full_begin + p.length <= full,
-                "{}: tensor '{}' on rank {}: piece [local {}, full {}, length {}] is inconsistent (local dim so far {}, "
-                "full dim {})", ctx, name, rank, p.local_begin, p.full_begin, p.length, c.local_dim, full);
-    c.local_dim += p.length;
+  VLPAR_ASSIGN_OR_RETURN(c.local_dim, parse_pieces(pieces, e.shape[size_t(e.shard_dim)], c.pieces, rank, ctx, name));
+  if (e.inner_dim >= 0) {
+    VLPAR_ASSIGN_OR_RETURN(c.inner_local_dim, parse_pieces(holder.value("inner_pieces", json()),
+                                                           e.shape[size_t(e.inner_dim)], c.inner, rank, ctx, name));
   }
   return c;
 }
@@ -232,14 +271,19 @@ Result<Chunk> parse_chunk(const json& pieces, int rank, const IndexEntry& e, std
 std::vector<int64_t> local_dims(const IndexEntry& e, const Chunk& c) {
   std::vector<int64_t> s = e.shape;
   if (e.shard_dim >= 0) s[size_t(e.shard_dim)] = c.local_dim;
+  if (e.inner_dim >= 0) s[size_t(e.inner_dim)] = c.inner_local_dim;
   return s;
 }
 
 
 /// The pieces to read, one per distinct full range (the lowest rank's copy), after checking that the saved pieces
 /// tile the full tensor exactly once; `replicas` receives every other copy of a read piece, paired with it.
+Result<std::vector<SavedPiece>> plan_box_reads(const IndexEntry& e, std::string_view ctx, std::string_view name,
+                                               std::vector<std::pair<SavedPiece, SavedPiece>>* replicas);
+
 Result<std::vector<SavedPiece>> plan_reads(const IndexEntry& e, std::string_view ctx, std::string_view name,
                                            std::vector<std::pair<SavedPiece, SavedPiece>>* replicas) {
+  if (e.inner_dim >= 0) return plan_box_reads(e, ctx, name, replicas);
   std::vector<SavedPiece> out;
   if (e.shard_dim < 0) {
     VLPAR_CHECK(!e.chunks.empty(), "{}: no rank holds tensor '{}'", ctx, name);
@@ -280,6 +324,50 @@ Result<std::vector<SavedPiece>> plan_reads(const IndexEntry& e, std::string_view
   }
   VLPAR_CHECK(covered == full, "{}: tensor '{}' has a hole: indices [{}, {}) along dim {} (of {}) are held by no rank "
               "file", ctx, name, covered, full, d, full);
+  return out;
+}
+
+/// plan_reads for a tensor split along two dims: each rank holds boxes (piece × inner piece). Identical boxes are
+/// replicas; the distinct ones must be pairwise disjoint and their areas add up to the full (dim × inner dim) area,
+/// which together mean they tile it exactly once.
+Result<std::vector<SavedPiece>> plan_box_reads(const IndexEntry& e, std::string_view ctx, std::string_view name,
+                                               std::vector<std::pair<SavedPiece, SavedPiece>>* replicas) {
+  std::vector<SavedPiece> all, out;
+  for (size_t c = 0; c < e.chunks.size(); ++c)
+    for (const ShardPiece& p : e.chunks[c].pieces)
+      for (const ShardPiece& q : e.chunks[c].inner)
+        if (p.length > 0 && q.length > 0)
+          all.push_back({p.full_begin, p.length, p.local_begin, c, q.full_begin, q.length, q.local_begin});
+  const auto key = [](const SavedPiece& a) {
+    return std::tuple(a.full_begin, a.inner_full_begin, a.length, a.inner_length);
+  };
+  std::sort(all.begin(), all.end(), [&](const SavedPiece& a, const SavedPiece& b) {
+    if (key(a) != key(b)) return key(a) < key(b);
+    return e.chunks[a.chunk].rank < e.chunks[b.chunk].rank;
+  });
+  const auto box = [&](const SavedPiece& p) {
+    return fmt::format("[{}, {}) × [{}, {}) in {}", p.full_begin, p.full_begin + p.length, p.inner_full_begin,
+                       p.inner_full_begin + p.inner_length, checkpoint_rank_file_name(e.chunks[p.chunk].rank));
+  };
+  const auto overlap = [](int64_t a, int64_t n, int64_t b, int64_t m) { return a < b + m && b < a + n; };
+  int64_t area = 0;
+  for (const SavedPiece& p : all) {
+    if (!out.empty() && key(p) == key(out.back())) {
+      if (replicas) replicas->push_back({out.back(), p});
+      continue;
+    }
+    for (const SavedPiece& q : out)
+      VLPAR_CHECK(!overlap(p.full_begin, p.length, q.full_begin, q.length) ||
+                      !overlap(p.inner_full_begin, p.inner_length, q.inner_full_begin, q.inner_length),
+                  "{}: tensor '{}' pieces overlap along dims {} × {}: {} and {} (only identical pieces may repeat)",
+                  ctx, name, e.shard_dim, e.inner_dim, box(q), box(p));
+    out.push_back(p);
+    area += p.length * p.inner_length;
+  }
+  const int64_t full = e.shape[size_t(e.shard_dim)] * e.shape[size_t(e.inner_dim)];
+  VLPAR_CHECK(area == full, "{}: tensor '{}' has a hole: the rank files hold {} of the {} × {} index pairs along dims "
+              "{} × {}", ctx, name, area, e.shape[size_t(e.shard_dim)], e.shape[size_t(e.inner_dim)], e.shard_dim,
+              e.inner_dim);
   return out;
 }
 
@@ -325,9 +413,12 @@ void walk_box(int nd, const int64_t* size, const int64_t* sshape, const int64_t*
 
 /// A region of the full tensor held contiguously by one layout: along `dim` the full range [full_begin, +length)
 /// sits at local index local_begin; every other dim is whole. dim = −1: the whole tensor.
-struct Region {
+struct Cut {
   int dim = -1;
   int64_t full_begin = 0, length = 0, local_begin = 0;
+};
+struct Region {
+  Cut cut[2];  // dim −1: unused; a tensor split along two dims (ParamShard::inner_dim) uses both
 };
 
 /// Intersection of two regions as a box of full coordinates; false when empty.
@@ -336,10 +427,11 @@ bool intersect(const std::vector<int64_t>& full, const Region& a, const Region& 
   for (int j = 0; j < nd; ++j) {
     int64_t l = 0, h = full[size_t(j)];
     for (const Region* r : {&a, &b})
-      if (r->dim == j) {
-        l = std::max(l, r->full_begin);
-        h = std::min(h, r->full_begin + r->length);
-      }
+      for (const Cut& c : r->cut)
+        if (c.dim == j) {
+          l = std::max(l, c.full_begin);
+          h = std::min(h, c.full_begin + c.length);
+        }
     if (h <= l) return false;
     lo[j] = l;
     size[j] = h - l;
@@ -350,7 +442,8 @@ bool intersect(const std::vector<int64_t>& full, const Region& a, const Region& 
 /// Local coordinates (in the layout of region r) of the full-coordinate point lo.
 void to_local(const Region& r, int nd, const int64_t* lo, int64_t* out) {
   for (int j = 0; j < nd; ++j) out[j] = lo[j];
-  if (r.dim >= 0) out[r.dim] = lo[r.dim] - r.full_begin + r.local_begin;
+  for (const Cut& c : r.cut)
+    if (c.dim >= 0) out[c.dim] = lo[c.dim] - c.full_begin + c.local_begin;
 }
 
 // ---- meta.json ----------------------------------------------------------------------------------------------------
@@ -380,8 +473,9 @@ Result<ParsedMeta> read_meta(const std::string& dir, bool with_index) {
     const json j = json::parse(text, nullptr, /*allow_exceptions=*/false);
     VLPAR_CHECK(!j.is_discarded() && j.is_object(), "{}: not a JSON object", ctx);
     VLPAR_CHECK(j.value("format", std::string()) == kFormatName, "{}: \"format\" is not \"{}\"", ctx, kFormatName);
-    VLPAR_CHECK(j.contains("version") && j["version"].is_number_integer() && j["version"].get<int>() == kFormatVersion,
-                "{}: unsupported \"version\" (this build reads version {})", ctx, kFormatVersion);
+    VLPAR_CHECK(j.contains("version") && j["version"].is_number_integer() && j["version"].get<int>() >= 1 &&
+                    j["version"].get<int>() <= kFormatVersion,
+                "{}: unsupported \"version\" (this build reads versions 1 to {})", ctx, kFormatVersion);
     VLPAR_CHECK(j.contains("step") && j["step"].is_number_integer() && j.contains("world_size") &&
                     j["world_size"].is_number_integer() && j["world_size"].get<int64_t>() >= 1 &&
                     j.contains("files") && j["files"].is_array() && j.contains("tensors") && j["tensors"].is_object(),
@@ -412,7 +506,7 @@ Result<ParsedMeta> read_meta(const std::string& dir, bool with_index) {
                         cj["rank"].get<int64_t>() >= 0 && cj["rank"].get<int64_t>() < m.info.world_size &&
                         cj.contains("pieces"),
                     "{}: tensor '{}' has a malformed chunk {}", ctx, name, dump(cj));
-        VLPAR_ASSIGN_OR_RETURN(Chunk c, parse_chunk(cj["pieces"], cj["rank"].get<int>(), e, ctx, name));
+        VLPAR_ASSIGN_OR_RETURN(Chunk c, parse_chunk(cj, cj["rank"].get<int>(), e, ctx, name));
         e.chunks.push_back(std::move(c));
       }
       m.tensors.emplace(name, std::move(e));
@@ -561,6 +655,10 @@ Status write_checkpoint_shard(const CheckpointWriteSpec& spec) {
                         {"shape", dims_json(t.shard.full_shape)},
                         {"shard_dim", t.shard.shard_dim},
                         {"pieces", pieces_json(t.shard.pieces)}};
+    if (t.shard.inner_dim >= 0) {
+      sharding[t.name]["inner_dim"] = t.shard.inner_dim;
+      sharding[t.name]["inner_pieces"] = pieces_json(t.shard.inner_pieces);
+    }
   }
   const json meta = {{"version", kFormatVersion}, {"step", spec.step}, {"rank", spec.rank},
                      {"world_size", spec.world_size}, {"tensors", sharding}};
@@ -602,7 +700,7 @@ Status commit_checkpoint(const CheckpointWriteSpec& spec) {
       for (const auto& [name, tj] : j["tensors"].items()) {
         IndexEntry e;
         VLPAR_RETURN_IF_ERROR(parse_entry_head(tj, e, ctx, name));
-        VLPAR_ASSIGN_OR_RETURN(Chunk c, parse_chunk(tj.value("pieces", json()), r, e, ctx, name));
+        VLPAR_ASSIGN_OR_RETURN(Chunk c, parse_chunk(tj, r, e, ctx, name));
         const TensorInfo* info = f.find(name);
         VLPAR_CHECK(info != nullptr && info->dtype_name == e.dtype && info->dims == local_dims(e, c),
                     "{}: tensor '{}' is stored as {} {} but described as {} {}", ctx, name,
@@ -610,9 +708,11 @@ Status commit_checkpoint(const CheckpointWriteSpec& spec) {
                     dims_string(local_dims(e, c)));
         auto [slot, fresh] = index.try_emplace(name, e);
         IndexEntry& g = slot->second;
-        VLPAR_CHECK(fresh || (g.dtype == e.dtype && g.shape == e.shape && g.shard_dim == e.shard_dim),
-                    "{}: tensor '{}' is {} {} shard_dim {} here but {} {} shard_dim {} on rank {}", ctx, name, e.dtype,
-                    dims_string(e.shape), e.shard_dim, g.dtype, dims_string(g.shape), g.shard_dim, g.chunks[0].rank);
+        VLPAR_CHECK(fresh || (g.dtype == e.dtype && g.shape == e.shape && g.shard_dim == e.shard_dim &&
+                              g.inner_dim == e.inner_dim),
+                    "{}: tensor '{}' is {} {} shard_dim {} inner_dim {} here but {} {} shard_dim {} inner_dim {} on "
+                    "rank {}", ctx, name, e.dtype, dims_string(e.shape), e.shard_dim, e.inner_dim, g.dtype,
+                    dims_string(g.shape), g.shard_dim, g.inner_dim, g.chunks[0].rank);
         g.chunks.push_back(std::move(c));
       }
     } catch (const json::exception& ex) {
@@ -626,8 +726,12 @@ Status commit_checkpoint(const CheckpointWriteSpec& spec) {
   for (const auto& [name, e] : index) {
     VLPAR_RETURN_IF_ERROR(plan_reads(e, what, name, nullptr).status());  // a save that could not be loaded fails now
     json chunks = json::array();
-    for (const Chunk& c : e.chunks) chunks.push_back({{"rank", c.rank}, {"pieces", pieces_json(c.pieces)}});
+    for (const Chunk& c : e.chunks) {
+      chunks.push_back({{"rank", c.rank}, {"pieces", pieces_json(c.pieces)}});
+      if (e.inner_dim >= 0) chunks.back()["inner_pieces"] = pieces_json(c.inner);
+    }
     tensors[name] = {{"dtype", e.dtype}, {"shape", e.shape}, {"shard_dim", e.shard_dim}, {"chunks", chunks}};
+    if (e.inner_dim >= 0) tensors[name]["inner_dim"] = e.inner_dim;
   }
   phase(spec, "verified");
 
@@ -816,12 +920,20 @@ Status load_checkpoint(const std::string& dir, std::span<const CheckpointTensor>
     const int nd = int(e.shape.size());
     const size_t es = dtype_size(t.local.dtype);
     std::vector<Region> dst_regions;
-    if (t.shard.shard_dim < 0) dst_regions.push_back({});
-    for (const ShardPiece& p : t.shard.pieces)
-      if (p.length > 0) dst_regions.push_back({t.shard.shard_dim, p.full_begin, p.length, p.local_begin});
+    for (const ShardBox& b : t.shard.boxes()) {
+      Region r;
+      for (int k = 0; k < 2; ++k) {
+        const int d = k == 0 ? t.shard.shard_dim : t.shard.inner_dim;
+        if (d >= 0) r.cut[k] = {d, b.full_begin[d], b.length[d], b.local_begin[d]};
+      }
+      dst_regions.push_back(r);
+    }
     const Shape dshape = t.local.shape;
     auto region_of = [&](const SavedPiece& p) {
-      return e.shard_dim < 0 ? Region{} : Region{e.shard_dim, p.full_begin, p.length, p.local_begin};
+      Region r;
+      if (e.shard_dim >= 0) r.cut[0] = {e.shard_dim, p.full_begin, p.length, p.local_begin};
+      if (e.inner_dim >= 0) r.cut[1] = {e.inner_dim, p.inner_full_begin, p.inner_length, p.inner_local_begin};
+      return r;
     };
     for (const SavedPiece& p : reads) {
       const Chunk& c = e.chunks[p.chunk];

@@ -331,6 +331,71 @@ TEST(Checkpoint, LoadsAlongAnotherDimThanSaved) {
   }
 }
 
+/// Expert weight shards: experts along dim 0 over ep, each expert's [.., 2I] gate/up width over etp (fused halves).
+ParamShard expert_shard(int ep, int ep_rank, int etp, int etp_rank) {
+  const ParamShard p = make_split_param("experts.gate_up", {4, 3, 12}, 0, even_shard(4, ep, ep_rank), 0, {});
+  return etp == 1 ? p : split_inner(p, 2, even_shard(6, etp, etp_rank), /*fused=*/true);
+}
+
+/// Saves `full` as world = copies × ep × etp ranks (etp fastest; `skip` drops a rank's tensor: a hole).
+Status save_expert_layout(const std::string& root, const Tensor& full, int ep, int etp, int copies, int skip,
+                          std::vector<Tensor>& keep, Allocator& alloc) {
+  CheckpointWriteSpec spec;
+  spec.root = root;
+  spec.step = 1;
+  spec.world_size = copies * ep * etp;
+  spec.rank = 0;
+  VLPAR_RETURN_IF_ERROR(prepare_checkpoint(spec));
+  for (int r = 0; r < spec.world_size; ++r) {
+    const ParamShard sh = expert_shard(ep, (r / etp) % ep, etp, r % etp);
+    keep.push_back(Tensor::empty(alloc, sh.local_shape(), DType::kF32).value());
+    VLPAR_RETURN_IF_ERROR(gather_shard_from_full(keep.back(), full, sh));
+    spec.rank = r;
+    spec.tensors.clear();
+    if (r != skip) spec.tensors = {sharded_tensor("experts.gate_up", keep.back(), sh)};
+    VLPAR_RETURN_IF_ERROR(write_checkpoint_shard(spec));
+  }
+  spec.rank = 0;
+  return commit_checkpoint(spec);
+}
+
+TEST(Checkpoint, ExpertWeightsSplitAlongTwoDimsReshardAcrossEpAndEtp) {
+  TempDir tmp;
+  Allocator alloc;
+  Tensor full = Tensor::empty(alloc, {4, 3, 12}, DType::kF32).value();
+  fill_bits(full, 8);
+  std::vector<Tensor> keep;
+  const Status saved = save_expert_layout(tmp.path(), full, 2, 2, /*copies=*/2, /*skip=*/-1, keep, alloc);
+  ASSERT_TRUE(saved.ok()) << saved.to_string();
+  for (auto [ep, etp] : {std::pair{1, 1}, {2, 2}, {4, 1}, {1, 3}, {2, 6}}) {
+    for (int r = 0; r < ep * etp; ++r) {
+      SCOPED_TRACE(fmt::format("load at ep={} etp={}, rank {}", ep, etp, r));
+      const ParamShard sh = expert_shard(ep, r / etp, etp, r % etp);
+      Tensor got = Tensor::zeros(alloc, sh.local_shape(), DType::kF32).value();
+      Tensor want = Tensor::empty(alloc, sh.local_shape(), DType::kF32).value();
+      ASSERT_TRUE(gather_shard_from_full(want, full, sh).ok());
+      const CheckpointTensor t = sharded_tensor("experts.gate_up", got, sh);
+      CheckpointLoadOptions opts;
+      opts.verify_replicas = true;
+      const Status s = load_checkpoint(tmp.path() + "/step-1", std::span(&t, 1), nullptr, opts);
+      ASSERT_TRUE(s.ok()) << s.to_string();
+      EXPECT_TRUE(same_bytes(got, want));
+    }
+  }
+}
+
+TEST(Checkpoint, ExpertWeightsWithAMissingBoxAreAHoleNamingTheDims) {
+  TempDir tmp;
+  Allocator alloc;
+  Tensor full = Tensor::empty(alloc, {4, 3, 12}, DType::kF32).value();
+  fill_bits(full, 9);
+  std::vector<Tensor> keep;
+  const Status s = save_expert_layout(tmp.path(), full, 2, 2, /*copies=*/1, /*skip=*/3, keep, alloc);
+  ASSERT_FALSE(s.ok());
+  EXPECT_NE(s.message().find("'experts.gate_up' has a hole: the rank files hold 36 of the 4 × 12 index pairs along "
+                             "dims 0 × 2"), std::string::npos) << s.to_string();
+}
+
 // ---- retention and discovery ---------------------------------------------------------------------------------------
 
 TEST(Checkpoint, KeepLastDeletesOlderCommittedCheckpoints) {

@@ -117,8 +117,9 @@ TEST(NnShard, LayoutInvariantInitAssemblesTheFullWeights) {
         ASSERT_TRUE(scatter_shard_into_full(got, local, p).ok()) << p.name;
         if (p.shard_dim < 0 || p.grad_summed_over_tp) continue;  // replicated: counted once below
         Tensor ones = Tensor::empty(alloc, p.local_shape(), DType::kF32).value();
-        ASSERT_TRUE(init_param_shard(ctx, ones, {p.name, p.full_shape, p.shard_dim, p.pieces, 0, InitRule::ones()},
-                                     seed).ok());
+        ParamShard as_ones = p;
+        as_ones.init = InitRule::ones();
+        ASSERT_TRUE(init_param_shard(ctx, ones, as_ones, seed).ok());
         Tensor one_full = Tensor::zeros(alloc, p.full_shape, DType::kF32).value();
         ASSERT_TRUE(scatter_shard_into_full(one_full, ones, p).ok());
         for (int64_t k = 0; k < one_full.numel(); ++k) count.ptr<float>()[k] += one_full.ptr<float>()[k];
@@ -145,7 +146,8 @@ TEST(NnShard, LayoutMarksPartialGradients) {
 
 // The registry's shards in the placement vocabulary: every single-piece shard of a tp 2 layout is the block that
 // local_block() computes from param_placements(); replicated ones are Replicate everywhere; a gradient adds Partial
-// on its group's replica axis; expert and vision parameters live on their own axes.
+// on its group's replica axis; expert and vision parameters live on their own axes (experts: the expert dim on ep,
+// the width on etp).
 TEST(NnShard, ParamPlacementsGiveTheShardsBlock) {
   using parallel::Axis;
   const TransformerConfig cfg = test::tiny_decoder_config();
@@ -171,7 +173,15 @@ TEST(NnShard, ParamPlacementsGiveTheShardsBlock) {
   EXPECT_EQ(parallel::param_placements(vision, true).to_string(), "vision_dp: partial");
   ParamShard expert = make_split_param("experts.down_proj", Shape{4, 6}, 0, Range{0, 2}, 1, InitRule::ones());
   expert.replica = ReplicaGroup::kExpert;
-  EXPECT_EQ(parallel::param_placements(expert, true).to_string(), "etp: shard(0), edp: partial");
+  EXPECT_EQ(parallel::param_placements(expert, true).to_string(), "ep: shard(0), edp: partial");
+  const ParamShard expert_tp = split_inner(expert, 1, Range{3, 6}, false);
+  EXPECT_EQ(parallel::param_placements(expert_tp).to_string(), "ep: shard(0), etp: shard(1)");
+  auto block = parallel::local_block(
+      expert_tp.full_shape, parallel::param_placements(expert_tp), [](Axis) { return 2; },
+      [](Axis a) { return a == Axis::kEtp ? 1 : 0; });
+  ASSERT_TRUE(block.ok()) << block.status().to_string();
+  EXPECT_EQ(block->shape(), expert_tp.local_shape());
+  EXPECT_EQ(block->dims[1].begin, 3);
   EXPECT_EQ(parallel::param_placements(make_replicated_param("norm", Shape{8}, 2, InitRule::ones()), true).to_string(),
             "dp_cp: partial");
 }

@@ -7,7 +7,8 @@
 //   vocab_owner(...)       : the rank whose vocab block holds a token id (the block's row of an id:
 //                            VocabBlock::local, kernels/vocab_block.hpp)
 //   ParamShard             : full logical shape, shard dim and the pieces (local range ↔ full range) this rank
-//                            holds; the fused gate/up weight has two pieces (its gate rows and its up rows)
+//                            holds; the fused gate/up weight has two pieces (its gate rows and its up rows);
+//                            a second split dim (inner_dim) for expert weights under expert tensor parallelism
 // Test: tests/unit/test_shard.cpp.
 #include <cstddef>
 #include <cstdint>
@@ -68,6 +69,12 @@ inline const char* replica_group_name(ReplicaGroup g) {
   return g == ReplicaGroup::kExpert ? "expert" : g == ReplicaGroup::kVision ? "vision" : "dense";
 }
 
+/// One box of a shard: per dim of the full shape, the full range [full_begin, +length) held at local index
+/// local_begin (dims that are not split: 0, 0, full size).
+struct ShardBox {
+  int64_t local_begin[kMaxDims] = {}, full_begin[kMaxDims] = {}, length[kMaxDims] = {};
+};
+
 /// How one parameter is laid out on this rank.
 struct ParamShard {
   std::string name;              // HF-style dotted name ("model.layers.0.self_attn.q_proj.weight")
@@ -80,9 +87,15 @@ struct ParamShard {
   /// the tp group (RMSNorm weights under sequence parallelism, kv projections replicated over tp > H_kv).
   bool grad_summed_over_tp = false;
   ReplicaGroup replica = ReplicaGroup::kDense;  // the ranks holding copies (gradient reduction, ZeRO-1)
+  /// A second split dim after shard_dim, or −1: expert weights under expert tensor parallelism are split along
+  /// dim 0 by expert (ep) and along the SwiGLU width by etp. The rank holds every (piece, inner piece) box.
+  int inner_dim = -1;
+  std::vector<ShardPiece> inner_pieces;  // along inner_dim (empty when there is none)
 
   /// @brief The shape this rank stores.
   Shape local_shape() const;
+  /// @brief The boxes this rank holds: one per piece (× inner piece), the whole tensor when replicated.
+  std::vector<ShardBox> boxes() const;
 };
 
 /// @brief A column-parallel weight [out, in] split along out (dim 0), or a row-parallel one split along in (dim 1).
@@ -94,6 +107,12 @@ ParamShard make_replicated_param(std::string name, Shape full_shape, uint32_t pa
 /// [I/tp, 2I/tp) are full up rows I + block·, so each rank's gate and up halves match.
 ParamShard make_fused_gate_up_param(std::string name, int64_t intermediate, int64_t hidden, Range block,
                                     uint32_t param_id, InitRule init);
+
+/// @brief Splits `p` (already split along dim 0 or replicated) along `dim` as well: block `block` of that dim,
+/// or with `fused` the gate/up halves of a [..., 2I] width (gate columns block·, up columns I + block·, as
+/// make_fused_gate_up_param does along dim 0). Expert weights under etp: gate_up [E, H, 2I] splits dim 2 fused,
+/// down [E, I, H] dim 1 plain.
+ParamShard split_inner(ParamShard p, int dim, Range block, bool fused);
 
 /// @brief Fills `local` (contiguous, shaped local_shape()) with this rank's slice of the full weight that
 /// init_full(seed, param_id) would produce: the same seed gives the same full weights at any tp.

@@ -11,9 +11,14 @@
 // Sharding JSON of one tensor (DCP style, enough to rebuild the full tensor without knowing the old layout):
 //   {"dtype":"BF16", "shape":[full dims], "shard_dim":d (-1 replicated),
 //    "pieces":[[local_begin, full_begin, length], ...]}      along dim d; [] when replicated
-// meta.json: {"format":"vlpar-checkpoint", "version":1, "step":N, "world_size":W, "layout":{caller's JSON},
+//   A tensor split along a second dim (ParamShard::inner_dim: expert weights under expert tensor parallelism, the
+//   experts along dim 0 and each expert's width along d2 > d) adds "inner_dim":d2 and "inner_pieces":[[l, f, n], ...];
+//   the rank holds every (piece, inner piece) box.
+// meta.json: {"format":"vlpar-checkpoint", "version":2, "step":N, "world_size":W, "layout":{caller's JSON},
 //   "user":{caller's JSON}, "files":[{"rank":r, "name":"rank-0000r.safetensors", "bytes":size}, ...],
-//   "tensors":{name: {"dtype", "shape", "shard_dim", "chunks":[{"rank":r, "pieces":[[l, f, n], ...]}, ...]}}}
+//   "tensors":{name: {"dtype", "shape", "shard_dim", ["inner_dim",] "chunks":[{"rank":r, "pieces":[[l, f, n], ...]
+//   [, "inner_pieces":[...]]}, ...]}}}
+// Version 2 added the inner dim; version 1 checkpoints (no inner dims) load unchanged.
 //
 // Save protocol (save_checkpoint; the three phases are public so one process can play every rank in tests):
 //   prepare (rank 0)   : delete leftovers of crashed saves (step-*.tmp, step-*.deleting, latest.tmp.*), create a
@@ -32,7 +37,8 @@
 // are copied straight from the memory-mapped rank files (only those bytes are read; the full tensor is never
 // materialised), so a checkpoint saved at TP=2×DP=2 loads at TP=1 or TP=4 bit for bit. Validation: meta.json present
 // and consistent, every rank file present with the size meta.json recorded, each loaded tensor's pieces tile its full
-// shape exactly once (identical pieces on several ranks are replicas: one copy is read, optionally compared),
+// shape exactly once (identical pieces on several ranks are replicas: one copy is read, optionally compared; boxes
+// of a two-dim split must be pairwise disjoint and cover the full area),
 // dtype and full shape equal the destination's. Every error names the checkpoint directory, and the file and tensor.
 //
 // Test: tests/unit/test_checkpoint.cpp (round trips, resharding with simulated ranks, corrupt checkpoints, crash

@@ -101,13 +101,16 @@ inline std::vector<Axis> piece_axes(ReplicaGroup g) {
 }
 
 /// @brief A registry parameter's placements: Shard{shard_dim} (Replicate when shard_dim < 0) on its group's
-/// tensor-parallel axis (tp, etp or vision_tp), Replicate elsewhere. With `gradient`, its gradient as one rank's
-/// backward leaves it: additionally Partial on the replica axis (the sum the data-parallel reduction completes).
-/// A shard of several pieces (the fused gate/up weight: its gate rows and its up rows) is Shard{0} of each half;
-/// local_block() describes single-piece shards exactly, ParamShard::pieces every shard.
+/// tensor-parallel axis (tp or vision_tp), Replicate elsewhere; expert weights are Shard{shard_dim} (the expert
+/// dim) on ep and, under expert tensor parallelism, Shard{inner_dim} (the width) on etp. With `gradient`, its
+/// gradient as one rank's backward leaves it: additionally Partial on the replica axis (the sum the data-parallel
+/// reduction completes). A shard of several pieces (the fused gate/up weight: its gate rows and its up rows) is
+/// Shard{0} of each half; local_block() describes single-piece shards exactly, ParamShard::pieces every shard.
 inline Placements param_placements(const ParamShard& s, bool gradient = false) {
   Placements p;
-  if (s.shard_dim >= 0) p.on(piece_axes(s.replica).front(), Shard{s.shard_dim});
+  const bool expert = s.replica == ReplicaGroup::kExpert;
+  if (s.shard_dim >= 0) p.on(expert ? Axis::kEp : piece_axes(s.replica).front(), Shard{s.shard_dim});
+  if (s.inner_dim >= 0) p.on(expert ? Axis::kEtp : piece_axes(s.replica).front(), Shard{s.inner_dim});
   if (gradient) p.on(replica_axis(s.replica), Partial{});
   return p;
 }
