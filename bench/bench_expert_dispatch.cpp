@@ -11,7 +11,9 @@
 // no planning, no gather into send order, no sort into expert order, no weighted sum. Their time ratio
 // (baseline / vlpar) is the dispatcher's efficiency; issue 17's target is >= 0.8.
 //   moved(GB/s)  = 2 · T · K · H · 4 bytes (each (token, k) row out and back) / time, per rank (1 GB = 1e9 B)
-//   time         = mean of -n iterations after -w warmups, the maximum over ranks
+//   time         = median of -n iterations after -w warmups, each the maximum over ranks; vlpar and the baseline
+//                  run alternately and the ratio is the median of the per-round ratios (this machine is shared:
+//                  adjacent runs see the same load)
 // Routing: K distinct experts per token, uniform (-s 0) or skewed (-s 1: expert e drawn with weight 1/(e+1), the
 // first rank's experts take most rows). Before timing, one combine(dispatch(x)) with identity experts is checked
 // against x (weights sum to 1): a wrong path fails the run (exit 1) instead of printing a number.
@@ -67,14 +69,44 @@ double max_over_ranks(double v) {
   return m;
 }
 
+/// One call of f, in ms, the slowest rank's (every rank starts together).
+template <class F>
+double one_ms(const F& f) {
+  MPI_Barrier(MPI_COMM_WORLD);
+  const auto t0 = std::chrono::steady_clock::now();
+  f();
+  return max_over_ranks(std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count());
+}
+
+double median(std::vector<double> v) {
+  std::sort(v.begin(), v.end());
+  const size_t n = v.size();
+  return n % 2 ? v[n / 2] : 0.5 * (v[n / 2 - 1] + v[n / 2]);
+}
+
 template <class F>
 double time_ms(int iters, int warmup, const F& f) {
   for (int i = 0; i < warmup; ++i) f();
-  MPI_Barrier(MPI_COMM_WORLD);
-  const auto t0 = std::chrono::steady_clock::now();
-  for (int i = 0; i < iters; ++i) f();
-  const double ms = std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count();
-  return max_over_ranks(ms / iters);
+  std::vector<double> t;
+  for (int i = 0; i < iters; ++i) t.push_back(one_ms(f));
+  return median(t);
+}
+
+/// `a` and `b` run alternately (after `warmup` rounds of both), so that both see the same load on this shared
+/// machine: the medians of their times and the median of the per-round ratios b / a (adjacent runs paired).
+struct Paired {
+  double a_ms = 0, b_ms = 0, ratio = 0;
+};
+template <class A, class B>
+Paired paired_ms(int iters, int warmup, const A& a, const B& b) {
+  for (int i = 0; i < warmup; ++i) a(), b();
+  std::vector<double> ta, tb, r;
+  for (int i = 0; i < iters; ++i) {
+    ta.push_back(one_ms(a));
+    tb.push_back(one_ms(b));
+    r.push_back(tb.back() / ta.back());
+  }
+  return {median(ta), median(tb), median(r)};
 }
 
 void check(const Status& s, const char* what) {
@@ -130,12 +162,19 @@ int run(const Options& o, vlpar::comm::Communicator& ep) {
     if (rank == 0) std::fprintf(stderr, "bench_expert_dispatch: combine(dispatch(x)) differs from x by %g\n", worst);
     return 1;
   }
-  const double vlpar_ms = time_ms(o.iters, o.warmup, [&] {
+  std::vector<int64_t> bytes_to(static_cast<size_t>(P));
+  for (int p = 0; p < P; ++p) bytes_to[size_t(p)] = d.send_rows[size_t(p)] * H * 4;
+  RawAllToAll raw(bytes_to, P);
+  const Paired both = paired_ms(o.iters, o.warmup, [&] {
     auto p = vlpar::nn::plan_expert_dispatch(ctx, &ep, idx, o.experts);
     check(p.status(), "plan");
     check(vlpar::nn::dispatch_rows(ctx, &ep, p.value(), rows, x), "dispatch");
     check(vlpar::nn::combine_rows(ctx, &ep, p.value(), y, rows, w), "combine");
+  }, [&] {
+    raw.there();
+    raw.back();
   });
+  const double vlpar_ms = both.a_ms, mpi_ms = both.b_ms;
   // The parts alone (the same plan reused for dispatch and combine).
   const double plan_ms = time_ms(o.iters, o.warmup, [&] {
     check(vlpar::nn::plan_expert_dispatch(ctx, &ep, idx, o.experts).status(), "plan");
@@ -145,13 +184,6 @@ int run(const Options& o, vlpar::comm::Communicator& ep) {
   });
   const double combine_ms = time_ms(o.iters, o.warmup, [&] {
     check(vlpar::nn::combine_rows(ctx, &ep, d, y, rows, w), "combine");
-  });
-  std::vector<int64_t> bytes_to(static_cast<size_t>(P));
-  for (int p = 0; p < P; ++p) bytes_to[size_t(p)] = d.send_rows[size_t(p)] * H * 4;
-  RawAllToAll raw(bytes_to, P);
-  const double mpi_ms = time_ms(o.iters, o.warmup, [&] {
-    raw.there();
-    raw.back();
   });
   const double moved = 2.0 * double(T * K * H) * 4;  // bytes per rank, out and back
   int64_t recv_max = d.received();
@@ -166,14 +198,14 @@ int run(const Options& o, vlpar::comm::Communicator& ep) {
     std::printf("%-28s %10.3f\n%-28s %10.3f %12.2f\n%-28s %10.3f %12.2f\n", "  of which: plan", plan_ms,
                 "  dispatch_rows", dispatch_ms, moved / 2 / dispatch_ms * 1e-6, "  combine_rows (weighted)",
                 combine_ms, moved / 2 / combine_ms * 1e-6);
-    std::printf("ratio (MPI / vlpar): %.2f   most rows received by a rank: %lld (of %lld sent per rank)\n",
-                mpi_ms / vlpar_ms, static_cast<long long>(recv_max), static_cast<long long>(T * K));
+    std::printf("ratio (MPI / vlpar, median of paired rounds): %.2f   most rows received by a rank: %lld (of %lld "
+                "sent per rank)\n", both.ratio, static_cast<long long>(recv_max), static_cast<long long>(T * K));
     if (!o.json.empty()) {
       if (std::FILE* f = std::fopen(o.json.c_str(), "w")) {
         std::fprintf(f, "{\"ranks\": %d, \"tokens\": %lld, \"hidden\": %lld, \"experts\": %d, \"top_k\": %d, "
                      "\"skewed\": %d, \"vlpar_ms\": %.6f, \"mpi_ms\": %.6f, \"ratio\": %.4f}\n", P,
                      static_cast<long long>(T), static_cast<long long>(H), o.experts, o.top_k, o.skewed, vlpar_ms,
-                     mpi_ms, mpi_ms / vlpar_ms);
+                     mpi_ms, both.ratio);
         std::fclose(f);
       }
     }

@@ -8,6 +8,8 @@ import os, re, subprocess, sys, tempfile
 ROOT = tempfile.mkdtemp(prefix="vlpar-breakage-")
 subprocess.run(f"git -C {os.path.dirname(os.path.abspath(__file__))}/.. archive HEAD | tar -x -C {ROOT}", shell=True, check=True)
 cases = [
+ ("all_to_all_rows: the self rows land at the first received rows", "src/comm/mpi_communicator.cpp", "      self_sd = sd, self_rd = rd;", "      self_sd = sd, self_rd = 0;", "test_collectives:np2 test_collectives:np4"),
+ ("all_to_all_rows: self counts not compared", "src/comm/comm_checks.cpp", "VLPAR_CHECK(send_rows[me] == recv_rows[me], ", "VLPAR_CHECK(send_rows[me] == send_rows[me], ", "test_collectives:np2"),
  ("shard: the fused inner width takes the gate block twice", "src/core/shard.cpp", "ShardPiece{block.size(), half + block.begin, block.size()}", "ShardPiece{block.size(), block.begin, block.size()}", "test_shard_copy"),
  ("checkpoint: a hole in a two-dim split goes unnoticed", "src/io/checkpoint.cpp", "VLPAR_CHECK(area == full, ", "VLPAR_CHECK(area <= full, ", "test_checkpoint"),
  ("checkpoint: the inner cut of a destination box is dropped", "src/io/checkpoint.cpp", "if (d >= 0) r.cut[k] = {d, b.full_begin[d], b.length[d], b.local_begin[d]};", "if (d >= 0 && k == 0) r.cut[k] = {d, b.full_begin[d], b.length[d], b.local_begin[d]};", "test_checkpoint"),

@@ -180,6 +180,9 @@ Status check_all_to_all_rows(const Communicator& c, const TensorView& out, std::
   const int64_t recv_len = recv_index.empty() ? out.size(0) : int64_t(recv_index.size());
   VLPAR_CHECK(send_total == send_len && recv_total == recv_len, "{}: send_rows sum to {} for {} rows to send and "
               "recv_rows to {} for {} rows to receive", op_site(op, c), send_total, send_len, recv_total, recv_len);
+  const size_t me = size_t(c.rank());
+  VLPAR_CHECK(send_rows[me] == recv_rows[me], "{}: this rank sends itself {} rows but receives {} from itself",
+              op_site(op, c), send_rows[me], recv_rows[me]);
   for (size_t k = 0; k < send_index.size(); ++k)
     VLPAR_CHECK(send_index[k] >= 0 && send_index[k] < in.size(0), "{}: send_index[{}] = {} outside in's {} rows",
                 op_site(op, c), k, send_index[k], in.size(0));

@@ -498,11 +498,16 @@ Status MpiCommunicator::all_to_all_rows(TensorView out, std::span<const int64_t>
   b.send_counts.assign(n, 0), b.recv_counts.assign(n, 0), b.send_displs.assign(n, 0), b.recv_displs.assign(n, 0);
   b.send_types.assign(n, MPI_BYTE), b.recv_types.assign(n, MPI_BYTE);
   int err = MPI_SUCCESS, sd = 0, rd = 0;  // first row of each peer in the index lists (check_all_to_all_rows: ints)
+  int self_sd = 0, self_rd = 0;           // this rank's rows to itself: copied here while MPI moves the others
   for (size_t p = 0; p < n && err == MPI_SUCCESS; ++p) {
-    err = indexed_rows(row, send_index, sd, int(send_rows[p]), &b.send_types[p]);
-    if (err == MPI_SUCCESS) err = indexed_rows(row, recv_index, rd, int(recv_rows[p]), &b.recv_types[p]);
-    b.send_counts[p] = send_rows[p] > 0 ? 1 : 0;
-    b.recv_counts[p] = recv_rows[p] > 0 ? 1 : 0;
+    if (int(p) == rank_) {
+      self_sd = sd, self_rd = rd;
+    } else {
+      err = indexed_rows(row, send_index, sd, int(send_rows[p]), &b.send_types[p]);
+      if (err == MPI_SUCCESS) err = indexed_rows(row, recv_index, rd, int(recv_rows[p]), &b.recv_types[p]);
+      b.send_counts[p] = send_rows[p] > 0 ? 1 : 0;
+      b.recv_counts[p] = recv_rows[p] > 0 ? 1 : 0;
+    }
     sd += int(send_rows[p]), rd += int(recv_rows[p]);
   }
   if (err == MPI_SUCCESS)  // byte displacements 0: the types carry the rows' places
@@ -518,6 +523,23 @@ Status MpiCommunicator::all_to_all_rows(TensorView out, std::span<const int64_t>
   if (err != MPI_SUCCESS) free_types();
   VLPAR_MPI_CHECK(err, site);
   const WorkHandle h(std::move(w));  // owns b: the type array must stay untouched until the op completed
+  // The rows to itself (check_all_to_all_rows: send_rows[rank] == recv_rows[rank]) overlap the exchange: MPI's
+  // shared-memory transport moves data only inside MPI calls, so the copy polls the request every 64 KiB.
+  const size_t row_bytes = in.ndim() == 0 ? 0 : size_t(in.numel() / std::max<int64_t>(1, in.size(0))) *
+                                                   dtype_size(in.dtype);
+  const auto* src = static_cast<const char*>(in.data);
+  auto* dst = static_cast<char*>(out.data);
+  size_t polled = 0;
+  for (int64_t k = 0; k < send_rows[size_t(rank_)]; ++k) {
+    const int64_t from = send_index.empty() ? self_sd + k : send_index[size_t(self_sd + k)];
+    const int64_t to = recv_index.empty() ? self_rd + k : recv_index[size_t(self_rd + k)];
+    std::memcpy(dst + size_t(to) * row_bytes, src + size_t(from) * row_bytes, row_bytes);
+    polled += row_bytes;
+    if (polled >= (size_t(64) << 10)) {
+      polled = 0;
+      h->test();
+    }
+  }
   VLPAR_RETURN_IF_ERROR(h->wait());  // (after a timeout the group is unusable: the types are left to it)
   free_types();
   return Status::Ok();

@@ -301,6 +301,17 @@ TEST_F(Collectives, AllToAllRowsPlacesIndexedRowsAsTheStagedCopy) {
   short_index.push_back(0);
   expect_error(comm_->all_to_all_rows(out.view, recv, recv_index, in.view, send, short_index),
                fmt::format("all_to_all_rows {}: send_rows sum to {} for {} rows to send", site, S, S + 1));
+  // The rows a rank sends itself are copied locally (not through MPI), so the counts must agree here.
+  std::vector<int64_t> to_self = send;
+  for (int p = 0; p < n_; ++p) {
+    if (p == rank_ || send[size_t(p)] == 0) continue;
+    to_self[size_t(rank_)] += 1;  // one row moved from peer p to itself: the same total, another split
+    to_self[size_t(p)] -= 1;
+    expect_error(comm_->all_to_all_rows(out.view, recv, recv_index, in.view, to_self, send_index),
+                 fmt::format("all_to_all_rows {}: this rank sends itself {} rows but receives {} from itself", site,
+                             send[size_t(rank_)] + 1, recv[size_t(rank_)]));
+    break;
+  }
 }
 
 void expect_error(const Status& s, const std::string& want) {
