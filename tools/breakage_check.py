@@ -8,6 +8,13 @@ import os, re, subprocess, sys, tempfile
 ROOT = tempfile.mkdtemp(prefix="vlpar-breakage-")
 subprocess.run(f"git -C {os.path.dirname(os.path.abspath(__file__))}/.. archive HEAD | tar -x -C {ROOT}", shell=True, check=True)
 cases = [
+ ("capacity plan: an expert keeps one row too many", "include/vlpar/kernels/moe.hpp", "      if (i >= capacity) {", "      if (i > capacity) {", "test_moe"),
+ ("capacity: the CPU row_dot of a dropped assignment is not 0", "src/kernels/cpu/moe.cpp", "          dw.row(t)[k] = 0.f;\n          continue;", "          dw.row(t)[k] = 1.f;\n          continue;", "test_moe"),
+ ("capacity: the CUDA unpermute sums dropped rows", "src/kernels/cuda/moe_permute_kernel.cuh", "        if (rows[j] < 0) continue;", "        if (rows[j] < -1) continue;", "test_cuda_moe_permute"),
+ ("capacity: combine_assignments leaves dropped rows unwritten", "src/nn/expert_dispatch.cpp", "if (d.dropped > 0) std::memset(out.data, 0, out.nbytes());", "if (d.dropped < 0) std::memset(out.data, 0, out.nbytes());", "test_expert_dispatch:np2"),
+ ("capacity: rounded down", "src/nn/expert_dispatch.cpp", "d.capacity = int64_t(std::ceil(", "d.capacity = int64_t(std::floor(", "test_expert_dispatch:np2"),
+ ("capacity: the reference keeps one row too many", "include/vlpar/reference/moe.hpp", "taken[size_t(c.idx[size_t(t * K + k)])]++ < d.capacity;", "taken[size_t(c.idx[size_t(t * K + k)])]++ <= d.capacity;", "test_moe"),
+ ("capacity: moe_dropped never counts", "examples/qwen3vl/trainer.cpp", "    dropped += load[size_t(l) * W + E];", "    dropped += 0 * load[size_t(l) * W + E];", "mpi_expert_parallel:np2"),
  ("all_to_all_rows: the self rows land at the first received rows", "src/comm/mpi_communicator.cpp", "      self_sd = sd, self_rd = rd;", "      self_sd = sd, self_rd = 0;", "test_collectives:np2 test_collectives:np4"),
  ("all_to_all_rows: self counts not compared", "src/comm/comm_checks.cpp", "VLPAR_CHECK(send_rows[me] == recv_rows[me], ", "VLPAR_CHECK(send_rows[me] == send_rows[me], ", "test_collectives:np2"),
  ("shard: the fused inner width takes the gate block twice", "src/core/shard.cpp", "ShardPiece{block.size(), half + block.begin, block.size()}", "ShardPiece{block.size(), block.begin, block.size()}", "test_shard_copy"),

@@ -144,6 +144,7 @@ Status validate_text(const TextConfig& t, bool moe) {
     VLPAR_CHECK(t.router_z_loss_coef == 0, "text_config.router_z_loss_coef is set in a dense model (no router)");
     VLPAR_CHECK(t.router_seq_aux_loss_coef == 0,
                 "text_config.router_seq_aux_loss_coef is set in a dense model (no router)");
+    VLPAR_CHECK(t.moe_capacity_factor == 0, "text_config.moe_capacity_factor is set in a dense model (no experts)");
   } else {
     VLPAR_CHECK(t.num_experts >= 0, "text_config.num_experts must not be negative, got {}", t.num_experts);
     VLPAR_CHECK(t.decoder_sparse_step >= 1, "text_config.decoder_sparse_step must be at least 1, got {}",
@@ -166,6 +167,9 @@ Status validate_text(const TextConfig& t, bool moe) {
     VLPAR_CHECK(std::isfinite(t.router_seq_aux_loss_coef) && t.router_seq_aux_loss_coef >= 0,
                 "text_config.router_seq_aux_loss_coef must be finite and not negative, got {}",
                 t.router_seq_aux_loss_coef);
+    VLPAR_CHECK(std::isfinite(t.moe_capacity_factor) && t.moe_capacity_factor >= 0,
+                "text_config.moe_capacity_factor must be finite and not negative (0: dropless), got {}",
+                t.moe_capacity_factor);
   }
   // The dense MLP width matters only if some layer is dense (every layer of a dense model).
   if (t.num_moe_layers() < t.layers)
@@ -453,6 +457,7 @@ Status parse_text(const json& tj, std::string_view source, bool moe, TextConfig&
     VLPAR_RETURN_IF_ERROR(r.get("router_expert_bias", t.router_expert_bias));
     VLPAR_RETURN_IF_ERROR(r.get("router_z_loss_coef", t.router_z_loss_coef));
     VLPAR_RETURN_IF_ERROR(r.get("router_seq_aux_loss_coef", t.router_seq_aux_loss_coef));
+    VLPAR_RETURN_IF_ERROR(r.get("moe_capacity_factor", t.moe_capacity_factor));
   }
   return Status::Ok();
 }
@@ -593,6 +598,7 @@ std::string to_hf_config_json(const Config& c) {
     if (t.router_expert_bias) text["router_expert_bias"] = true;  // vlpar's extensions (HF ignores the keys)
     if (t.router_z_loss_coef > 0) text["router_z_loss_coef"] = t.router_z_loss_coef;
     if (t.router_seq_aux_loss_coef > 0) text["router_seq_aux_loss_coef"] = t.router_seq_aux_loss_coef;
+    if (t.moe_capacity_factor > 0) text["moe_capacity_factor"] = t.moe_capacity_factor;
   }
   ojson vision;
   vision["model_type"] = c.moe ? "qwen3_vl_moe" : "qwen3_vl";

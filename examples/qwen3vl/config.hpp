@@ -54,6 +54,10 @@ struct TextConfig {
   // vlpar extension: loss += coef · the sequence-level aux (DeepSeek-V3, Megatron seq_aux_loss; kernels/router.hpp),
   // config.json key "router_seq_aux_loss_coef", written only when > 0.
   double router_seq_aux_loss_coef = 0;
+  // vlpar extension: > 0 caps each expert at ⌈factor · N·K / E⌉ rows of each rank's N tokens per layer, dropping
+  // the rest (nn::MoeConfig::capacity_factor; the later tokens of an expert go first). config.json key
+  // "moe_capacity_factor", written only when > 0. HF Qwen3-VL-MoE is dropless: keep 0 for HF parity.
+  double moe_capacity_factor = 0;
 
   /// @brief Whether decoder layer l (0-based) has a MoE block instead of the dense MLP (spec §1.3):
   /// l ∉ mlp_only_layers and num_experts > 0 and (l+1) % decoder_sparse_step == 0.

@@ -356,7 +356,8 @@ nn::MlpBlock Model::mlp(int layer) const {
 
 nn::MoeBlock Model::moe(int layer) const {
   const size_t i = layers_[size_t(layer)].mlp;
-  const nn::MoeConfig mc{cfg_.text.num_experts, cfg_.text.top_k, cfg_.text.moe_intermediate};
+  const nn::MoeConfig mc{cfg_.text.num_experts, cfg_.text.top_k, cfg_.text.moe_intermediate,
+                         cfg_.text.moe_capacity_factor};
   const size_t b = layers_[size_t(layer)].expert_bias;
   const TensorView bias = b == kNoBias ? TensorView{} : reg_.value(b);
   return nn::MoeBlock(text_block_config(), mc, tp_,
@@ -437,7 +438,7 @@ Status Model::prepare(const Context& ctx, const Batch& batch, Stash& stash) cons
   VLPAR_ASSIGN_OR_RETURN(stash.targets, nn::causal_targets(ctx, batch, kIgnoreIndex));
   stash.positions = batch.positions;
   stash.aux = vlpar::RouterAuxStats{};
-  stash.expert_load.assign(size_t(t.layers) * size_t(t.num_experts), 0.0);
+  stash.expert_load.assign(size_t(t.layers) * expert_load_width(t), 0.0);
   return Status::Ok();
 }
 
@@ -594,7 +595,10 @@ DecoderStack Model::decoder_layers(int a, int b, nn::MoeLoss moe_loss, double* e
     if (p.moe) {
       const nn::ParamRange range{p.attn, p.mlp - p.attn + nn::MoeBlock::kNumParams};
       nn::MoeLoss ml = moe_loss;
-      if (expert_load) ml.load = expert_load + int64_t(l) * cfg_.text.num_experts;
+      if (expert_load) {
+        ml.load = expert_load + int64_t(l) * int64_t(expert_load_width(cfg_.text));
+        ml.dropped = ml.load + cfg_.text.num_experts;
+      }
       layers.emplace_back(text_block_config(), tp_, attention(l), moe(l), range, ml);
     } else {
       const nn::ParamRange range{p.attn, p.mlp - p.attn + nn::MlpBlock::num_params(text_block_config())};

@@ -123,6 +123,9 @@ struct VisionPass {
 using DecoderStack = vlpar::nn::LayerStack<vlpar::nn::DecoderLayer>;
 
 /// Everything backward needs from forward, for one micro-batch.
+/// Per decoder layer, the width of the expert-load counters (Stash::expert_load): E loads, then the dropped count.
+inline size_t expert_load_width(const TextConfig& t) { return size_t(t.num_experts) + 1; }
+
 struct Stash {
   vlpar::nn::CausalTargets targets;  // i32 cu_seqlens [B + 1], labels [N] shifted per sample
   TensorView positions;              // i64 [3, N] MRoPE rows T, H, W: the batch's
@@ -138,7 +141,9 @@ struct Stash {
   std::vector<Tensor> d_deepstack;           // backward: ∂loss/∂deepstack per level, for the vision backward
   vlpar::nn::LmHeadStash head;
   vlpar::RouterAuxStats aux;
-  std::vector<double> expert_load;  // [L · E] this forward's assignments per (decoder layer, expert); MoE layers run
+  std::vector<double> expert_load;  // [L · (E + 1)] this forward's assignments per (decoder layer, expert), each
+                                    // layer's E followed by its assignments dropped by the capacity (if any);
+                                    // MoE layers run
   StepLoss loss;
 };
 
@@ -219,7 +224,8 @@ class Model {
   Status last_logits(const Context& ctx, const Stash& stash, TensorView out) const;
 
   /// The decoder layers [a, b) as an nn::LayerStack under this model's recompute policy; MoE layers read and
-  /// write `moe_loss` (nn/decoder_layer.hpp) and, with `expert_load` ([L · E]), count their assignments per expert
+  /// write `moe_loss` (nn/decoder_layer.hpp) and, with `expert_load` ([L · (E + 1)], expert_load_width), count
+  /// their assignments per expert and the dropped ones
   /// there in forward. forward/backward run the stack cut at the deepstack layers.
   DecoderStack decoder_layers(int a, int b, vlpar::nn::MoeLoss moe_loss, double* expert_load = nullptr) const;
   /// Decoder layer `layer`'s router expert bias [E] f32 (text.router_expert_bias), or an empty view (no bias, a

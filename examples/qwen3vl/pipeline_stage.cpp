@@ -94,7 +94,7 @@ Status PipelineStage::set_step(std::vector<Batch> micro, std::vector<double> wei
   weights_ = std::move(weights);
   losses_.assign(micro_.size(), StepLoss{});
   last_logits_.assign(micro_.size(), {});
-  expert_load_.assign(moe() ? size_t(model_->config().text.layers) * size_t(model_->config().text.num_experts) : 0,
+  expert_load_.assign(moe() ? size_t(model_->config().text.layers) * expert_load_width(model_->config().text) : 0,
                       0.0);
   return Status::Ok();
 }

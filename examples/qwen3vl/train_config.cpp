@@ -92,6 +92,7 @@ std::vector<Field> fields(TrainConfig& c) {
       {"moe", "expert_bias_rate", &c.moe.expert_bias_rate},
       {"moe", "z_loss_coef", &c.moe.z_loss_coef},
       {"moe", "seq_aux_coef", &c.moe.seq_aux_coef},
+      {"moe", "capacity_factor", &c.moe.capacity_factor},
   };
 }
 
@@ -184,6 +185,8 @@ Status TrainConfig::validate() const {
               "moe.z_loss_coef must be finite and not negative, got {}", moe.z_loss_coef);
   VLPAR_CHECK(std::isfinite(moe.seq_aux_coef) && moe.seq_aux_coef >= 0,
               "moe.seq_aux_coef must be finite and not negative, got {}", moe.seq_aux_coef);
+  VLPAR_CHECK(std::isfinite(moe.capacity_factor) && moe.capacity_factor >= 0,
+              "moe.capacity_factor must be finite and not negative (0: dropless), got {}", moe.capacity_factor);
   VLPAR_CHECK(training.max_nonfinite_in_a_row >= 1, "training.max_nonfinite_in_a_row must be >= 1, got {}",
               training.max_nonfinite_in_a_row);
   VLPAR_CHECK(training.threads >= 0, "training.threads must be >= 0 (0 = all), got {}", training.threads);

@@ -142,6 +142,10 @@ struct MoeSection {
   // Sequence-level aux coefficient (DeepSeek-V3 α = 1e-4, Megatron seq_aux_loss): loss += coef · Σ over the MoE
   // layers of the Switch loss per packed sample, averaged over the samples. 0 = the model config's value.
   double seq_aux_coef = 0;
+  // Expert capacity factor (GShard/Switch, Megatron --moe-expert-capacity-factor with the "position" drop policy):
+  // > 0 caps each expert at ⌈factor · N·K / E⌉ rows of each rank's N tokens per layer; the rest are dropped and
+  // counted (moe_dropped in the metrics). 0 = the model config's text_config.moe_capacity_factor (HF: dropless).
+  double capacity_factor = 0;
 };
 
 struct TrainConfig {

@@ -154,11 +154,13 @@ Status Trainer::build_model() {
   using Key = std::pair<const char*, double>;
   for (const auto& [key, value] : {Key{"moe.expert_bias_rate", cfg_.moe.expert_bias_rate},
                                    Key{"moe.z_loss_coef", cfg_.moe.z_loss_coef},
-                                   Key{"moe.seq_aux_coef", cfg_.moe.seq_aux_coef}})
+                                   Key{"moe.seq_aux_coef", cfg_.moe.seq_aux_coef},
+                                   Key{"moe.capacity_factor", cfg_.moe.capacity_factor}})
     VLPAR_CHECK(value == 0 || mc.text.num_moe_layers() > 0, "{} is {} but the model has no MoE layer", key, value);
   if (cfg_.moe.expert_bias_rate > 0) mc.text.router_expert_bias = true;
   if (cfg_.moe.z_loss_coef > 0) mc.text.router_z_loss_coef = cfg_.moe.z_loss_coef;
   if (cfg_.moe.seq_aux_coef > 0) mc.text.router_seq_aux_loss_coef = cfg_.moe.seq_aux_coef;
+  if (cfg_.moe.capacity_factor > 0) mc.text.moe_capacity_factor = cfg_.moe.capacity_factor;
   const Freeze freeze{m.freeze_vision, m.freeze_merger, m.freeze_language_model};
   const nn::TensorParallel tp{cfg_.parallel.tp > 1 ? &groups_->tp() : nullptr, cfg_.parallel.sequence_parallel};
   // With a pipeline, this rank builds its stages' part only (the whole model's names and init keys).
@@ -431,11 +433,13 @@ namespace {
 // model.
 void expert_load_metrics(const TextConfig& t, const std::vector<double>& load, obs::MetricsLine& m) {
   if (t.num_moe_layers() == 0) return;
-  const auto E = size_t(t.num_experts);
-  double worst_cv = 0, worst_max = 0, worst_min = 1;
+  const auto E = size_t(t.num_experts), W = expert_load_width(t);
+  double worst_cv = 0, worst_max = 0, worst_min = 1, routed = 0, dropped = 0;
   for (int l = 0; l < t.layers; ++l) {
     if (!t.is_moe_layer(l)) continue;
-    const std::span<const double> layer(load.data() + size_t(l) * E, E);
+    const std::span<const double> layer(load.data() + size_t(l) * W, E);
+    for (const double c : layer) routed += c;
+    dropped += load[size_t(l) * W + E];
     double mean = 0, var = 0;
     for (const double c : layer) mean += c;
     mean /= double(E);
@@ -452,6 +456,8 @@ void expert_load_metrics(const TextConfig& t, const std::vector<double>& load, o
   m.extra.push_back({"moe_load_cv", worst_cv});  // the most unbalanced layer's coefficient of variation
   m.extra.push_back({"moe_load_max", worst_max});  // the busiest expert of any layer, in multiples of the mean
   m.extra.push_back({"moe_load_min", worst_min});  // the idlest expert of any layer, in multiples of the mean
+  // With a capacity factor: the share of all (token, expert) assignments of the step that were dropped.
+  if (t.moe_capacity_factor > 0) m.extra.push_back({"moe_dropped", routed > 0 ? dropped / routed : 0.0});
 }
 
 }  // namespace
@@ -465,15 +471,15 @@ void expert_load_metrics(const TextConfig& t, const std::vector<double>& load, o
 Result<std::vector<double>> Trainer::balance_experts(std::vector<double> load) {
   const TextConfig& t = model_->config().text;
   if (t.num_moe_layers() == 0) return std::vector<double>{};
-  const auto E = size_t(t.num_experts);
-  load.resize(size_t(t.layers) * E, 0.0);
+  const auto E = size_t(t.num_experts), W = expert_load_width(t);
+  load.resize(size_t(t.layers) * W, 0.0);
   if (tp_rank_ != 0 && !cfg_.parallel.sequence_parallel) std::fill(load.begin(), load.end(), 0.0);
   if (world_ && world_->size() > 1)
     VLPAR_RETURN_IF_ERROR(world_->all_reduce(TensorView(load.data(), DType::kF64, Shape{int64_t(load.size())}),
                                              vlpar::comm::ReduceOp::kSum));
   for (int l = 0; l < t.layers && cfg_.moe.expert_bias_rate > 0; ++l)
     if (const TensorView bias = model_->expert_bias(l); !bias.empty())
-      VLPAR_RETURN_IF_ERROR(vlpar::router_bias_update(bias, std::span<const double>(load.data() + size_t(l) * E, E),
+      VLPAR_RETURN_IF_ERROR(vlpar::router_bias_update(bias, std::span<const double>(load.data() + size_t(l) * W, E),
                                                       float(cfg_.moe.expert_bias_rate)));
   return load;
 }

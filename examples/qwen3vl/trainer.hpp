@@ -155,7 +155,8 @@ class Trainer {
   struct MicroResult {
     double loss_sum[5] = {0, 0, 0, 0, 0};  // Σ w·loss, Σ w·aux·coef, non-finite flag, Σ w·z·coef, Σ w·seq·coef
     std::string bad;                 // why the step must be skipped ("" = fine)
-    std::vector<double> expert_load;  // [L · E] this rank's assignments per (decoder layer, expert) (MoE models)
+    std::vector<double> expert_load;  // [L · (E + 1)] this rank's assignments per (decoder layer, expert) and
+                                      // dropped per layer (MoE models; expert_load_width)
     /// Adds micro-batch i of n (weight w); false, with the flag and the reason set, when its loss is not finite.
     bool add(const StepLoss& l, double w, const TextConfig& t, size_t i, size_t n);
   };

@@ -20,6 +20,7 @@ Status DecoderLayer::forward(const Context& ctx, TensorView out, TensorView in, 
     const TensorView idx = st.moe.indices;
     for (int64_t i = 0; i < idx.numel(); ++i) moe_loss_.load[idx.ptr<int32_t>()[i]] += 1.0;
   }
+  if (moe_ && moe_loss_.dropped) *moe_loss_.dropped += double(st.moe.dispatch.dropped);
   return Status::Ok();
 }
 

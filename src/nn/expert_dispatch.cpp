@@ -3,6 +3,8 @@
 
 #include <fmt/format.h>
 
+#include <cmath>
+#include <cstring>
 #include <string>
 
 #include "vlpar/kernels/elementwise.hpp"
@@ -160,7 +162,13 @@ Result<ExpertDispatch> plan_expert_dispatch(const Context& ctx, comm::Communicat
                 "of the ep group", kOp, num_experts, d.ep);
     VLPAR_CHECK(indices.device.is_cpu(), "{}: the router's indices must be on the host, got {}", kOp,
                 indices.to_string());
-    return moe_dispatch_plan(ctx, d.local, indices, num_experts);
+    VLPAR_CHECK(options.capacity_factor >= 0 && std::isfinite(options.capacity_factor), "{}: capacity_factor "
+                "must be finite and >= 0 (0: dropless), got {}", kOp, options.capacity_factor);
+    VLPAR_RETURN_IF_ERROR(moe_dispatch_plan(ctx, d.local, indices, num_experts));
+    if (options.capacity_factor == 0) return Status::Ok();
+    d.capacity = int64_t(std::ceil(options.capacity_factor * double(d.local.num_assignments()) / num_experts));
+    VLPAR_ASSIGN_OR_RETURN(d.dropped, moe_capacity_plan(d.local, d.capacity));
+    return Status::Ok();
   }();
   VLPAR_RETURN_IF_ERROR(agree_on_outcome(ep, local, "expert dispatch: ep",
                                          "could not route or plan the dispatch; nothing was sent"));
@@ -172,7 +180,7 @@ Result<ExpertDispatch> plan_expert_dispatch(const Context& ctx, comm::Communicat
   VLPAR_RETURN_IF_ERROR(exchange_counts(ep, d));
   VLPAR_RETURN_IF_ERROR(order_received(ctx, d));
   VLPAR_RETURN_IF_ERROR(check_receive_bound(ep, d, options));
-  const int64_t R = d.local.num_assignments();
+  const int64_t R = d.local.num_rows();  // T·K less the dropped
   VLPAR_ASSIGN_OR_RETURN(d.row_token, Tensor::empty(*ctx.allocator, Shape{R}, DType::kI32));
   VLPAR_ASSIGN_OR_RETURN(d.row_assignment, Tensor::empty(*ctx.allocator, Shape{R}, DType::kI32));
   for (int64_t r = 0; r < R; ++r) {
@@ -194,7 +202,7 @@ Status dispatch_rows(const Context& ctx, comm::Communicator* ep, const ExpertDis
     return gather_rows(ctx, out, in, d.row_token);
   }
   if (weights.empty()) return send_to_experts(ep, d, out, in, &d.row_token);  // rows straight from the tokens
-  VLPAR_ASSIGN_OR_RETURN(Tensor send, Tensor::empty(*ctx.allocator, Shape{d.local.num_assignments(), in.size(1)},
+  VLPAR_ASSIGN_OR_RETURN(Tensor send, Tensor::empty(*ctx.allocator, Shape{d.local.num_rows(), in.size(1)},
                                                     in.dtype));  // weighted copies in send order
   VLPAR_RETURN_IF_ERROR(moe_permute(ctx, send, in, weights, d.local));
   return send_to_experts(ep, d, out, send, nullptr);
@@ -218,10 +226,10 @@ Status combine_rows(const Context& ctx, comm::Communicator* ep, const ExpertDisp
   VLPAR_RETURN_IF_ERROR(check_rows(op, "rows", rows, d.received(), -1));
   VLPAR_RETURN_IF_ERROR(check_rows(op, "out", out, d.num_tokens(), rows.size(1)));
   if (!returned.empty())
-    VLPAR_RETURN_IF_ERROR(check_rows(op, "returned", returned, d.local.num_assignments(), rows.size(1)));
+    VLPAR_RETURN_IF_ERROR(check_rows(op, "returned", returned, d.local.num_rows(), rows.size(1)));
   Tensor back;  // this rank's permuted rows back from the experts; at P = 1 they are `rows`
   if (d.ep > 1) {
-    VLPAR_ASSIGN_OR_RETURN(back, Tensor::empty(*ctx.allocator, Shape{d.local.num_assignments(), rows.size(1)},
+    VLPAR_ASSIGN_OR_RETURN(back, Tensor::empty(*ctx.allocator, Shape{d.local.num_rows(), rows.size(1)},
                                                rows.dtype));
     VLPAR_RETURN_IF_ERROR(return_from_experts(ep, d, back, rows, nullptr));
   }
@@ -238,6 +246,7 @@ Status combine_assignments(const Context& ctx, comm::Communicator* ep, const Exp
   VLPAR_RETURN_IF_ERROR(check_rows(op, "out", out, d.local.num_assignments(), rows.size(1)));
   VLPAR_CHECK(out.dtype == rows.dtype, "{}: out {} and rows {} differ in dtype", op, out.to_string(),
               rows.to_string());
+  if (d.dropped > 0) std::memset(out.data, 0, out.nbytes());  // a dropped assignment's row stays zero
   if (d.ep == 1) return scatter_rows(ctx, out, rows, d.row_assignment);
   return return_from_experts(ep, d, out, rows, &d.row_assignment);  // straight to each row's assignment
 }

@@ -2,6 +2,7 @@
 #include "vlpar/nn/moe_block.hpp"
 
 #include <algorithm>
+#include <cmath>
 #include <vector>
 
 #include "nn_util.hpp"
@@ -74,6 +75,8 @@ Status MoeConfig::validate() const {
   VLPAR_CHECK(top_k > 0, "moe config: top_k must be positive, got {}", top_k);
   VLPAR_CHECK(top_k <= num_experts, "moe config: top_k {} exceeds num_experts {}", top_k, num_experts);
   VLPAR_CHECK(intermediate > 0, "moe config: intermediate (per-expert width) must be positive, got {}", intermediate);
+  VLPAR_CHECK(capacity_factor >= 0 && std::isfinite(capacity_factor), "moe config: capacity_factor must be finite "
+              "and >= 0 (0: dropless), got {}", capacity_factor);
   return Status::Ok();
 }
 
@@ -144,7 +147,10 @@ Status MoeBlock::forward(const Context& ctx, TensorView out, TensorView x, int64
 
   // Rows to the experts (this rank's, or the ep group's), the experts, then the weighted combine at the source in
   // ascending expert order and the residual.
-  VLPAR_ASSIGN_OR_RETURN(st.dispatch, plan_expert_dispatch(ctx, ep_.comm, st.indices, int(E), {}, routed));
+  DispatchOptions dispatch_options;
+  dispatch_options.capacity_factor = moe_.capacity_factor;
+  VLPAR_ASSIGN_OR_RETURN(st.dispatch, plan_expert_dispatch(ctx, ep_.comm, st.indices, int(E), dispatch_options,
+                                                           routed));
   const ExpertDispatch& d = st.dispatch;
   const int64_t R = d.received();
   VLPAR_ASSIGN_OR_RETURN(st.etp, plan_expert_tp(ep_.etp, d.expert_offsets));

@@ -249,6 +249,43 @@ VLPAR_TEST(VLPAR_SUITE(MoePermuteProps), PaddedPlanZeroFillsAndMatchesTheCpu) {
                                  Shape{T, F}, TolOp::kGemm, DType::kF32));
 }
 
+/// A plan with dropped assignments (moe_capacity_plan, then padded): the CUDA permute writes only the kept rows
+/// (bitwise the CPU's), unpermute leaves the dropped out of the sum (the CPU's within fp32 rounding: the CUDA sum
+/// contracts to FMAs) and row_dot gives them 0.
+VLPAR_TEST(VLPAR_SUITE(MoePermuteProps), CapacityPlanSkipsDroppedAssignmentsAsTheCpu) {
+  VLPAR_REQUIRE_GPU();
+  Allocator al;
+  const int64_t T = 40, K = 2, F = 8;
+  const Tensor idx = route(al, T, K, 5, -1, 61);
+  MoeDispatch plan;
+  ASSERT_TRUE(moe_dispatch_plan(test_ctx(), plan, idx, 5).ok());
+  const Result<int64_t> dropped = moe_capacity_plan(plan, 10);  // 80 rows over 5 experts: some above 10
+  ASSERT_TRUE(dropped.ok());
+  ASSERT_GT(dropped.value(), 0);
+  ASSERT_TRUE(moe_pad_plan(plan, 4).ok());
+  const int64_t R = plan.num_rows();
+  const Tensor x = random_tensor(al, {T, F}, DType::kF32, 62);
+  const Tensor w = random_tensor(al, {T, K}, DType::kF32, 63, 0.1f, 1.f);
+  Tensor cpu = Tensor::empty(al, {R, F}, DType::kF32).value();
+  ASSERT_TRUE(moe_permute(test_ctx(), cpu, x, {}, plan).ok());
+  Tensor dev = Tensor::empty(al, {R, F}, DType::kF32, Device::cuda(0)).value();
+  VLPAR_ASSERT_OK_OR_SKIP(moe_permute(gpu_ctx(), dev, upload(al, x), {}, plan));
+  EXPECT_TRUE(bitwise_equal("capacity permute: CUDA vs CPU", download(al, dev), cpu));
+  Tensor back = Tensor::empty(al, {T, F}, DType::kF32, Device::cuda(0)).value();
+  VLPAR_ASSERT_OK_OR_SKIP(moe_unpermute(gpu_ctx(), back, dev, upload(al, w), plan));
+  Tensor back_cpu = Tensor::empty(al, {T, F}, DType::kF32).value();
+  ASSERT_TRUE(moe_unpermute(test_ctx(), back_cpu, cpu, w, plan).ok());
+  EXPECT_TRUE(close_to_reference("capacity unpermute", to_f64(download(al, back)), to_f64(back_cpu), to_f64(back_cpu),
+                                 Shape{T, F}, TolOp::kGemm, DType::kF32));  // the weighted sum: FMA contraction
+  Tensor dw = Tensor::empty(al, {T, K}, DType::kF32, Device::cuda(0)).value();
+  VLPAR_ASSERT_OK_OR_SKIP(moe_row_dot(gpu_ctx(), dw, dev, dev, plan));
+  const Tensor got = download(al, dw);
+  for (int64_t a = 0; a < T * K; ++a)
+    if (plan.assignment_row[size_t(a)] < 0) {
+      EXPECT_EQ(got.ptr<float>()[a], 0.f) << "dropped assignment " << a;
+    }
+}
+
 VLPAR_TEST(VLPAR_SUITE(MoePermuteProps), WhatTheKernelsCannotTakeIsANamedError) {
   VLPAR_REQUIRE_GPU();
   Allocator al;

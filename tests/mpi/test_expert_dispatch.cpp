@@ -99,8 +99,8 @@ void run_experts(const ExpertDispatch& d, Tensor& rows) {
 }
 
 /// dispatch → experts → combine over `ep` (null: EP = 1 on this rank alone).
-Tensor round_trip(Routed& s, comm::Communicator* ep, const Tensor& x) {
-  auto d = nn::plan_expert_dispatch(s.ctx, ep, s.indices(), s.E);
+Tensor round_trip(Routed& s, comm::Communicator* ep, const Tensor& x, const nn::DispatchOptions& o = {}) {
+  auto d = nn::plan_expert_dispatch(s.ctx, ep, s.indices(), s.E, o);
   EXPECT_TRUE(d.ok()) << d.status().to_string();
   Tensor rows = Tensor::empty(s.alloc, Shape{d->received(), kWidth}, DType::kF32).value();
   EXPECT_TRUE(nn::dispatch_rows(s.ctx, ep, d.value(), rows, x).ok());
@@ -221,6 +221,59 @@ TEST(ExpertDispatch, EverythingToOneExpertAndTheReceiveBound) {
       << refused.status().to_string();
 }
 
+// A capacity factor of 0.5 (⌈0.5 · T·K / E⌉ rows per expert and source rank): every expert keeps the rows of its
+// lowest tokens on each source; the round trip at EP = np equals each rank alone bitwise (the capacity is per
+// source rank, so the same rows drop), the dropped count is the one counted here, and each token's sum has exactly
+// its kept experts' terms; the dropped assignments come back from combine_assignments as zeros.
+TEST(ExpertDispatch, CapacityDropsTheSameRowsAtAnyEpAndCountsThem) {
+  Routed s;
+  nn::DispatchOptions o;
+  o.capacity_factor = 0.5;
+  const int64_t C = int64_t(std::ceil(0.5 * double(s.T * kTopK) / double(s.E)));
+  std::vector<int64_t> taken(size_t(s.E), 0);
+  std::vector<bool> kept(s.ids.size());
+  int64_t dropped = 0;
+  for (size_t a = 0; a < s.ids.size(); ++a) {
+    kept[a] = taken[size_t(s.ids[a])]++ < C;
+    dropped += !kept[a];
+  }
+  const Tensor x = random_tensor(s.alloc, Shape{s.T, kWidth}, DType::kF32, 500 + uint64_t(s.rank));
+  const Tensor ep_out = round_trip(s, s.ep.get(), x, o);
+  const Tensor one = round_trip(s, nullptr, x, o);
+  EXPECT_EQ(std::memcmp(ep_out.view().data, one.view().data, size_t(one.view().nbytes())), 0)
+      << "EP = " << s.P << " with a capacity differs from EP = 1";
+  auto d = nn::plan_expert_dispatch(s.ctx, s.ep.get(), s.indices(), s.E, o);
+  ASSERT_TRUE(d.ok()) << d.status().to_string();
+  EXPECT_EQ(d->capacity, s.T > 0 ? C : 0);
+  EXPECT_EQ(d->dropped, dropped);
+  double all_dropped = double(dropped);
+  ASSERT_TRUE(s.ep->all_reduce(TensorView(&all_dropped, DType::kF64, Shape{1}), comm::ReduceOp::kSum).ok());
+  EXPECT_GT(all_dropped, 0) << "the capacity dropped nothing anywhere";
+  for (int64_t t = 0; t < s.T; ++t)
+    for (int64_t c = 0; c < kWidth; ++c) {
+      double want = 0;
+      for (int k = 0; k < kTopK; ++k)
+        if (kept[size_t(t * kTopK + k)])
+          want += double(s.w[size_t(t * kTopK + k)]) * double(s.ids[size_t(t * kTopK + k)] + 1) *
+                  double(x.ptr<float>()[t * kWidth + c]);
+      EXPECT_NEAR(ep_out.ptr<float>()[t * kWidth + c], want, 1e-6 * (1 + std::abs(want))) << "token " << t;
+    }
+  std::vector<float> tag(s.ids.size(), 0.f), back(s.ids.size(), -1.f);
+  for (size_t a = 0; a < tag.size(); ++a) tag[a] = float(a + 1);
+  Tensor rows = Tensor::empty(s.alloc, Shape{d->received(), 1}, DType::kF32).value();
+  ASSERT_TRUE(nn::dispatch_assignments(s.ctx, s.ep.get(), d.value(), rows,
+                                       TensorView(tag.data(), DType::kF32, Shape{s.T * kTopK, 1})).ok());
+  ASSERT_TRUE(nn::combine_assignments(s.ctx, s.ep.get(), d.value(),
+                                      TensorView(back.data(), DType::kF32, Shape{s.T * kTopK, 1}), rows).ok());
+  for (size_t a = 0; a < tag.size(); ++a) EXPECT_EQ(back[a], kept[a] ? tag[a] : 0.f) << "assignment " << a;
+  nn::DispatchOptions bad;
+  bad.capacity_factor = -1;
+  auto refused = nn::plan_expert_dispatch(s.ctx, s.ep.get(), s.indices(), s.E, bad);
+  ASSERT_FALSE(refused.ok());
+  EXPECT_NE(refused.status().message().find("capacity_factor must be finite and >= 0"), std::string::npos)
+      << refused.status().to_string();
+}
+
 TEST(ExpertDispatch, BadInputIsNamedOnEveryRank) {
   Routed s;
   const int bad = 0;  // a rank with tokens
@@ -304,7 +357,7 @@ BlockRun run_block(const Context& ctx, Allocator& alloc, const nn::MoeBlock& blo
   return ::testing::AssertionFailure() << what << " differs from EP = 1";
 }
 
-TEST(MoeExpertParallel, MatchesEveryExpertOnOneRank) {
+void check_expert_parallel(double capacity_factor) {
   auto ep = world_comm("ep");
   ASSERT_TRUE(ep);
   const int P = ep->size(), rank = ep->rank();
@@ -316,7 +369,7 @@ TEST(MoeExpertParallel, MatchesEveryExpertOnOneRank) {
   Weights g_one(alloc, E, true), g_ep(alloc, E, true);
   const Tensor x = random_tensor(alloc, {N, kH}, DType::kF32, 10 + uint64_t(rank));
   const Tensor dout = random_tensor(alloc, {N, kH}, DType::kF32, 20 + uint64_t(rank));
-  const nn::MoeConfig mc{int(E), kK, kI};
+  const nn::MoeConfig mc{int(E), kK, kI, capacity_factor};
 
   const nn::MoeBlock one(block_config(), mc, {}, w.slice(0, E), g_one.slice(0, E), 0);
   const BlockRun a = run_block(ctx, alloc, one, x, dout, N, nullptr);
@@ -345,6 +398,10 @@ TEST(MoeExpertParallel, MatchesEveryExpertOnOneRank) {
     for (size_t i = 0; i < wv.size(); ++i) ASSERT_NEAR(gv[i], wv[i], 1e-5 * scale) << name << " element " << i;
   }
 }
+
+TEST(MoeExpertParallel, MatchesEveryExpertOnOneRank) { check_expert_parallel(0); }
+// With a capacity factor of 0.6 the same rows drop at EP = np as on one rank (per-source capacity): still bitwise.
+TEST(MoeExpertParallel, WithACapacityMatchesEveryExpertOnOneRank) { check_expert_parallel(0.6); }
 
 TEST(MoeExpertParallel, ExpertsNotDividingTheRanksAreNamed) {
   auto ep = world_comm("ep");

@@ -28,10 +28,14 @@ namespace {
 
 struct Dims {
   int64_t N = 20, H = 16, E = 6, K = 2, I = 8;
-  reference::MoeDims ref() const { return reference::MoeDims{N, H, E, K, I}; }
+  double capacity_factor = 0;  // > 0: ⌈factor · N·K / E⌉ rows per expert (MoeConfig::capacity_factor)
+  int64_t capacity() const {
+    return capacity_factor > 0 ? int64_t(std::ceil(capacity_factor * double(N * K) / double(E))) : 0;
+  }
+  reference::MoeDims ref() const { return reference::MoeDims{N, H, E, K, I, capacity()}; }
   /// The packed samples for the sequence-level aux: uneven, one of them empty.
   std::vector<int32_t> cu() const { return {0, 3, 3, int32_t(N / 2), int32_t(N)}; }
-  nn::MoeConfig moe() const { return nn::MoeConfig{int(E), int(K), I}; }
+  nn::MoeConfig moe() const { return nn::MoeConfig{int(E), int(K), I, capacity_factor}; }
   nn::TransformerConfig cfg() const {
     nn::TransformerConfig c;
     c.hidden = H;
@@ -383,6 +387,67 @@ TEST(MoeDispatch, PaddedPlanKeepsTheRowsAndZeroFillsThePadding) {
   EXPECT_FALSE(moe_pad_plan(plan, 0).ok());
 }
 
+// Capacity (moe_capacity_plan, the position policy): each expert keeps its first C rows by token, the rest of its
+// assignments map to −1; permute writes only kept rows, unpermute sums the kept rows of a token (computed here in
+// double by hand), row_dot gives dropped assignments 0; padding after capacity keeps both markers apart.
+TEST(MoeDispatch, CapacityDropsTheLaterTokensOfAnExpertAndTheOpsSkipThem) {
+  Allocator alloc;
+  const Context ctx = test_ctx();
+  const int64_t T = 7, K = 2, F = 3;
+  const std::vector<int32_t> ids = {4, 0, 1, 4, 0, 2, 2, 1, 4, 1, 0, 4, 2, 0};  // counts 4, 3, 3, 0, 4
+  Tensor idx = Tensor::empty(alloc, {T, K}, DType::kI32).value();
+  std::copy(ids.begin(), ids.end(), idx.ptr<int32_t>());
+  MoeDispatch plan;
+  ASSERT_TRUE(moe_dispatch_plan(ctx, plan, idx, 5).ok());
+  const Result<int64_t> dropped = moe_capacity_plan(plan, 2);
+  ASSERT_TRUE(dropped.ok()) << dropped.status().to_string();
+  EXPECT_EQ(dropped.value(), 2 + 1 + 1 + 0 + 2);
+  EXPECT_EQ(plan.offsets, (std::vector<int64_t>{0, 2, 4, 6, 6, 8}));
+  // Expert e keeps its two lowest tokens: ids of token t at slot k are ids[t·K + k].
+  std::vector<int> seen(5, 0);
+  for (int64_t a = 0; a < T * K; ++a) {
+    const int e = ids[size_t(a)];
+    const bool kept = seen[size_t(e)]++ < 2;
+    EXPECT_EQ(plan.assignment_row[size_t(a)] >= 0, kept) << "assignment " << a;
+    if (kept) {
+      EXPECT_EQ(plan.row_assignment[size_t(plan.assignment_row[size_t(a)])], a);
+    }
+  }
+  Tensor x = Tensor::empty(alloc, {T, F}, DType::kF32).value();
+  for (int64_t i = 0; i < T * F; ++i) x.ptr<float>()[i] = float(i % 11) - 4.5f;
+  Tensor w = Tensor::empty(alloc, {T, K}, DType::kF32).value();
+  for (int64_t i = 0; i < T * K; ++i) w.ptr<float>()[i] = 0.25f * float(1 + i % 3);
+  Tensor xp = Tensor::empty(alloc, {8, F}, DType::kF32).value();
+  ASSERT_TRUE(moe_permute(ctx, xp, x, {}, plan).ok());
+  Tensor out = Tensor::empty(alloc, {T, F}, DType::kF32).value();
+  ASSERT_TRUE(moe_unpermute(ctx, out, xp, w, plan).ok());
+  Tensor dw = Tensor::empty(alloc, {T, K}, DType::kF32).value();
+  ASSERT_TRUE(moe_row_dot(ctx, dw, xp, xp, plan).ok());
+  for (int64_t t = 0; t < T; ++t) {
+    double dot_sum = 0;
+    for (int64_t f = 0; f < F; ++f) {
+      double want = 0;
+      for (int64_t k = 0; k < K; ++k)
+        if (plan.assignment_row[size_t(t * K + k)] >= 0)
+          want += double(w.ptr<float>()[t * K + k]) * x.ptr<float>()[t * F + f];
+      EXPECT_NEAR(out.ptr<float>()[t * F + f], want, 1e-6) << "token " << t;
+      dot_sum += double(x.ptr<float>()[t * F + f]) * x.ptr<float>()[t * F + f];
+    }
+    for (int64_t k = 0; k < K; ++k)
+      EXPECT_NEAR(dw.ptr<float>()[t * K + k], plan.assignment_row[size_t(t * K + k)] >= 0 ? dot_sum : 0.0, 1e-5);
+  }
+  ASSERT_TRUE(moe_pad_plan(plan, 4).ok());  // capacity, then padding: offsets 0 4 8 12 12 16
+  EXPECT_EQ(plan.offsets, (std::vector<int64_t>{0, 4, 8, 12, 12, 16}));
+  for (int64_t a = 0; a < T * K; ++a) {
+    const int32_t r = plan.assignment_row[size_t(a)];
+    if (r >= 0) {
+      EXPECT_EQ(plan.row_assignment[size_t(r)], a);
+    }
+  }
+  EXPECT_FALSE(moe_capacity_plan(plan, 2).ok()) << "capacity after padding";
+  EXPECT_FALSE(moe_capacity_plan(plan, -1).ok());
+}
+
 TEST(MoeDispatch, BadIndicesAreNamedErrors) {
   Allocator alloc;
   const Context ctx = test_ctx();
@@ -657,6 +722,48 @@ TEST(MoeBlock, MatchesFp64ReferenceTwoLayersWithAux) {
                                    DType::kF32));
     EXPECT_GT(max_abs_diff(sgot.grads[l][kRouter], got.grads[l][kRouter]), 1e-3 * max_abs(got.grads[l][kRouter]));
   }
+}
+
+// A capacity factor of 0.7 (5 rows per expert for 40 assignments over 6 experts): the kernel drops what the fp64
+// reference drops (each expert's later tokens), and output, input and parameter gradients match it under the same
+// bound as dropless; the reference's own gradients with drops match central differences; and drops change the
+// output (the capacity bites).
+TEST(MoeBlock, CapacityDropsMatchTheFp64ReferenceAndFiniteDifferences) {
+  Dims d;
+  d.capacity_factor = 0.7;
+  ASSERT_EQ(d.capacity(), 5);
+  const Problem pb = well_separated_problem(d, 2);
+  const float coef = 0.3f;
+  const MoeRun got = run_kernel(d, pb.layers, pb.x, pb.G, coef);
+  const MoeRun ref = run_reference<double>(d, pb.layers, pb.x, pb.G, coef);
+  const MoeRun naive = run_reference<float>(d, pb.layers, pb.x, pb.G, coef);
+  ASSERT_EQ(got.idx, ref.idx) << "the kernel routed differently from the reference";
+  const TolOp op = TolOp::kDecoderStack;
+  EXPECT_TRUE(close_to_reference("out", got.out, ref.out, naive.out, Shape{d.N, d.H}, op, DType::kF32));
+  EXPECT_TRUE(close_to_reference("dx", got.dx, ref.dx, naive.dx, Shape{d.N, d.H}, op, DType::kF32));
+  const auto shapes = param_shapes(d);
+  for (size_t l = 0; l < 2; ++l)
+    for (int p = 0; p < 4; ++p)
+      EXPECT_TRUE(close_to_reference("layer " + std::to_string(l) + " grad " + kParamName[p], got.grads[l][size_t(p)],
+                                     ref.grads[l][size_t(p)], naive.grads[l][size_t(p)], shapes[size_t(p)], op,
+                                     DType::kF32));
+  Dims dropless = d;
+  dropless.capacity_factor = 0;
+  const MoeRun all = run_reference<double>(dropless, pb.layers, pb.x, pb.G, coef);
+  EXPECT_GT(max_abs_diff(all.out, ref.out), 1e-2) << "no row was dropped";
+  auto loss_with = [&](size_t layer, int p) {
+    return [&, layer, p](const Host& v) {
+      std::vector<Layer> ls = pb.layers;
+      ls[layer].p[size_t(p)] = v;
+      double l = 0;
+      run_reference<double>(d, ls, pb.x, pb.G, coef, &l, false);
+      return l;
+    };
+  };
+  for (size_t l = 0; l < 2; ++l)
+    for (int p = 0; p < 4; ++p)
+      EXPECT_TRUE(finite_diff_matches("capacity: layer " + std::to_string(l) + " " + kParamName[p], loss_with(l, p),
+                                      pb.layers[l].p[size_t(p)], ref.grads[l][size_t(p)]));
 }
 
 // A larger problem (several tiles per expert, several norm chunks): bitwise identical for 1, 2 and 3 threads

@@ -286,6 +286,42 @@ TEST(TrainerExpertParallel, ExpertBiasAgreesOnEveryRankAndResumes) {
   if (world->rank() == 0) fs::remove_all(dir);
 }
 
+// A capacity factor (moe.capacity_factor = 0.5): the expert-parallel run drops the same rows as data parallelism
+// alone (capacity per source rank: each rank routes its own tokens either way), so losses and gradient norms agree
+// within 1e-5 (the first loss bitwise); the drops change the loss against the dropless run and are counted
+// (moe_dropped, the share of assignments dropped, in the metrics).
+TEST(TrainerExpertParallel, CapacityFactorDropsTheSameRowsAsDataParallelAndCountsThem) {
+  auto world = vlpar::test::world_comm("world");
+  ASSERT_TRUE(world);
+  const int P = world->size();
+  const std::string dir = shared_dir(*world);
+  const std::string cf = "--moe.capacity_factor=0.5";
+  TrainSummary dp, ep, dropless;
+  const auto dp_run = train(config(dir + "/dp", 2, {cf}), *world, dp);
+  const auto ep_run = train(config(dir + "/ep", 2, {cf, "--parallel.ep=" + std::to_string(P)}), *world, ep);
+  const auto all_run = train(config(dir + "/all", 2, {}), *world, dropless);
+  ASSERT_TRUE(dp_run && ep_run && all_run);
+  ASSERT_EQ(ep.losses.size(), 2u);
+  EXPECT_EQ(ep.losses[0], dp.losses[0]) << "the first forward differs";
+  for (size_t s = 0; s < 2; ++s) {
+    EXPECT_NEAR(ep.losses[s], dp.losses[s], 1e-5 * dp.losses[s]) << "step " << s + 1;
+    EXPECT_NEAR(ep.grad_norms[s], dp.grad_norms[s], 1e-5 * dp.grad_norms[s]) << "step " << s + 1;
+  }
+  EXPECT_GT(std::abs(dropless.losses[0] - dp.losses[0]), 1e-6 * dp.losses[0]) << "the capacity dropped nothing";
+  if (world->rank() == 0) {
+    std::ifstream in(dir + "/ep/metrics.jsonl");
+    std::string line, last;
+    while (std::getline(in, line)) last = line;
+    const size_t at = last.find("\"moe_dropped\":");
+    ASSERT_NE(at, std::string::npos) << last;
+    const double share = std::stod(last.substr(at + 14));
+    EXPECT_GT(share, 0.0);
+    EXPECT_LT(share, 1.0);
+  }
+  ASSERT_TRUE(world->barrier().ok());
+  if (world->rank() == 0) fs::remove_all(dir);
+}
+
 TEST(TrainerExpertParallel, EpOrEtpWithTpWithoutSequenceParallelIsANamedConfigError) {
   const Result<TrainConfig> c = parse_train_config("", "test", std::vector<std::string>{"--parallel.ep=2",
                                                                                         "--parallel.tp=2"});

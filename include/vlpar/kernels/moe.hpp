@@ -61,7 +61,7 @@ struct MoeDispatch {
   int64_t num_tokens = 0;         // T
   std::vector<int64_t> offsets;   // [E + 1] prefix sums of the per-expert row counts; offsets[E] = R
   std::vector<int32_t> row_assignment;  // [R] permuted row r → assignment a = t·K + k, or −1 for a padding row
-  std::vector<int32_t> assignment_row;  // [T·K] assignment a → permuted row r
+  std::vector<int32_t> assignment_row;  // [T·K] assignment a → permuted row r, or −1 when dropped (capacity)
   int64_t row_multiple = 1;       // every expert's rows padded to a multiple of this (moe_pad_plan)
 
   int64_t num_assignments() const { return num_tokens * top_k; }  // T·K
@@ -77,7 +77,7 @@ inline Status moe_pad_plan(MoeDispatch& plan, int64_t multiple) {
   VLPAR_CHECK(multiple >= 1 && multiple <= (int64_t(1) << 20), "moe_pad_plan: multiple must be in [1, 2^20], got {}",
               multiple);
   VLPAR_CHECK(plan.num_experts > 0 && plan.offsets.size() == size_t(plan.num_experts) + 1 &&
-                  plan.row_multiple == 1 && plan.offsets.back() == plan.num_assignments(),
+                  plan.row_multiple == 1 && plan.offsets.back() == int64_t(plan.row_assignment.size()),
               "moe_pad_plan: needs a built, unpadded plan (moe_dispatch_plan first)");
   std::vector<int64_t> offsets(plan.offsets.size(), 0);
   for (int e = 0; e < plan.num_experts; ++e)
@@ -94,6 +94,39 @@ inline Status moe_pad_plan(MoeDispatch& plan, int64_t multiple) {
   plan.row_assignment = std::move(row_assignment);
   plan.row_multiple = multiple;
   return Status::Ok();
+}
+
+/// @brief Caps every expert's rows of a built, unpadded plan at `capacity` (the position policy: an expert keeps its
+/// first `capacity` rows, ascending token; GShard/Switch capacity, Megatron's drop policy "position"). A dropped
+/// assignment maps to row −1: no row carries it, permute never reads it, unpermute leaves it out of its token's sum
+/// (the rest keep their weights: no renormalisation) and row_dot gives it 0. Returns the number of dropped
+/// assignments. Apply before moe_pad_plan.
+inline Result<int64_t> moe_capacity_plan(MoeDispatch& plan, int64_t capacity) {
+  VLPAR_CHECK(capacity >= 0, "moe_capacity_plan: capacity must be >= 0, got {}", capacity);
+  VLPAR_CHECK(plan.num_experts > 0 && plan.offsets.size() == size_t(plan.num_experts) + 1 &&
+                  plan.row_multiple == 1 && plan.offsets.back() == int64_t(plan.row_assignment.size()) &&
+                  plan.assignment_row.size() == size_t(plan.num_assignments()),
+              "moe_capacity_plan: needs a built, unpadded plan (moe_dispatch_plan first)");
+  std::vector<int64_t> offsets(plan.offsets.size(), 0);
+  for (int e = 0; e < plan.num_experts; ++e)
+    offsets[size_t(e) + 1] = offsets[size_t(e)] + std::min(plan.expert_rows(e), capacity);
+  std::vector<int32_t> row_assignment(size_t(offsets.back()));
+  int64_t dropped = 0;
+  for (int e = 0; e < plan.num_experts; ++e)
+    for (int64_t i = 0; i < plan.expert_rows(e); ++i) {
+      const int32_t a = plan.row_assignment[size_t(plan.offsets[size_t(e)] + i)];
+      if (a < 0) continue;  // a dropped assignment's row was removed already
+      if (i >= capacity) {
+        plan.assignment_row[size_t(a)] = -1;
+        ++dropped;
+        continue;
+      }
+      row_assignment[size_t(offsets[size_t(e)] + i)] = a;
+      plan.assignment_row[size_t(a)] = int32_t(offsets[size_t(e)] + i);
+    }
+  plan.offsets = std::move(offsets);
+  plan.row_assignment = std::move(row_assignment);
+  return dropped;
 }
 
 /// @brief Builds the plan from the router's choices (host indices: on the host; CUDA indices: on the device, then

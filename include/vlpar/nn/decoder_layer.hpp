@@ -31,6 +31,7 @@ struct MoeLoss {
   float grad_z = 0.f;        // dLoss/dz (router z-loss)
   float grad_seq_aux = 0.f;  // dLoss/d(sequence-level aux)
   double* load = nullptr;  // [E] if set, forward adds this layer's assignments per expert (its tokens' top-k)
+  double* dropped = nullptr;  // if set, forward adds this layer's assignments dropped by the capacity
 };
 
 class DecoderLayer {

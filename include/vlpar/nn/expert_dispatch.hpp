@@ -1,7 +1,9 @@
 #pragma once
 // Expert parallelism's token dispatch and combine (spec pipeline-and-experts B6, Megatron's all-to-all dispatcher,
-// dropless): the E experts of a MoE layer are split over the P ranks of the ep group, rank p holding the E_l = E / P
-// experts p·E_l … (p+1)·E_l − 1. From the router's top-k choices [T, K] of this rank's T tokens:
+// dropless, or with a capacity factor (DispatchOptions): each expert then takes at most C rows from each source
+// rank, its lowest tokens, and the rest are dropped and counted): the E experts of a MoE layer are split over the
+// P ranks of the ep group, rank p holding the E_l = E / P experts p·E_l … (p+1)·E_l − 1. From the router's top-k
+// choices [T, K] of this rank's T tokens:
 //
 //   plan      local plan (moe_dispatch_plan: T·K rows grouped by global expert ascending, tokens ascending inside
 //             an expert) → send_rows[p] = the rows of rank p's experts → exchange of the per-expert counts (an
@@ -56,6 +58,11 @@ struct ExpertParallel {
 
 struct DispatchOptions {
   int64_t max_recv_rows = 0;  // > 0: a plan receiving more rows than this on some rank is a named error
+  /// > 0: each expert takes at most C = ⌈capacity_factor · T · K / E⌉ of this rank's T tokens' rows (its first C
+  /// by token, moe_capacity_plan's position policy); the others are dropped: not sent, left out of combine's sum
+  /// (their token keeps its other experts' outputs and the residual), 0 in every gradient through them, counted
+  /// in ExpertDispatch::dropped. 0: dropless.
+  double capacity_factor = 0;
 };
 
 /// The layout of one dispatch, from plan_expert_dispatch; what dispatch, combine and both backwards use (no
@@ -64,13 +71,16 @@ struct ExpertDispatch {
   int ep = 1, ep_rank = 0;        // P and this rank's position in the ep group
   int num_experts = 0;            // E
   int local_experts = 0;          // E_l = E / P
-  MoeDispatch local;              // this rank's T·K rows grouped by global expert (the send order)
+  MoeDispatch local;              // this rank's T·K rows grouped by global expert (the send order), less the
+                                  // dropped ones with a capacity (their assignment_row is −1)
+  int64_t capacity = 0;           // rows per expert per source rank (0: dropless)
+  int64_t dropped = 0;            // this rank's assignments dropped by the capacity
   std::vector<int64_t> send_rows;       // [P] rows to rank p
   std::vector<int64_t> recv_rows;       // [P] rows from rank p
   std::vector<int64_t> counts;          // [P · E_l] rows from rank src for local expert e, at src · E_l + e
   std::vector<int64_t> expert_offsets;  // [E_l + 1] the received rows of each local expert, [expert][src] order
-  Tensor row_token;       // [T·K] i32: permuted row r → its token
-  Tensor row_assignment;  // [T·K] i32: permuted row r → its assignment t·K + k
+  Tensor row_token;       // [R_l] i32: permuted row r → its token (R_l = T·K less the dropped)
+  Tensor row_assignment;  // [R_l] i32: permuted row r → its assignment t·K + k
   Tensor received_from;   // [N] i32: received row j (in [src][expert][token] arrival order) is row
                           // received_from[j] of the [expert][src] order; empty at P = 1, where the received rows
                           // are this rank's permuted rows
@@ -152,12 +162,13 @@ Status dispatch_assignments(const Context& ctx, comm::Communicator* ep, const Ex
 /// @param out      [T, F] f32 written
 /// @param rows     [N, F] f32, [local expert][src][token] order (what the experts produced from dispatch's out)
 /// @param weights  [T, K] f32 or empty (a plain sum: the backward of dispatch_rows)
-/// @param returned [T·K, F] f32 or empty: receives every (token, k) output in this rank's permuted-row order
-///                 (d.local), for the routing-weight gradient (moe_row_dot)
+/// @param returned [R_l, F] f32 or empty: receives every kept (token, k) output in this rank's permuted-row order
+///                 (d.local), for the routing-weight gradient (moe_row_dot; R_l = T·K less the dropped)
 Status combine_rows(const Context& ctx, comm::Communicator* ep, const ExpertDispatch& d, TensorView out,
                     TensorView rows, TensorView weights = {}, TensorView returned = {});
 
-/// @brief The reverse of dispatch_assignments: out[t·K + k] = the row its expert holds. Collective.
+/// @brief The reverse of dispatch_assignments: out[t·K + k] = the row its expert holds (zeros for a dropped
+/// assignment). Collective.
 /// @param out [T·K, F] written;  rows [N, F]
 Status combine_assignments(const Context& ctx, comm::Communicator* ep, const ExpertDispatch& d, TensorView out,
                            TensorView rows);

@@ -74,6 +74,8 @@ struct MoeConfig {
   int num_experts = 0;       // E
   int top_k = 0;             // K, 1 <= K <= E
   int64_t intermediate = 0;  // I, per-expert SwiGLU width
+  double capacity_factor = 0;  // > 0: each expert takes at most ⌈factor · N·K / E⌉ of each rank's rows, the rest
+                               // are dropped (DispatchOptions::capacity_factor); 0: dropless
 
   /// @brief "top_k 5 exceeds num_experts 4", ...
   Status validate() const;

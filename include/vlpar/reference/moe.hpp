@@ -23,6 +23,8 @@ struct MoeDims {
   int64_t experts = 0;       // E
   int64_t top_k = 0;         // K
   int64_t intermediate = 0;  // I
+  int64_t capacity = 0;      // > 0: each expert keeps its first `capacity` (token, slot) assignments in token order;
+                             // the others are dropped (no output, no gradient through them; moe_capacity_plan)
 };
 
 template <class S>
@@ -50,6 +52,7 @@ struct MoeCache {
   std::vector<S> lse;          // [N]     logsumexp of the router logits (the z-loss)
   std::vector<S> weights;      // [N, K]
   std::vector<int32_t> idx;    // [N, K]
+  std::vector<uint8_t> kept;   // [N, K]  1 unless dropped by the capacity
   std::vector<S> gu;           // [N, K, 2I]  per (token, slot)
   std::vector<S> act;          // [N, K, I]
 };
@@ -98,6 +101,8 @@ void moe_forward(S* out, MoeCache<S>& c, const S* x, const MoeParams<S>& p, cons
   c.lse.assign(size_t(N), S(0));
   c.weights.assign(size_t(N * K), S(0));
   c.idx.assign(size_t(N * K), 0);
+  c.kept.assign(size_t(N * K), 1);
+  std::vector<int64_t> taken(static_cast<size_t>(E), 0);  // assignments each expert kept so far
   c.gu.assign(size_t(N * K * 2 * I), S(0));
   c.act.assign(size_t(N * K * I), S(0));
   rmsnorm_forward(c.h.data(), c.rstd.data(), x, p.norm, N, H, eps);
@@ -110,6 +115,8 @@ void moe_forward(S* out, MoeCache<S>& c, const S* x, const MoeParams<S>& p, cons
       logits[size_t(e)] = acc;
     }
     router_row(&c.probs[size_t(t * E)], &c.idx[size_t(t * K)], &c.weights[size_t(t * K)], logits.data(), E, K);
+    for (int64_t k = 0; k < K; ++k)  // a token's K experts are distinct: its slots' order does not matter
+      c.kept[size_t(t * K + k)] = d.capacity <= 0 || taken[size_t(c.idx[size_t(t * K + k)])]++ < d.capacity;
     S m = logits[0], s = 0;
     for (int64_t e = 1; e < E; ++e) m = std::max(m, logits[size_t(e)]);
     for (int64_t e = 0; e < E; ++e) s += std::exp(logits[size_t(e)] - m);
@@ -117,7 +124,7 @@ void moe_forward(S* out, MoeCache<S>& c, const S* x, const MoeParams<S>& p, cons
     std::vector<S> o(static_cast<size_t>(H), S(0));
     for (int64_t e = 0; e < E; ++e)  // ascending expert id: HF's train-mode accumulation order
       for (int64_t k = 0; k < K; ++k) {
-        if (c.idx[size_t(t * K + k)] != e) continue;
+        if (c.idx[size_t(t * K + k)] != e || !c.kept[size_t(t * K + k)]) continue;
         S* gu = &c.gu[size_t((t * K + k) * 2 * I)];
         S* act = &c.act[size_t((t * K + k) * I)];
         for (int64_t j = 0; j < 2 * I; ++j) {
@@ -173,6 +180,10 @@ void moe_backward(S* dx, const MoeGrads<S>& g, const S* dout, const MoeCache<S>&
     for (int64_t k = 0; k < K; ++k) {
       const int64_t e = c.idx[size_t(t * K + k)];
       const S w = c.weights[size_t(t * K + k)];
+      if (!c.kept[size_t(t * K + k)]) {  // dropped: its output is not in the sum, nothing flows back through it
+        dw[size_t(k)] = 0;
+        continue;
+      }
       const S* gu = &c.gu[size_t((t * K + k) * 2 * I)];
       const S* act = &c.act[size_t((t * K + k) * I)];
       // y = act · D_e;  ∂L/∂w = <dout, y>;  ∂L/∂act = w · dout · D_eᵀ;  ∂L/∂D_e += act ⊗ (w · dout)

@@ -113,6 +113,7 @@ Status moe_unpermute(const Context& ctx, TensorView out, TensorView rows, Tensor
       float* dst = o.row(t);
       std::fill(dst, dst + F, 0.f);
       for (const int32_t r : mine) {
+        if (r < 0) continue;  // dropped (capacity): not part of the sum
         const float* src = y.row(r);
         if (w) {
           const float s = w[plan.row_assignment[size_t(r)]];
@@ -135,6 +136,10 @@ Status moe_row_dot(const Context& ctx, TensorView dweights, TensorView a, Tensor
     for (int64_t t = begin; t < end; ++t)
       for (int64_t k = 0; k < K; ++k) {
         const int32_t r = plan.assignment_row[size_t(t * K + k)];
+        if (r < 0) {  // dropped (capacity): its weight does not enter the output
+          dw.row(t)[k] = 0.f;
+          continue;
+        }
         const float *pa = ra.row(r), *pb = rb.row(r);
         float acc = 0.f;
         for (int64_t f = 0; f < F; ++f) acc += pa[f] * pb[f];

@@ -15,6 +15,7 @@
 //                                   acc = 0 + w·x_1 + w·x_2 + … in fp32 (ascending row = ascending expert, the CPU
 //                                   path's and HF's order), one rounding to T
 //            moe_row_dot_kernel     one warp per assignment: lane-strided fp32 partial sums, butterfly warp sum
+//   A dropped assignment (row −1, moe_capacity_plan) is left out of its token's sum and its dot is 0.
 //   kVec = 16 / sizeof(T) when every row is 16-byte aligned (one 16-byte access per thread and step), else 1.
 // SASS (tools/check_sass.py, CI stage cuda): the vector instantiations move rows in 16-byte loads and stores.
 // SASS moe_permute_kernel<*, 8> moe_permute_kernel<float, 4> moe_unpermute_kernel<*, 8> moe_unpermute_kernel<float, 4>: LDG.E.128 STG.E.128 stack<=0 threads=128
@@ -75,6 +76,7 @@ __global__ void __launch_bounds__(kMoeRowThreads) moe_unpermute_kernel(const Moe
     for (int64_t f = int64_t(threadIdx.x) * kVec; f < p.cols; f += int64_t(kMoeRowThreads) * kVec) {
       float acc[kVec] = {};
       for (int j = 0; j < p.top_k; ++j) {
+        if (rows[j] < 0) continue;  // dropped (capacity): not part of the sum (sorted first)
         float x[kVec];
         load_pack<T, kVec>(x, static_cast<const T*>(p.in) + int64_t(rows[j]) * p.ld_in + f);
 #pragma unroll
@@ -91,11 +93,11 @@ template <class T>
 __global__ void __launch_bounds__(kMoeDotWarps * kWarpSize) moe_row_dot_kernel(const MoeRowsParams p) {
   const int lane = int(threadIdx.x) % kWarpSize, warp = int(threadIdx.x) / kWarpSize;
   for (int64_t a = int64_t(blockIdx.x) * kMoeDotWarps + warp; a < p.items; a += int64_t(gridDim.x) * kMoeDotWarps) {
-    const int64_t r = p.map[a];
-    const T* x = static_cast<const T*>(p.in) + r * p.ld_in;
-    const T* y = static_cast<const T*>(p.in2) + r * p.ld_in2;
+    const int64_t r = p.map[a];  // −1: dropped (capacity), its dot is 0
+    const T* x = static_cast<const T*>(p.in) + (r < 0 ? 0 : r) * p.ld_in;
+    const T* y = static_cast<const T*>(p.in2) + (r < 0 ? 0 : r) * p.ld_in2;
     float s = 0.f;
-    for (int64_t f = lane; f < p.cols; f += kWarpSize) s += to_float(x[f]) * to_float(y[f]);
+    for (int64_t f = lane; f < p.cols && r >= 0; f += kWarpSize) s += to_float(x[f]) * to_float(y[f]);
     s = warp_sum(s);
     if (lane == 0) static_cast<float*>(p.out)[a] = s;
   }
