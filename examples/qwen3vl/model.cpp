@@ -271,7 +271,7 @@ Status Model::register_params() {
 
 Result<Model> Model::create(const Context& ctx, const Config& cfg, const Freeze& freeze,
                             std::optional<uint64_t> seed, Allocator& alloc, nn::TensorParallel tp, PipelinePart part,
-                            nn::ExpertParallel ep, nn::TensorParallel vision_tp) {
+                            nn::ExpertParallel ep, nn::TensorParallel vision_tp, bool vision_spans_batches) {
   VLPAR_RETURN_IF_ERROR(cfg.validate());
   for (const auto& [a, b] : part.layers)
     VLPAR_CHECK(0 <= a && a <= b && b <= cfg.text.layers, "Qwen3-VL pipeline part: layers [{}, {}) outside the "
@@ -288,6 +288,9 @@ Result<Model> Model::create(const Context& ctx, const Config& cfg, const Freeze&
               "tensor parallelism (tp {}) needs sequence parallelism: the etp ranks must hold different tokens",
               ep.etp_size(), tp.size());
   VLPAR_CHECK(!vision_tp.sequence_parallel, "Qwen3-VL: the vision tower has no sequence parallelism");
+  VLPAR_CHECK(!vision_spans_batches || (vision_tp.size() > tp.size() && vision_tp.size() % tp.size() == 0),
+              "Qwen3-VL: a vision tp group spanning data-parallel batches must be a multiple of tp wider than it, "
+              "got vision tp {} with tp {}", vision_tp.size(), tp.size());
   VLPAR_CHECK(cfg.vision.heads % vision_tp.size() == 0 && cfg.vision.intermediate % vision_tp.size() == 0,
               "Qwen3-VL: vision tp {} does not divide vision_config.num_heads = {} and intermediate_size = {}",
               vision_tp.size(), cfg.vision.heads, cfg.vision.intermediate);
@@ -296,6 +299,7 @@ Result<Model> Model::create(const Context& ctx, const Config& cfg, const Freeze&
   m.tp_ = tp;
   m.ep_ = ep;
   m.vtp_ = vision_tp;
+  if (vision_spans_batches) m.slots_ = VisionSlots{vision_tp.comm, tp.size()};
   m.part_ = std::move(part);
   if (m.part_.layers.empty() && m.part_.whole) m.part_.layers = {{0, cfg.text.layers}};
   m.vocab_block_ = vlpar::even_shard(cfg.text.vocab, tp.size(), tp.rank());
@@ -398,16 +402,41 @@ nn::VisionEncoder Model::vision() const {
 Status Model::encode(const Context& ctx, TensorView pixels, const std::vector<nn::VisionGrid>& grids,
                      int64_t pad_id, TensorView ids, std::optional<VisionPass>& pass) const {
   std::vector<int64_t> rows = rows_of(ids, pad_id);
+  const int64_t merge = cfg_.vision.merge;
   int64_t expected = 0;
-  for (const nn::VisionGrid& g : grids) expected += g.t * g.h * g.w / (int64_t(cfg_.vision.merge) * cfg_.vision.merge);
+  for (const nn::VisionGrid& g : grids) expected += g.t * g.h * g.w / (merge * merge);
   VLPAR_CHECK(int64_t(rows.size()) == expected,
               "the batch has {} tokens with id {} but its {} grids give {} merged vision tokens", rows.size(), pad_id,
               grids.size(), expected);
-  if (grids.empty()) return Status::Ok();
+  if (!slots_.active()) {
+    if (grids.empty()) return Status::Ok();
+    pass.emplace();
+    pass->grids = grids;
+    pass->rows = std::move(rows);
+    return vision().forward(ctx, pixels, pass->grids, pass->stash, pass->out);
+  }
+  // A wide vision tp group: the tower on every slot's images, this rank keeping its slot's rows.
+  VLPAR_ASSIGN_OR_RETURN(SharedImages all, share_images(ctx, slots_, pixels, grids, cfg_.vision.patch_dim(), merge));
+  if (all.grids.empty()) return Status::Ok();  // no slot has any: every rank of the group skips the pass
   pass.emplace();
-  pass->grids = grids;
+  pass->grids = std::move(all.grids);
+  pass->pixels = std::move(all.pixels);
+  pass->slot_tokens = std::move(all.tokens);
   pass->rows = std::move(rows);
-  return vision().forward(ctx, pixels, pass->grids, pass->stash, pass->out);
+  nn::VisionOutput whole;
+  VLPAR_RETURN_IF_ERROR(vision().forward(ctx, pass->pixels, pass->grids, pass->stash, whole));
+  const int64_t a = pass->slot_tokens[size_t(slots_.slot())], b = pass->slot_tokens[size_t(slots_.slot()) + 1];
+  auto mine = [&](const Tensor& t) -> Result<Tensor> {
+    VLPAR_ASSIGN_OR_RETURN(Tensor out, Tensor::empty(*ctx.allocator, Shape{b - a, t.shape()[1]}, DType::kF32));
+    VLPAR_RETURN_IF_ERROR(vlpar::copy_(out, t.view().slice(0, a, b)));
+    return out;
+  };
+  VLPAR_ASSIGN_OR_RETURN(pass->out.merged, mine(whole.merged));
+  for (const Tensor& d : whole.deepstack) {
+    VLPAR_ASSIGN_OR_RETURN(Tensor t, mine(d));
+    pass->out.deepstack.push_back(std::move(t));
+  }
+  return Status::Ok();
 }
 
 Result<StepLoss> Model::forward(const Context& ctx, const Batch& batch, Stash& stash) const {
@@ -629,16 +658,44 @@ Status Model::vision_backward(const Context& ctx, VisionPass& pass, TensorView d
   const int64_t n = int64_t(pass.rows.size()), D = cfg_.vision.out_hidden;
   VLPAR_ASSIGN_OR_RETURN(Tensor d_merged, Tensor::empty(alloc, Shape{n, D}, DType::kF32, ctx.device));
   VLPAR_RETURN_IF_ERROR(vlpar::gather_rows(ctx, d_merged, d_embeds, index_view(pass.rows)));
-  // This pass's rows of each deepstack level's gradient (d_deepstack rows follow stash.visual_rows).
+  // This pass's rows of each deepstack level's gradient (d_deepstack rows follow stash.visual_rows); zeros where
+  // there is none (no visual rows on this rank: a wide vision group's empty slot, or a released micro-batch).
   std::vector<Tensor> d_ds;
   std::vector<TensorView> d_ds_views;
-  for (const Tensor& g : d_deepstack) {
-    VLPAR_ASSIGN_OR_RETURN(Tensor mine, Tensor::empty(alloc, Shape{n, D}, DType::kF32, ctx.device));
-    VLPAR_RETURN_IF_ERROR(vlpar::gather_rows(ctx, mine, g, index_view(pass.visual_index)));
+  for (size_t j = 0; j < cfg_.vision.deepstack_indexes.size(); ++j) {
+    const bool given = j < d_deepstack.size() && d_deepstack[j].defined();
+    VLPAR_ASSIGN_OR_RETURN(Tensor mine, given ? Tensor::empty(alloc, Shape{n, D}, DType::kF32, ctx.device)
+                                              : Tensor::zeros(alloc, Shape{n, D}, DType::kF32, ctx.device));
+    if (given) VLPAR_RETURN_IF_ERROR(vlpar::gather_rows(ctx, mine, d_deepstack[j], index_view(pass.visual_index)));
     d_ds_views.push_back(mine);
     d_ds.push_back(std::move(mine));
   }
-  return vision().backward(ctx, pass.stash, d_merged, d_ds_views);
+  if (!slots_.active()) return vision().backward(ctx, pass.stash, d_merged, d_ds_views);
+  // A wide vision tp group: every slot's gradients of its rows, in slot order, for the tower's backward.
+  const int64_t total = pass.slot_tokens.back();
+  auto whole = [&](TensorView mine) -> Result<Tensor> {
+    VLPAR_ASSIGN_OR_RETURN(Tensor all, Tensor::empty(alloc, Shape{total, D}, DType::kF32, ctx.device));
+    VLPAR_RETURN_IF_ERROR(share_rows(slots_, pass.slot_tokens, all, mine));
+    return all;
+  };
+  VLPAR_ASSIGN_OR_RETURN(const Tensor d_all, whole(d_merged));
+  std::vector<Tensor> d_ds_all;
+  std::vector<TensorView> d_ds_all_views;
+  for (const TensorView& v : d_ds_views) {
+    VLPAR_ASSIGN_OR_RETURN(Tensor t, whole(v));
+    d_ds_all_views.push_back(t);
+    d_ds_all.push_back(std::move(t));
+  }
+  return vision().backward(ctx, pass.stash, d_all, d_ds_all_views);
+}
+
+Status Model::release_vision(const Context& ctx, Stash& stash) const {
+  if (!slots_.active()) return Status::Ok();
+  const int64_t N = stash.embeds.defined() ? stash.embeds.shape()[0] : 0;
+  VLPAR_ASSIGN_OR_RETURN(Tensor zeros, Tensor::zeros(*ctx.allocator, Shape{N, cfg_.text.hidden}, DType::kF32));
+  for (std::optional<VisionPass>* pass : {&stash.image, &stash.video})
+    if (*pass) VLPAR_RETURN_IF_ERROR(vision_backward(ctx, **pass, zeros, {}));  // zero deepstack gradients
+  return Status::Ok();
 }
 
 std::vector<size_t> Model::backward_order() const {

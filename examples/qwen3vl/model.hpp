@@ -23,7 +23,8 @@
 // HF tensors are converted to vlpar's full layout, then each rank takes its shard). Without sequence parallelism
 // the MoE blocks run replicated on every tp rank (same inputs, same weights, same gradients); expert parallelism
 // splits the experts (`ep`), vision tensor parallelism the vision blocks (`vision_tp`, Model::create); without it
-// the vision tower runs replicated. With sequence parallelism (tp.sequence_parallel) the decoder layers hold N / tp tokens per
+// the vision tower runs replicated. A vision tp group wider than tp (m · tp ranks, m data-parallel batches) runs
+// the tower on the images of all m batches and each rank keeps its own visual tokens (vision_slots.hpp). With sequence parallelism (tp.sequence_parallel) the decoder layers hold N / tp tokens per
 // rank (rank r: rows [r·N/tp, (r+1)·N/tp)): the embeddings and visual tokens are made whole on every rank as
 // without SP and each rank keeps its rows (layer 0's input, stash.x0); each deepstack level is added to the rows a
 // rank holds; the MoE layers route each rank's own tokens (nn/moe_block.hpp); backward all-gathers the gradient at
@@ -36,6 +37,7 @@
 #include <vector>
 
 #include "config.hpp"
+#include "vision_slots.hpp"
 #include "vlpar/core/batch.hpp"
 #include "vlpar/core/allocator.hpp"
 #include "vlpar/core/context.hpp"
@@ -116,6 +118,10 @@ struct VisionPass {
   vlpar::nn::VisionOutput out;    // merged [n, D] and deepstack [n, D] each
   std::vector<int64_t> rows;      // sequence positions of its pad tokens, in order (n of them)
   std::vector<int64_t> visual_index;  // where each of its rows sits in Stash::visual_rows (n of them)
+  // A vision tp group wider than tp (vision_slots.hpp): the tower ran on every slot's images (`pixels`, all
+  // grids), `out` holds this slot's rows of it, slot s's at [slot_tokens[s], slot_tokens[s + 1]) of the whole.
+  Tensor pixels;
+  std::vector<int64_t> slot_tokens;
 };
 
 /// The decoder layers as LayerStacks: cut after each deepstack layer j (where the visual features of level j are
@@ -157,11 +163,14 @@ class Model {
   /// `ep`: expert parallelism of the MoE layers (each rank holds E / ep experts, ids ep_rank · E / ep …, as
   /// [E / ep, …] shards of the HF tensors; the ep ranks must hold different tokens: tp 1, or sequence parallelism).
   /// `vision_tp`: tensor parallelism of the vision tower's blocks, its own group (ParallelConfig::vision_tp; may
-  /// differ from `tp`, no sequence parallelism); the patch embedding, position table and mergers stay whole.
+  /// differ from `tp`, no sequence parallelism); the patch embedding, position table and mergers stay whole. Its
+  /// ranks hold the same images, unless `vision_spans_batches`: then the group is vision_tp / tp times wider than
+  /// tp, its ranks s·tp … s·tp + tp − 1 hold data-parallel batch s, and the tower runs on every batch's images,
+  /// exchanged over the group (vision_slots.hpp; the trainer's parallel.vision_tp > tp).
   static Result<Model> create(const Context& ctx, const Config& cfg, const Freeze& freeze,
                               std::optional<uint64_t> seed, Allocator& alloc, vlpar::nn::TensorParallel tp = {},
                               PipelinePart part = {}, vlpar::nn::ExpertParallel ep = {},
-                              vlpar::nn::TensorParallel vision_tp = {});
+                              vlpar::nn::TensorParallel vision_tp = {}, bool vision_spans_batches = false);
 
   const Config& config() const { return cfg_; }
   const PipelinePart& part() const { return part_; }
@@ -216,6 +225,12 @@ class Model {
   /// Collective over tp under SP.
   Status backward_embed(const Context& ctx, const Batch& batch, TensorView dx, Stash& stash,
                         const vlpar::nn::GradReadyFn& ready) const;
+  /// Whether the vision passes exchange images with other data-parallel ranks (a vision tp wider than tp): then a
+  /// micro-batch whose forward failed after embed() still owes its group the backward's exchange.
+  bool vision_spans_batches() const { return slots_.active(); }
+  /// @brief Runs the vision passes' backward exchange with zero gradients (a micro-batch given up after embed()
+  /// under vision_spans_batches(): the step is skipped, the peers must not wait). Nothing without wide vision.
+  Status release_vision(const Context& ctx, Stash& stash) const;
   /// @brief logits [N, V/tp] f32 of the last forward (final normed hidden states · lm_headᵀ, this rank's vocab
   /// block), for parity checks and the forward CLI; training never materialises them.
   Result<Tensor> logits(const Context& ctx, const Stash& stash, Allocator& alloc) const;
@@ -298,6 +313,7 @@ class Model {
   vlpar::nn::TensorParallel tp_;
   vlpar::nn::ExpertParallel ep_;
   vlpar::nn::TensorParallel vtp_;  // the vision tower's tp group (its blocks' heads and MLP width)
+  VisionSlots slots_;              // active when vtp_ is wider than tp_ (vision_slots.hpp)
   vlpar::Range vocab_block_;  // this rank's rows of embed_tokens / lm_head
   vlpar::nn::ParamRegistry reg_;
   size_t embed_ = 0, final_norm_ = 0, lm_head_ = 0;  // lm_head_ == embed_ when tied

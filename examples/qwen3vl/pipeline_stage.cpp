@@ -172,6 +172,8 @@ Status PipelineStage::backward(const Context& ctx, std::span<const TensorView> d
   if (st.poisoned || (!is_last() && moe() && poisoned_aux(dout[1], E))) {  // NaN upstream, no layer runs
     st.poisoned = true;
     for (size_t k = 0; stage_ != 0 && k < din.size(); ++k) VLPAR_RETURN_IF_ERROR(fill_nan(din[k]));
+    // A wide vision group's peers (other data-parallel batches) still meet this micro-batch's vision backward.
+    if (stage_ == 0) VLPAR_RETURN_IF_ERROR(model_->release_vision(ctx, st.model));
     return Status::Ok();
   }
   Tensor head_grad, embed_grad;
@@ -197,7 +199,13 @@ Status PipelineStage::backward(const Context& ctx, std::span<const TensorView> d
 
 Status PipelineStage::poison(int j, std::span<const TensorView> out, Stash& st, const Status& why) {
   st.poisoned = true;
-  st.model = qwen3vl::Stash{};
+  qwen3vl::Stash kept;  // a wide vision group's passes: their backward exchange is still owed (release_vision)
+  if (stage_ == 0 && model_->vision_spans_batches()) {
+    kept.image = std::move(st.model.image);
+    kept.video = std::move(st.model.video);
+    kept.embeds = std::move(st.model.embeds);
+  }
+  st.model = std::move(kept);
   if (is_last()) {
     const double nan = std::numeric_limits<double>::quiet_NaN();
     losses_[size_t(j)] = StepLoss{};

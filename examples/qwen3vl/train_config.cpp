@@ -220,9 +220,10 @@ Status TrainConfig::validate() const {
   VLPAR_CHECK(parallel.ep >= 1, "parallel.ep must be >= 1, got {}", parallel.ep);
   VLPAR_CHECK(parallel.vision_tp >= 0, "parallel.vision_tp must be >= 1 (or 0: 1, the vision tower whole on every "
               "rank), got {}", parallel.vision_tp);
-  VLPAR_CHECK(parallel.vision_tp <= 1 || parallel.tp % parallel.vision_tp == 0, "parallel.vision_tp = {} must divide "
-              "parallel.tp = {}: the ranks of a vision tp group must hold the same images (a group spanning "
-              "data-parallel ranks would need their images exchanged, which is not implemented)", parallel.vision_tp,
+  VLPAR_CHECK(parallel.vision_tp <= 1 || parallel.tp % parallel.vision_tp == 0 ||
+                  parallel.vision_tp % parallel.tp == 0,
+              "parallel.vision_tp = {} and parallel.tp = {}: one must divide the other (a vision tp group inside a "
+              "tp group holds its images; one spanning whole tp groups exchanges theirs)", parallel.vision_tp,
               parallel.tp);
   VLPAR_CHECK(parallel.etp >= 0, "parallel.etp must be >= 1 (or 0: 1, each expert whole on its rank), got {}",
               parallel.etp);

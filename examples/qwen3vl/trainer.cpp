@@ -172,7 +172,10 @@ Status Trainer::build_model() {
   const vlpar::nn::ExpertParallel ep{cfg_.parallel.ep > 1 ? &groups_->get(vlpar::parallel::Axis::kEp) : nullptr,
                                      cfg_.parallel.etp > 1 ? &groups_->get(vlpar::parallel::Axis::kEtp) : nullptr};
   const nn::TensorParallel vision_tp{groups_->vision_tp().size() > 1 ? &groups_->vision_tp() : nullptr, false};
-  VLPAR_ASSIGN_OR_RETURN(Model model, Model::create(ctx_, mc, freeze, m.seed, alloc_, tp, part, ep, vision_tp));
+  // A vision tp group wider than tp holds several data-parallel batches, whose images the model exchanges.
+  const bool wide_vision = groups_->vision_tp().size() > cfg_.parallel.tp;
+  VLPAR_ASSIGN_OR_RETURN(Model model,
+                         Model::create(ctx_, mc, freeze, m.seed, alloc_, tp, part, ep, vision_tp, wide_vision));
   model_ = std::make_unique<Model>(std::move(model));
   if (plan) {
     VLPAR_ASSIGN_OR_RETURN(pipe_, PipelineRunner::create(std::move(*plan), *model_, groups_->pp()));
@@ -361,16 +364,23 @@ Result<Trainer::MicroResult> Trainer::forward_backward(const std::vector<MicroBa
     Stash stash;  // holds views into the pack, which outlives it
     Result<StepLoss> fwd = model_->forward(ctx_, batch, stash);
     if (!fwd.ok() && fwd.status().code() == vlpar::StatusCode::kNonFinite) {  // non-finite router logits: skip the step
-      r.bad = fmt::format("{} (micro-batch {} of {})", fwd.status().message(), i + 1, micro.size());
+      if (r.bad.empty()) r.bad = fmt::format("{} (micro-batch {} of {})", fwd.status().message(), i + 1, micro.size());
       r.loss_sum[2] = 1;  // (every rank sharing a collective with the router got the same error: none waits)
-      break;
+      if (!model_->vision_spans_batches()) break;
+      // A wide vision group's peers hold other batches and go on: this rank owes them the vision exchanges of
+      // this micro-batch's backward and of the rest of the step.
+      VLPAR_RETURN_IF_ERROR(model_->release_vision(ctx_, stash));
+      continue;
     }
     VLPAR_ASSIGN_OR_RETURN(StepLoss l, std::move(fwd));
     r.expert_load.resize(stash.expert_load.size(), 0.0);
     for (size_t k = 0; k < stash.expert_load.size(); ++k) r.expert_load[k] += stash.expert_load[k];
     // A non-finite loss ends this rank's step early, unless its MoE layers exchange tokens with other ranks (expert
-    // parallelism): they would wait for this one, so it runs the step to the end (the step is skipped anyway).
-    if (!r.add(l, weights[i], model_->config().text, i, micro.size()) && !model_->expert_parallel().active()) break;
+    // parallelism) or its vision tower images (a wide vision tp group): they would wait for this one, so it runs
+    // the step to the end (the step is skipped anyway).
+    if (!r.add(l, weights[i], model_->config().text, i, micro.size()) && !model_->expert_parallel().active() &&
+        !model_->vision_spans_batches())
+      break;
     // The last micro-batch's backward reports each finished gradient, starting the dp reduction of full buckets.
     nn::GradReadyFn ready;
     if (i + 1 == micro.size()) {

@@ -59,11 +59,12 @@ Result<DistributedOptimizer> DistributedOptimizer::create(const Context& ctx, co
                 "optimizer: zero1 shards the optimizer state over the {} parameters' replicas, but no communicator "
                 "was given for them (OptimizerGroups)",
                 replica_group_name(g.kind));
-    if (rep != nullptr && (rep->size() > 1 || cfg.zero1)) {
+    // (One replica still averages when its gradients sum several batches: the ÷ batches.)
+    if (rep != nullptr && (rep->size() > 1 || cfg.zero1 || (cfg.average_grads && g.comms.batches > 1))) {
       std::vector<TensorView> grads;
       for (size_t i : g.members) grads.push_back(o.params_[i].grad);
       BucketConfig bc{.bucket_bytes = cfg.bucket_bytes, .average = cfg.average_grads, .shard = cfg.zero1,
-                      .duplicates = g.comms.duplicates, .parts = g.comms.parts};
+                      .duplicates = g.comms.duplicates, .parts = g.comms.parts, .batches = g.comms.batches};
       VLPAR_ASSIGN_OR_RETURN(GradBuckets b, GradBuckets::create(*rep, std::move(grads), bc, alloc));
       g.buckets.emplace(std::move(b));
     }

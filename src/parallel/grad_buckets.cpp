@@ -10,6 +10,7 @@ Result<GradBuckets> GradBuckets::create(comm::Communicator& dp, std::vector<Tens
   VLPAR_CHECK(cfg.bucket_bytes >= 4, "GradBuckets: bucket_bytes must be at least 4, got {}", cfg.bucket_bytes);
   VLPAR_CHECK(cfg.parts >= 1 && dp.size() % cfg.parts == 0, "GradBuckets: {} ranks holding parts of one gradient do "
               "not divide the {} ranks reducing the gradients", cfg.parts, dp.size());
+  VLPAR_CHECK(cfg.batches >= 1, "GradBuckets: batches must be at least 1, got {}", cfg.batches);
   VLPAR_CHECK(cfg.duplicates >= 1 && dp.size() % cfg.duplicates == 0,
               "GradBuckets: {} duplicate ranks do not divide the {} ranks reducing the gradients", cfg.duplicates,
               dp.size());
@@ -96,7 +97,8 @@ Status GradBuckets::mark_remaining() {
 }
 
 Status GradBuckets::finish() {
-  const float scale = cfg_.average ? float(cfg_.parts) / float(dp_->size()) : 1.0f / float(cfg_.duplicates);
+  const float scale =
+      cfg_.average ? float(cfg_.parts) / (float(dp_->size()) * float(cfg_.batches)) : 1.0f / float(cfg_.duplicates);
   exposed_seconds_ = 0.0;
   for (Bucket& b : buckets_) {
     if (!b.work) VLPAR_RETURN_IF_ERROR(launch(b));  // gradients never marked (e.g. unused params) still reduce

@@ -242,13 +242,13 @@ void expect_error(const Status& s, const std::string& want);
 // all_to_all_rows: the rows to send picked from `in` by an index (reversed, a row sent twice where 3 or more go) and
 // received placed by an index (reversed), against the plain all_to_all of the same rows; with the MPI backend's
 // derived datatypes and with the interface's default staging path (called explicitly), uneven and zero counts,
-// the same bytes either way. Then the named errors of the index checks.
+// the same bytes either way, rows to the rank itself included. Then the named errors of the index checks.
 TEST_F(Collectives, AllToAllRowsPlacesIndexedRowsAsTheStagedCopy) {
   const int64_t cols = 5;
   std::vector<int64_t> send(static_cast<size_t>(n_)), recv(static_cast<size_t>(n_));
-  for (int p = 0; p < n_; ++p) {
-    send[size_t(p)] = a2a_rows(rank_, p);
-    recv[size_t(p)] = a2a_rows(p, rank_);
+  for (int p = 0; p < n_; ++p) {  // with 2 more rows to itself (the MPI backend copies those locally)
+    send[size_t(p)] = a2a_rows(rank_, p) + (p == rank_ ? 2 : 0);
+    recv[size_t(p)] = a2a_rows(p, rank_) + (p == rank_ ? 2 : 0);
   }
   const int64_t S = std::accumulate(send.begin(), send.end(), int64_t{0});
   const int64_t R = std::accumulate(recv.begin(), recv.end(), int64_t{0});

@@ -11,6 +11,7 @@
 //     group the other lacks) clip by the norm over every stage's parameters;
 //   - duplicates (ReplicaComms::duplicates): ranks that computed the same gradient from the same data count once;
 //   - parts (ReplicaComms::parts): ranks holding parts of one replica's gradient average over the data replicas;
+//     batches (ReplicaComms::batches): ranks whose gradients each sum several batches average over all of them;
 //   - bad input is a named error; optim_params_from_registry skips frozen parameters and weights replicated ones.
 // Run: ctest --preset cpu -R distributed_optimizer   (or: mpirun -np 2 ./build/cpu/tests/test_distributed_optimizer)
 #include <gtest/gtest.h>
@@ -388,12 +389,15 @@ TEST(ReplicaGroups, DuplicatesCountOnceZero1) { duplicates(true); }
 // sequence parallelism): with parts = 2 and averaging, the reduced gradient is the mean over the size / 2 data
 // replicas of their whole gradients, Σ over every rank ÷ (size / 2), as plain AdamW on that (dyadic: exact);
 // without, it would be half that.
-void parts(bool zero1) {
+// With batches = 2 instead (a wide vision tower: each rank's gradient sums two data-parallel batches) the average
+// is Σ ÷ (size · 2).
+void averaged(bool zero1, int parts, int batches) {
   auto world = world_comm("dp");
   ASSERT_TRUE(world);
-  if (world->size() % 2 != 0) GTEST_SKIP() << "needs pairs of ranks";
+  if (world->size() % parts != 0) GTEST_SKIP() << "needs pairs of ranks";
   parallel::OptimizerGroups groups = parallel::OptimizerGroups::uniform(world.get(), nullptr);
-  groups[ReplicaGroup::kDense].parts = 2;
+  groups[ReplicaGroup::kDense].parts = parts;
+  groups[ReplicaGroup::kDense].batches = batches;
   Allocator alloc;
   const Context ctx = test_ctx(1);
   Model mine(alloc, 21), plain(alloc, 21);
@@ -402,7 +406,7 @@ void parts(bool zero1) {
   auto opt = parallel::DistributedOptimizer::create(ctx, groups, mine.params(), cfg, alloc);
   ASSERT_TRUE(opt.ok()) << opt.status().to_string();
   std::vector<Tensor> m = zero_state(alloc), v = zero_state(alloc);
-  const int replicas = world->size() / 2;
+  const int replicas = world->size() / parts * batches;  // the average's divisor
   for (int64_t t = 1; t <= 3; ++t) {
     mine.fill_grads(world->rank(), t);
     for (int r = 0; r < world->size(); ++r) {  // plain: Σ over every rank's part, ÷ the data replicas
@@ -422,10 +426,12 @@ void parts(bool zero1) {
     auto r = opt->step(ctx, 1e-2);
     ASSERT_TRUE(r.ok()) << r.status().to_string();
   }
-  EXPECT_TRUE(same_params(zero1 ? "parts, zero1" : "parts, replicated", mine, plain));
+  EXPECT_TRUE(same_params(zero1 ? "averaged, zero1" : "averaged, replicated", mine, plain));
 }
-TEST(ReplicaGroups, PartsAverageOverDataReplicasReplicated) { parts(false); }
-TEST(ReplicaGroups, PartsAverageOverDataReplicasZero1) { parts(true); }
+TEST(ReplicaGroups, PartsAverageOverDataReplicasReplicated) { averaged(false, 2, 1); }
+TEST(ReplicaGroups, PartsAverageOverDataReplicasZero1) { averaged(true, 2, 1); }
+TEST(ReplicaGroups, BatchesAverageOverEveryBatchReplicated) { averaged(false, 1, 2); }
+TEST(ReplicaGroups, BatchesAverageOverEveryBatchZero1) { averaged(true, 1, 2); }
 
 // Two pipeline stages (stage = rank / (world / 2); dp = the ranks of a stage, pp = the ranks with the same
 // position in their stage): stage 0 holds p0, p1 and p3 as a vision parameter, stage 1 only p2. The clipping norm

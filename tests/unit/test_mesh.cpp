@@ -527,6 +527,16 @@ TEST(ProcessGroupsFake, OptimizerGroupsCountNarrowerTowersAsDuplicates) {
   ASSERT_TRUE(pg2.ok());
   const OptimizerGroups g2 = OptimizerGroups::from(pg2.value());
   for (const ReplicaComms& r : g2.by_group) EXPECT_EQ(r.duplicates, 1);
+  // A vision tower wider than tp (tp 1, vision tp 2): each vision replica's gradient sums 2 data-parallel batches.
+  const std::map<std::string, int> wide = {{"tp", 1}, {"cp", 1}, {"dp", 4}, {"pp", 1}, {"dp_cp", 4}, {"tp_cp", 1},
+                                           {"ep", 1}, {"etp", 1}, {"edp", 4}, {"vision_tp", 2}, {"vision_dp", 2}};
+  FakeComm world3(1, 4, "world", &log, wide);
+  auto pg3 = ProcessGroups::create(world3, ParallelConfig{.world = 4, .tp = 1, .vision_tp = 2});
+  ASSERT_TRUE(pg3.ok()) << pg3.status().to_string();
+  const OptimizerGroups g3 = OptimizerGroups::from(pg3.value());
+  EXPECT_EQ(g3[ReplicaGroup::kVision].batches, 2);
+  EXPECT_EQ(g3[ReplicaGroup::kVision].duplicates, 1);
+  EXPECT_EQ(g3[ReplicaGroup::kDense].batches, 1);
 }
 
 TEST(ProcessGroupsFake, RefusesInvalidConfigWrongWorldAndAMismatchedBackend) {

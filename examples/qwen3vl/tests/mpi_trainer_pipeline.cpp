@@ -283,9 +283,10 @@ TEST(TrainerPipeline, CheckpointResumesAtOtherPipelineSizes) {
   }
 }
 
-/// np 4: PP=2 composed with DP=2 (ZeRO-1, full recompute) and with TP=2, with clipping, against one process
-/// training on the same global batch (DP: dp rank 0 reads the dense pack, rank 1 the MoE pack, 4 micro-batches
-/// each; one process reads both, 8 micro-batches): the same sums in another order, within 1e-5 relative.
+/// np 4: PP=2 composed with DP=2 (ZeRO-1, full recompute; and with the vision tower split over both dp ranks of
+/// stage 0, vision tp 2 > tp 1) and with TP=2, with clipping, against one process training on the same global batch
+/// (DP: dp rank 0 reads the dense pack, rank 1 the MoE pack, 4 micro-batches each; one process reads both, 8
+/// micro-batches): the same sums in another order, within 1e-5 relative.
 TEST(TrainerPipeline, ComposesWithDataAndTensorParallel) {
   auto world = vlpar::test::world_comm("world");
   ASSERT_TRUE(world);
@@ -300,9 +301,15 @@ TEST(TrainerPipeline, ComposesWithDataAndTensorParallel) {
                                                                    "--training.recompute=full"}),
                                 world.get());
   const TrainSummary tp = train(config(json, dir.path + "/tp", 3, {"--parallel.pp=2", "--parallel.tp=2"}), world.get());
+  // The vision tower over both data-parallel ranks of stage 0 (vision tp 2 > tp 1: their images exchanged).
+  const TrainSummary wide = train(config(json, dir.path + "/wide", 3, {"--parallel.pp=2", "--parallel.vision_tp=2"}),
+                                  world.get());
   ASSERT_EQ(dp.losses.size(), 3u);
   ASSERT_EQ(tp.losses.size(), 3u);
+  ASSERT_EQ(wide.losses.size(), 3u);
   for (size_t s = 0; s < 3; ++s) {
+    EXPECT_NEAR(wide.losses[s], one8.losses[s], 1e-5 * one8.losses[s]) << "pp 2 x dp 2, vision tp 2, step " << s + 1;
+    EXPECT_NEAR(wide.grad_norms[s], one8.grad_norms[s], 1e-5 * one8.grad_norms[s]) << "vision tp 2, step " << s + 1;
     EXPECT_NEAR(dp.losses[s], one8.losses[s], 1e-5 * one8.losses[s]) << "pp 2 x dp 2, step " << s + 1;
     EXPECT_NEAR(dp.grad_norms[s], one8.grad_norms[s], 1e-5 * one8.grad_norms[s]) << "pp 2 x dp 2, step " << s + 1;
     EXPECT_NEAR(tp.losses[s], one4.losses[s], 1e-5 * one4.losses[s]) << "pp 2 x tp 2, step " << s + 1;
@@ -354,6 +361,28 @@ TEST(TrainerPipeline, NonFiniteRouterLogitsSkipTheStepOnEveryStage) {
   EXPECT_TRUE(std::isfinite(s.losses[0]));
   EXPECT_TRUE(std::isnan(s.losses[1]));
   EXPECT_TRUE(std::isfinite(s.losses[2]) && std::isfinite(s.losses[3]));
+}
+
+// np 4, pp 2 × dp 2 with the vision tower split over both dp ranks of stage 0 (vision tp 2 > tp 1): one dp rank's
+// micro-batch has NaN pixels, its stage 0 poisons it but still meets its vision peer in that micro-batch's
+// backward exchange (Model::release_vision), so nobody waits; the step is skipped and the next ones train.
+TEST(TrainerPipeline, WideVisionGroupSurvivesAPoisonedMicroBatch) {
+  auto world = vlpar::test::world_comm("world");
+  ASSERT_TRUE(world);
+  if (world->size() != 4) GTEST_SKIP() << "needs 4 ranks (pp 2 x dp 2)";
+  SharedDir dir(*world, "wide_nan");
+  const std::string json = write_config(*world, "moe", dir.path, 5, false);
+  const std::string bad = dir.path + "/nan.safetensors";
+  if (world->rank() == 0) test::write_nan_pixel_batch(bad);
+  ASSERT_TRUE(world->barrier().ok());
+  std::vector<std::string> files(32, test::fixture("moe") + "/batch.safetensors");
+  files[2] = bad;  // dp rank 0's second micro-batch of step 1 (round-robin over the 2 dp ranks)
+  const TrainSummary s = train(config(json, dir.path + "/pp", 2, {"--parallel.pp=2", "--parallel.vision_tp=2"}),
+                               world.get(), nullptr, files);
+  EXPECT_EQ(s.skipped_steps, 1);
+  ASSERT_EQ(s.losses.size(), 3u);  // step 1 (skipped), 1 again, 2
+  EXPECT_TRUE(std::isnan(s.losses[0]));
+  EXPECT_TRUE(std::isfinite(s.losses[1]) && std::isfinite(s.losses[2]));
 }
 
 TEST(TrainerPipeline, LayoutWithWrongStageCountIsNamed) {

@@ -116,8 +116,8 @@ TEST(TrainConfig, ValidationIsOneSentenceNamingTheKey) {
   expect_error("", {"--parallel.vpp=2"}, "parallel.schedule = '1f1b' with parallel.vpp = 2");
   expect_error("", {"--parallel.pp=2", "--checkpoint.export_hf=out"}, "checkpoint.export_hf needs parallel.tp = 1, "
                "parallel.vision_tp = 1 and parallel.pp = 1, got tp 1, vision_tp 0 and pp 2");
-  expect_error("", {"--parallel.vision_tp=2"}, "parallel.vision_tp = 2 must divide parallel.tp = 1: the ranks of a "
-               "vision tp group must hold the same images");
+  expect_error("", {"--parallel.vision_tp=3", "--parallel.tp=2"}, "parallel.vision_tp = 3 and parallel.tp = 2: one "
+               "must divide the other");
   expect_error("", {"--parallel.ep=2", "--parallel.tp=2"}, "parallel.ep = 2 with parallel.tp = 2 needs "
                "parallel.sequence_parallel = true");
   expect_error("", {"--moe.expert_bias_rate=-0.001"}, "moe.expert_bias_rate must be finite and not negative");

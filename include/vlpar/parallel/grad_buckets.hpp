@@ -33,6 +33,9 @@ struct BucketConfig {
   int parts = 1;        // ranks among the dp group whose gradients are parts of one replica's gradient (experts
                         // under sequence parallelism: each tp rank routed its share of the same micro-batch); an
                         // average is then ÷ (dp / parts), the number of data replicas
+  int batches = 1;      // data replicas' batches each rank's gradient already sums (a vision tower whose tp group
+                        // spans several data-parallel batches, examples/qwen3vl/vision_slots.hpp): an average is
+                        // then ÷ (dp · batches)
 };
 
 /// One bucket as finish() leaves it. Elements of the flat buffer follow the gradients [first, last) in order.

@@ -29,6 +29,8 @@ struct ReplicaComms {
   std::vector<comm::Communicator*> norm;   // summed over in order; null entries and size-1 groups are skipped
   int duplicates = 1;  // replicas that computed the same gradient from the same data: the sum is ÷ duplicates
   int parts = 1;       // replicas whose gradients are parts of one (SP experts): an average is ÷ (size / parts)
+  int batches = 1;     // data-parallel batches each replica's gradient sums (a vision tp wider than tp): an average
+                       // is ÷ (size · batches)
 
   /// @brief Ranks over which the group's pieces are spread: the product of the norm groups' sizes (1 without).
   int norm_ranks() const {
@@ -50,7 +52,8 @@ struct OptimizerGroups {
   /// dp_cp / {tp}, expert = edp / {etp, ep}, vision = vision_dp / {vision_tp}; stages = pp. A vision tower
   /// narrower than the language model's tp runs the same images on tp / vision_tp ranks of its vision_dp group,
   /// and so do experts narrower than tp without expert parallelism (ep 1: every rank runs every token): those
-  /// are duplicates, not data replicas. Under sequence parallelism the tp ranks route different tokens, so their
+  /// are duplicates, not data replicas. A vision tower wider than tp runs vision_tp / tp batches at once: each
+  /// replica's gradient sums that many (ReplicaComms::batches). Under sequence parallelism the tp ranks route different tokens, so their
   /// expert gradients are parts of one sum, not duplicates.
   static OptimizerGroups from(const ProcessGroups& pg) {
     OptimizerGroups g;
@@ -62,7 +65,10 @@ struct OptimizerGroups {
     }
     const int tp = pg.get(Axis::kTp).size();
     const auto narrower = [tp](int n) { return n < tp && tp % n == 0 ? tp / n : 1; };
-    g[ReplicaGroup::kVision].duplicates = narrower(pg.get(Axis::kVisionTp).size());
+    const int vtp = pg.get(Axis::kVisionTp).size();
+    g[ReplicaGroup::kVision].duplicates = narrower(vtp);
+    // A vision tp group wider than tp spans vtp / tp data-parallel batches, whose images its tower runs together.
+    if (vtp > tp && vtp % tp == 0) g[ReplicaGroup::kVision].batches = vtp / tp;
     const int ep = pg.get(Axis::kEp).size(), etp = pg.get(Axis::kEtp).size();
     if (ep == 1 && !pg.mesh().config().sequence_parallel) g[ReplicaGroup::kExpert].duplicates = narrower(etp);
     // Under SP the tp ranks of one micro-batch that hold the same expert shard (tp / (etp·ep) of them, when the
