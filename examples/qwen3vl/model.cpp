@@ -405,9 +405,14 @@ Status Model::encode(const Context& ctx, TensorView pixels, const std::vector<nn
   const int64_t merge = cfg_.vision.merge;
   int64_t expected = 0;
   for (const nn::VisionGrid& g : grids) expected += g.t * g.h * g.w / (merge * merge);
-  VLPAR_CHECK(int64_t(rows.size()) == expected,
-              "the batch has {} tokens with id {} but its {} grids give {} merged vision tokens", rows.size(), pad_id,
-              grids.size(), expected);
+  Status counted = Status::Ok();
+  if (int64_t(rows.size()) != expected)
+    counted = vlpar::Status(StatusCode::kInvalidArgument,
+                            fmt::format("the batch has {} tokens with id {} but its {} grids give {} merged vision "
+                                        "tokens", rows.size(), pad_id, grids.size(), expected));
+  if (slots_.active())  // a wide vision group meets in collectives next: every rank returns, or none
+    counted = nn::agree_on_outcome(slots_.group, counted, "vision slots: rank", "have a bad batch");
+  VLPAR_RETURN_IF_ERROR(counted);
   if (!slots_.active()) {
     if (grids.empty()) return Status::Ok();
     pass.emplace();

@@ -24,12 +24,13 @@
 // the MoE blocks run replicated on every tp rank (same inputs, same weights, same gradients); expert parallelism
 // splits the experts (`ep`), vision tensor parallelism the vision blocks (`vision_tp`, Model::create); without it
 // the vision tower runs replicated. A vision tp group wider than tp (m · tp ranks, m data-parallel batches) runs
-// the tower on the images of all m batches and each rank keeps its own visual tokens (vision_slots.hpp). With sequence parallelism (tp.sequence_parallel) the decoder layers hold N / tp tokens per
-// rank (rank r: rows [r·N/tp, (r+1)·N/tp)): the embeddings and visual tokens are made whole on every rank as
-// without SP and each rank keeps its rows (layer 0's input, stash.x0); each deepstack level is added to the rows a
-// rank holds; the MoE layers route each rank's own tokens (nn/moe_block.hpp); backward all-gathers the gradient at
-// layer 0's input (and at the deepstack layers' outputs) so that the vision tower and the embedding see the whole
-// sequence. N must be a multiple of tp (the trainer pads: pad_for_sequence_parallel). Storage f32 on CPU.
+// the tower on the images of all m batches and each rank keeps its own visual tokens (vision_slots.hpp). With
+// sequence parallelism (tp.sequence_parallel) the decoder layers hold N / tp tokens per rank (rank r: rows
+// [r·N/tp, (r+1)·N/tp)): the embeddings and visual tokens are made whole on every rank as without SP and each rank
+// keeps its rows (layer 0's input, stash.x0); each deepstack level is added to the rows a rank holds; the MoE
+// layers route each rank's own tokens (nn/moe_block.hpp); backward all-gathers the gradient at layer 0's input
+// (and at the deepstack layers' outputs) so that the vision tower and the embedding see the whole sequence. N
+// must be a multiple of tp (the trainer pads: pad_for_sequence_parallel). Storage f32 on CPU.
 // Test: examples/qwen3vl/tests/test_parity.cpp (vs transformers fixtures), test_packing.cpp, test_freeze.cpp.
 #include <cstdint>
 #include <optional>
@@ -128,10 +129,10 @@ struct VisionPass {
 /// added to the layer output), so segments are [0, 1), [1, 2), …, [n_ds − 1, n_ds), [n_ds, L).
 using DecoderStack = vlpar::nn::LayerStack<vlpar::nn::DecoderLayer>;
 
-/// Everything backward needs from forward, for one micro-batch.
 /// Per decoder layer, the width of the expert-load counters (Stash::expert_load): E loads, then the dropped count.
 inline size_t expert_load_width(const TextConfig& t) { return size_t(t.num_experts) + 1; }
 
+/// Everything backward needs from forward, for one micro-batch.
 struct Stash {
   vlpar::nn::CausalTargets targets;  // i32 cu_seqlens [B + 1], labels [N] shifted per sample
   TensorView positions;              // i64 [3, N] MRoPE rows T, H, W: the batch's
@@ -148,8 +149,8 @@ struct Stash {
   vlpar::nn::LmHeadStash head;
   vlpar::RouterAuxStats aux;
   std::vector<double> expert_load;  // [L · (E + 1)] this forward's assignments per (decoder layer, expert), each
-                                    // layer's E followed by its assignments dropped by the capacity (if any);
-                                    // MoE layers run
+                                    // layer's E followed by its assignments dropped by the capacity (if any),
+                                    // counted by the MoE layers the forward ran
   StepLoss loss;
 };
 

@@ -58,7 +58,8 @@ class PipelineRunner {
   /// The last stage's per-micro-batch losses of the last step or evaluation; null when this rank does not hold the
   /// last stage.
   const std::vector<StepLoss>* losses() const;
-  /// The last step's assignments per (decoder layer, expert) [L · E] of this rank's MoE layers (empty: dense).
+  /// The last step's assignments per (decoder layer, expert) [L · (E + 1)] of this rank's MoE layers, each layer's
+  /// dropped count last (empty: dense).
   std::vector<double> expert_load() const;
   /// True when the embedding is tied and its two copies sit on different ranks, this rank holding one of them.
   bool holds_tied_copy(const Model& model) const;

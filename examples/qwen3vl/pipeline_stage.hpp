@@ -55,7 +55,8 @@ class PipelineStage {
   /// (generation: pipeline_generate.hpp); last_logits(j) is empty before that forward ran or elsewhere.
   void set_keep_last_logits(bool keep) { keep_last_logits_ = keep; }
   const std::vector<float>& last_logits(int j) const { return last_logits_.at(size_t(j)); }
-  /// The step's assignments per (decoder layer, expert) [L · E] of this stage's MoE layers (zeros elsewhere).
+  /// The step's assignments per (decoder layer, expert) [L · (E + 1)] of this stage's MoE layers (zeros elsewhere;
+  /// each layer's dropped count last: expert_load_width).
   const std::vector<double>& expert_load() const { return expert_load_; }
   int stage() const { return stage_; }
   std::pair<int, int> layers() const { return {first_, last_}; }

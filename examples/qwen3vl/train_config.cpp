@@ -166,6 +166,44 @@ bool one_of(const std::string& v, std::initializer_list<const char*> options) {
   return false;
 }
 
+/// The [parallel] section's checks (and export_hf's, which needs a single-process layout).
+Status validate_parallel(const ParallelSection& parallel, const CheckpointSection& checkpoint) {
+  VLPAR_CHECK(parallel.tp >= 1, "parallel.tp must be >= 1, got {}", parallel.tp);
+  VLPAR_CHECK(parallel.ep >= 1, "parallel.ep must be >= 1, got {}", parallel.ep);
+  VLPAR_CHECK(parallel.vision_tp >= 0, "parallel.vision_tp must be >= 1 (or 0: 1, the vision tower whole on every "
+              "rank), got {}", parallel.vision_tp);
+  VLPAR_CHECK(parallel.vision_tp <= 1 || parallel.tp % parallel.vision_tp == 0 ||
+                  parallel.vision_tp % parallel.tp == 0,
+              "parallel.vision_tp = {} and parallel.tp = {}: one must divide the other (a vision tp group inside a "
+              "tp group holds its images; one spanning whole tp groups exchanges theirs)", parallel.vision_tp,
+              parallel.tp);
+  VLPAR_CHECK(parallel.etp >= 0, "parallel.etp must be >= 1 (or 0: 1, each expert whole on its rank), got {}",
+              parallel.etp);
+  VLPAR_CHECK(parallel.etp <= 1 || parallel.tp == 1 || parallel.sequence_parallel, "parallel.etp = {} with "
+              "parallel.tp = {} needs parallel.sequence_parallel = true (the etp ranks must hold different tokens)",
+              parallel.etp, parallel.tp);
+  VLPAR_CHECK(parallel.ep == 1 || parallel.tp == 1 || parallel.sequence_parallel, "parallel.ep = {} with "
+              "parallel.tp = {} needs parallel.sequence_parallel = true (without it the tp ranks hold the same tokens "
+              "and would route them twice)", parallel.ep, parallel.tp);
+  VLPAR_CHECK(parallel.pp >= 1 && parallel.vpp >= 1, "parallel.pp and parallel.vpp must be >= 1, got {} and {}",
+              parallel.pp, parallel.vpp);
+  VLPAR_CHECK(one_of(parallel.schedule, {"gpipe", "1f1b", "interleaved", "zb_h1", "zb_v"}),
+              "parallel.schedule must be gpipe, 1f1b, interleaved, zb_h1 or zb_v, got '{}'", parallel.schedule);
+  const int want_vpp = parallel.schedule == "zb_v" ? 2 : 1;
+  VLPAR_CHECK(parallel.schedule == "interleaved" ? parallel.vpp > 1 : parallel.vpp == want_vpp,
+              "parallel.schedule = '{}' with parallel.vpp = {}: the interleaved schedule needs vpp > 1, zb_v "
+              "(two chunks per rank in a V) vpp = 2 and the others vpp = 1", parallel.schedule, parallel.vpp);
+  VLPAR_CHECK(checkpoint.export_hf.empty() ||
+                  (parallel.tp == 1 && parallel.pp == 1 && parallel.vpp == 1 && parallel.vision_tp <= 1),
+              "checkpoint.export_hf needs parallel.tp = 1, parallel.vision_tp = 1 and parallel.pp = 1, got tp {}, "
+              "vision_tp {} and pp {} (to export a "
+              "parallel run, resume its checkpoint in one process with checkpoint.export_hf set: checkpoints load "
+              "at any layout)", parallel.tp, parallel.vision_tp, parallel.pp);
+  VLPAR_CHECK(parallel.bucket_mb > 0 && parallel.bucket_mb <= 4096, "parallel.bucket_mb must be in (0, 4096], got {}",
+              parallel.bucket_mb);
+  return Status::Ok();
+}
+
 }  // namespace
 
 Status TrainConfig::validate() const {
@@ -216,39 +254,7 @@ Status TrainConfig::validate() const {
   VLPAR_CHECK(metrics.peak_gflops >= 0, "metrics.peak_gflops must be >= 0 (0 = measure), got {}", metrics.peak_gflops);
   VLPAR_CHECK(training.eval_interval >= 0 && training.eval_batches >= 1, "training.eval_interval must be >= 0 and "
               "training.eval_batches >= 1, got {} and {}", training.eval_interval, training.eval_batches);
-  VLPAR_CHECK(parallel.tp >= 1, "parallel.tp must be >= 1, got {}", parallel.tp);
-  VLPAR_CHECK(parallel.ep >= 1, "parallel.ep must be >= 1, got {}", parallel.ep);
-  VLPAR_CHECK(parallel.vision_tp >= 0, "parallel.vision_tp must be >= 1 (or 0: 1, the vision tower whole on every "
-              "rank), got {}", parallel.vision_tp);
-  VLPAR_CHECK(parallel.vision_tp <= 1 || parallel.tp % parallel.vision_tp == 0 ||
-                  parallel.vision_tp % parallel.tp == 0,
-              "parallel.vision_tp = {} and parallel.tp = {}: one must divide the other (a vision tp group inside a "
-              "tp group holds its images; one spanning whole tp groups exchanges theirs)", parallel.vision_tp,
-              parallel.tp);
-  VLPAR_CHECK(parallel.etp >= 0, "parallel.etp must be >= 1 (or 0: 1, each expert whole on its rank), got {}",
-              parallel.etp);
-  VLPAR_CHECK(parallel.etp <= 1 || parallel.tp == 1 || parallel.sequence_parallel, "parallel.etp = {} with "
-              "parallel.tp = {} needs parallel.sequence_parallel = true (the etp ranks must hold different tokens)",
-              parallel.etp, parallel.tp);
-  VLPAR_CHECK(parallel.ep == 1 || parallel.tp == 1 || parallel.sequence_parallel, "parallel.ep = {} with "
-              "parallel.tp = {} needs parallel.sequence_parallel = true (without it the tp ranks hold the same tokens "
-              "and would route them twice)", parallel.ep, parallel.tp);
-  VLPAR_CHECK(parallel.pp >= 1 && parallel.vpp >= 1, "parallel.pp and parallel.vpp must be >= 1, got {} and {}",
-              parallel.pp, parallel.vpp);
-  VLPAR_CHECK(one_of(parallel.schedule, {"gpipe", "1f1b", "interleaved", "zb_h1", "zb_v"}),
-              "parallel.schedule must be gpipe, 1f1b, interleaved, zb_h1 or zb_v, got '{}'", parallel.schedule);
-  const int want_vpp = parallel.schedule == "zb_v" ? 2 : 1;
-  VLPAR_CHECK(parallel.schedule == "interleaved" ? parallel.vpp > 1 : parallel.vpp == want_vpp,
-              "parallel.schedule = '{}' with parallel.vpp = {}: the interleaved schedule needs vpp > 1, zb_v "
-              "(two chunks per rank in a V) vpp = 2 and the others vpp = 1", parallel.schedule, parallel.vpp);
-  VLPAR_CHECK(checkpoint.export_hf.empty() ||
-                  (parallel.tp == 1 && parallel.pp == 1 && parallel.vpp == 1 && parallel.vision_tp <= 1),
-              "checkpoint.export_hf needs parallel.tp = 1, parallel.vision_tp = 1 and parallel.pp = 1, got tp {}, "
-              "vision_tp {} and pp {} (to export a "
-              "parallel run, resume its checkpoint in one process with checkpoint.export_hf set: checkpoints load "
-              "at any layout)", parallel.tp, parallel.vision_tp, parallel.pp);
-  VLPAR_CHECK(parallel.bucket_mb > 0 && parallel.bucket_mb <= 4096, "parallel.bucket_mb must be in (0, 4096], got {}",
-              parallel.bucket_mb);
+  VLPAR_RETURN_IF_ERROR(validate_parallel(parallel, checkpoint));
   // The keys mapped onto library configs pass the library's own checks too (with the derived fields).
   TrainConfig derived = *this;
   derived.derive();

@@ -113,16 +113,15 @@ struct MetricsSection {
   double peak_gflops = 0;        // device peak for MFU; 0 = measure this CPU's GEMM rate at start
 };
 
-/// The library's parallel layout (parallel.tp, parallel.pp, parallel.ep, parallel.sequence_parallel; world =
-/// tp · dp · pp under mpirun, the trainer sets world; ep folds over the tp × dp ranks of a stage: each MoE layer's
-/// experts are split over ep ranks, which must hold different tokens, so ep with tp > 1 needs sequence
-/// parallelism; parallel.etp splits each expert's width over that many ranks (expert tensor parallelism, folded like
-/// ep; with tp > 1 it needs sequence parallelism), parallel.vision_tp splits the vision blocks (dividing tp, or a
-/// multiple of it: the group then runs the images of vision_tp / tp data-parallel batches together, vision_slots.hpp);
-/// for both 0 or 1 = whole on every rank, unlike the library's ParallelConfig where 0 means tp), the pipeline's
-/// schedule and layer split, and the
-/// gradient-bucket size in MiB (parallel.bucket_mb;
-/// parsing derives optimizer.bucket_bytes).
+/// The library's parallel layout: parallel.tp, parallel.pp, parallel.ep, parallel.sequence_parallel (world =
+/// tp · dp · pp under mpirun; the trainer sets world). ep folds over the tp × dp ranks of a stage: each MoE layer's
+/// experts are split over ep ranks, which must hold different tokens, so ep with tp > 1 needs sequence parallelism.
+/// parallel.etp splits each expert's width over that many ranks (expert tensor parallelism, folded like ep; with
+/// tp > 1 it needs sequence parallelism). parallel.vision_tp splits the vision blocks (dividing tp, or a multiple of
+/// it: the group then runs the images of vision_tp / tp data-parallel batches together, vision_slots.hpp). For etp
+/// and vision_tp 0 or 1 = whole on every rank, unlike the library's ParallelConfig where 0 means tp. Also the
+/// pipeline's schedule and layer split, and the gradient-bucket size in MiB (parallel.bucket_mb; parsing derives
+/// optimizer.bucket_bytes).
 struct ParallelSection : vlpar::parallel::ParallelConfig {
   double bucket_mb = 25;
   int vpp = 1;                     // virtual stages per pipeline rank (> 1: interleaved; 2: zb_v)

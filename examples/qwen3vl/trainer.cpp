@@ -128,8 +128,9 @@ Status Trainer::setup_groups() {
   VLPAR_ASSIGN_OR_RETURN(Config mc, model_config_of(cfg_.model));
   vlpar::parallel::ParallelConfig pc = cfg_.parallel;
   pc.world = world;
-  pc.etp = cfg_.parallel.etp > 0 ? cfg_.parallel.etp : 1;  // default: each expert whole on the rank holding it
-                     // (split over ep ranks); with sequence parallelism ep and etp groups may span the tp ranks
+  // Default etp 1: each expert whole on the rank holding it (split over ep ranks); under sequence parallelism the
+  // ep and etp groups may span the tp ranks.
+  pc.etp = cfg_.parallel.etp > 0 ? cfg_.parallel.etp : 1;
   pc.vision_tp = cfg_.parallel.vision_tp > 0 ? cfg_.parallel.vision_tp : 1;  // default: the tower whole on each rank
   vlpar::parallel::ModelDims dims;
   dims.num_layers = mc.text.layers;
@@ -438,9 +439,10 @@ Status Trainer::pipeline_metrics(std::vector<obs::NamedScalar>& extra) {
 
 namespace {
 
-// Per MoE layer of the global loads [L · E]: CV, max/mean and min/mean of the assignments per expert; the worst
-// layer's into the console line (m.extra), every layer's into JSONL and TensorBoard (m.detail). Nothing for a dense
-// model.
+// Per MoE layer of the global loads [L · (E + 1)] (expert_load_width; the dropped count last): CV, max/mean and
+// min/mean of the assignments per expert; the worst layer's into the console line (m.extra), every layer's into
+// JSONL and TensorBoard (m.detail); with a capacity factor the step's share of dropped assignments. Nothing for a
+// dense model.
 void expert_load_metrics(const TextConfig& t, const std::vector<double>& load, obs::MetricsLine& m) {
   if (t.num_moe_layers() == 0) return;
   const auto E = size_t(t.num_experts), W = expert_load_width(t);
@@ -477,7 +479,8 @@ void expert_load_metrics(const TextConfig& t, const std::vector<double>& load, o
 // the same tokens, so only tp rank 0 contributes, unless sequence parallelism gave each its own. Counts are
 // integers: the sum is exact, the same on every rank.
 // Then (moe.expert_bias_rate > 0) each MoE router's expert bias this rank holds moves towards the mean load.
-// Returns the global loads [L · E] (empty for a dense model). Collective over the world.
+// Returns the global loads [L · (E + 1)], each layer's dropped count last (empty for a dense model). Collective over
+// the world.
 Result<std::vector<double>> Trainer::balance_experts(std::vector<double> load) {
   const TextConfig& t = model_->config().text;
   if (t.num_moe_layers() == 0) return std::vector<double>{};

@@ -14,7 +14,8 @@
 //
 // Every rank of the group takes part in every exchange, also with no images of its own (an empty slot). The
 // exchanges are collectives over the vision tp group, in the same micro-batch order on every rank.
-// Test: tests/mpi_trainer_reshard.cpp (vision tp 2 over tp 1: the losses of the tower whole on each rank).
+// Tests: examples/qwen3vl/tests/mpi_trainer_reshard.cpp (vision tp 2 over tp 1: the losses of the tower whole on
+// each rank; a non-finite micro-batch on one rank), examples/qwen3vl/tests/mpi_trainer_pipeline.cpp (with stages).
 #include <cstdint>
 #include <vector>
 

@@ -3,6 +3,7 @@
 // Tests: tests/mpi/test_collectives.cpp, tests/mpi/test_watchdog.cpp (ctest --preset cpu -L mpi).
 #include "vlpar/comm/mpi_communicator.hpp"
 
+#include <algorithm>
 #include <chrono>
 #include <climits>
 #include <cstdio>

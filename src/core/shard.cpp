@@ -24,19 +24,19 @@ Shape ParamShard::local_shape() const {
 std::vector<ShardBox> ParamShard::boxes() const {
   ShardBox whole;
   for (int d = 0; d < full_shape.ndim; ++d) whole.length[d] = full_shape[d];
+  // Each split dim's pieces (a dim that is not split: one whole piece); the boxes are their product.
+  const auto along = [&](int dim, const std::vector<ShardPiece>& pieces) {
+    return dim < 0 ? std::vector<ShardPiece>{ShardPiece{0, 0, 0}} : pieces;
+  };
   std::vector<ShardBox> out;
-  if (shard_dim < 0) return {whole};
-  const std::vector<ShardPiece> none = {ShardPiece{0, 0, inner_dim >= 0 ? full_shape[inner_dim] : 0}};
-  for (const ShardPiece& p : pieces)
-    for (const ShardPiece& q : inner_dim >= 0 ? inner_pieces : none) {
+  for (const ShardPiece& p : along(shard_dim, pieces))
+    for (const ShardPiece& q : along(inner_dim, inner_pieces)) {
       ShardBox b = whole;
-      b.local_begin[shard_dim] = p.local_begin;
-      b.full_begin[shard_dim] = p.full_begin;
-      b.length[shard_dim] = p.length;
-      if (inner_dim >= 0) {
-        b.local_begin[inner_dim] = q.local_begin;
-        b.full_begin[inner_dim] = q.full_begin;
-        b.length[inner_dim] = q.length;
+      for (const auto& [dim, piece] : {std::pair{shard_dim, p}, std::pair{inner_dim, q}}) {
+        if (dim < 0) continue;
+        b.local_begin[dim] = piece.local_begin;
+        b.full_begin[dim] = piece.full_begin;
+        b.length[dim] = piece.length;
       }
       out.push_back(b);
     }
@@ -133,8 +133,9 @@ void walk_box(const ShardBox& b, const Shape& full, const Shape& local, F&& fn) 
 }  // namespace
 
 Status init_param_shard(const Context& ctx, TensorView local, const ParamShard& p, uint64_t seed) {
-  VLPAR_CHECK(local.shape == p.local_shape() && local.is_contiguous(), "init_param_shard: {} is {} but its shard is "
-              "a contiguous {}", p.name, local.to_string(), p.local_shape().to_string());
+  VLPAR_CHECK(local.shape == p.local_shape() && local.is_contiguous() && local.device.is_cpu(), "init_param_shard: {} "
+              "is {} but its shard is a contiguous host {} (initialise on the host, then copy_)", p.name,
+              local.to_string(), p.local_shape().to_string());
   const Shape ls = p.local_shape();
   const size_t es = dtype_size(local.dtype);
   int64_t lstr[kMaxDims] = {};

@@ -31,7 +31,8 @@ namespace {
 namespace fs = std::filesystem;
 using json = nlohmann::json;
 
-constexpr int kFormatVersion = 2;  // 2: optional second split dim (inner_dim, inner_pieces); reads 1 and 2
+constexpr int kFormatVersion = 2;  // 2: a second split dim (inner_dim, inner_pieces); reads 1 and 2, writes 1
+                                   // when no tensor has one (so that older builds still read those)
 constexpr const char* kFormatName = "vlpar-checkpoint";
 constexpr const char* kShardingKey = "vlpar.checkpoint";   // rank-file "__metadata__" key: this rank's sharding JSON
 constexpr const char* kRankStateKey = "vlpar.rank_state";  // rank-file "__metadata__" key: the rank's own JSON
@@ -439,6 +440,28 @@ bool intersect(const std::vector<int64_t>& full, const Region& a, const Region& 
   return true;
 }
 
+/// The regions a destination shard holds: one per box (ParamShard::boxes), cut along its split dims.
+std::vector<Region> regions_of(const ParamShard& s) {
+  std::vector<Region> out;
+  for (const ShardBox& b : s.boxes()) {
+    Region r;
+    for (int k = 0; k < 2; ++k) {
+      const int d = k == 0 ? s.shard_dim : s.inner_dim;
+      if (d >= 0) r.cut[k] = {d, b.full_begin[d], b.length[d], b.local_begin[d]};
+    }
+    out.push_back(r);
+  }
+  return out;
+}
+
+/// The region of the full tensor one saved piece (or box) covers, in its rank file's layout.
+Region saved_region(const IndexEntry& e, const SavedPiece& p) {
+  Region r;
+  if (e.shard_dim >= 0) r.cut[0] = {e.shard_dim, p.full_begin, p.length, p.local_begin};
+  if (e.inner_dim >= 0) r.cut[1] = {e.inner_dim, p.inner_full_begin, p.inner_length, p.inner_local_begin};
+  return r;
+}
+
 /// Local coordinates (in the layout of region r) of the full-coordinate point lo.
 void to_local(const Region& r, int nd, const int64_t* lo, int64_t* out) {
   for (int j = 0; j < nd; ++j) out[j] = lo[j];
@@ -660,7 +683,9 @@ Status write_checkpoint_shard(const CheckpointWriteSpec& spec) {
       sharding[t.name]["inner_pieces"] = pieces_json(t.shard.inner_pieces);
     }
   }
-  const json meta = {{"version", kFormatVersion}, {"step", spec.step}, {"rank", spec.rank},
+  bool two_dim = false;
+  for (const CheckpointTensor& t : spec.tensors) two_dim = two_dim || t.shard.inner_dim >= 0;
+  const json meta = {{"version", two_dim ? kFormatVersion : 1}, {"step", spec.step}, {"rank", spec.rank},
                      {"world_size", spec.world_size}, {"tensors", sharding}};
   const std::map<std::string, std::string> metadata = {{kShardingKey, dump(meta)}, {kRankStateKey, dump(rank_state)}};
   VLPAR_RETURN_IF_ERROR(write_safetensors(join(tmp, checkpoint_rank_file_name(spec.rank)), named, metadata));
@@ -736,7 +761,9 @@ Status commit_checkpoint(const CheckpointWriteSpec& spec) {
   phase(spec, "verified");
 
   // The commit marker, written last into the still-temporary directory (file and directory fsync'd).
-  const json meta = {{"format", kFormatName}, {"version", kFormatVersion}, {"step", spec.step},
+  bool two_dim = false;
+  for (const auto& [name, e] : index) two_dim = two_dim || e.inner_dim >= 0;
+  const json meta = {{"format", kFormatName}, {"version", two_dim ? kFormatVersion : 1}, {"step", spec.step},
                      {"world_size", spec.world_size}, {"layout", layout}, {"user", user}, {"files", files},
                      {"tensors", tensors}};
   VLPAR_RETURN_IF_ERROR(write_text_file_atomic(join(tmp, kMetaFile), dump(meta, 1) + "\n"));
@@ -919,22 +946,9 @@ Status load_checkpoint(const std::string& dir, std::span<const CheckpointTensor>
     }
     const int nd = int(e.shape.size());
     const size_t es = dtype_size(t.local.dtype);
-    std::vector<Region> dst_regions;
-    for (const ShardBox& b : t.shard.boxes()) {
-      Region r;
-      for (int k = 0; k < 2; ++k) {
-        const int d = k == 0 ? t.shard.shard_dim : t.shard.inner_dim;
-        if (d >= 0) r.cut[k] = {d, b.full_begin[d], b.length[d], b.local_begin[d]};
-      }
-      dst_regions.push_back(r);
-    }
+    const std::vector<Region> dst_regions = regions_of(t.shard);
     const Shape dshape = t.local.shape;
-    auto region_of = [&](const SavedPiece& p) {
-      Region r;
-      if (e.shard_dim >= 0) r.cut[0] = {e.shard_dim, p.full_begin, p.length, p.local_begin};
-      if (e.inner_dim >= 0) r.cut[1] = {e.inner_dim, p.inner_full_begin, p.inner_length, p.inner_local_begin};
-      return r;
-    };
+    auto region_of = [&](const SavedPiece& p) { return saved_region(e, p); };
     for (const SavedPiece& p : reads) {
       const Chunk& c = e.chunks[p.chunk];
       const Region src = region_of(p);
@@ -967,11 +981,14 @@ Status load_checkpoint(const std::string& dir, std::span<const CheckpointTensor>
       walk_box(nd, size, sa.data(), oa, sb.data(), ob, es, [&](size_t boff, size_t aoff, size_t n) {
         same = same && std::memcmp(pa + aoff, pb + boff, n) == 0;
       });
+      const std::string what =
+          e.shard_dim < 0   ? std::string("the whole tensor")
+          : e.inner_dim < 0 ? fmt::format("[{}, {}) along dim {}", a.full_begin, a.full_begin + a.length, e.shard_dim)
+                            : fmt::format("[{}, {}) × [{}, {}) along dims {} × {}", a.full_begin,
+                                          a.full_begin + a.length, a.inner_full_begin,
+                                          a.inner_full_begin + a.inner_length, e.shard_dim, e.inner_dim);
       VLPAR_CHECK(same, "{}: tensor '{}': the copies of {} in {} and {} differ (replicas must be identical)", ctx,
-                  t.name, e.shard_dim < 0 ? std::string("the whole tensor")
-                                          : fmt::format("[{}, {}) along dim {}", a.full_begin, a.full_begin + a.length,
-                                                        e.shard_dim),
-                  checkpoint_rank_file_name(ca.rank), checkpoint_rank_file_name(cb.rank));
+                  t.name, what, checkpoint_rank_file_name(ca.rank), checkpoint_rank_file_name(cb.rank));
     }
     if (!t.local.device.is_cpu()) {
       TensorView host(staging.data(), t.local.dtype, t.local.shape);

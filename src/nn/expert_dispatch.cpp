@@ -3,6 +3,7 @@
 
 #include <fmt/format.h>
 
+#include <algorithm>
 #include <cmath>
 #include <cstring>
 #include <string>
@@ -166,7 +167,8 @@ Result<ExpertDispatch> plan_expert_dispatch(const Context& ctx, comm::Communicat
                 "must be finite and >= 0 (0: dropless), got {}", kOp, options.capacity_factor);
     VLPAR_RETURN_IF_ERROR(moe_dispatch_plan(ctx, d.local, indices, num_experts));
     if (options.capacity_factor == 0) return Status::Ok();
-    d.capacity = int64_t(std::ceil(options.capacity_factor * double(d.local.num_assignments()) / num_experts));
+    const double rows = double(d.local.num_assignments());  // no expert can take more than every row
+    d.capacity = int64_t(std::ceil(std::min(options.capacity_factor * rows / num_experts, rows)));
     VLPAR_ASSIGN_OR_RETURN(d.dropped, moe_capacity_plan(d.local, d.capacity));
     return Status::Ok();
   }();

@@ -77,6 +77,18 @@ TEST(ShardCopy, TwoSplitDimsTileTheFullTensorAndMatchTheDirectInit) {
     for (const Tensor& c : covered)
       for (int64_t k = 0; k < c.numel(); ++k) ASSERT_EQ(c.ptr<float>()[k], 1.f) << "element " << k;
   }
+  // A replicated parameter split along an inner dim only: its boxes are whole along every other dim.
+  const ParamShard r = split_inner(make_replicated_param("w", Shape{3, 8}, 7, InitRule::normal(0.f, 1.f)), 1,
+                                   Range{2, 6}, false);
+  ASSERT_EQ(r.boxes().size(), 1u);
+  EXPECT_EQ(r.local_shape(), (Shape{3, 4}));
+  Tensor full = Tensor::empty(alloc, r.full_shape, DType::kF32).value();
+  ASSERT_TRUE(init_full(ctx, full, 9, r.param_id, r.init).ok());
+  Tensor direct = Tensor::empty(alloc, r.local_shape(), DType::kF32).value();
+  ASSERT_TRUE(init_param_shard(ctx, direct, r, 9).ok());
+  Tensor gathered = Tensor::zeros(alloc, r.local_shape(), DType::kF32).value();
+  ASSERT_TRUE(gather_shard_from_full(gathered, full, r).ok());
+  EXPECT_TRUE(test::bitwise_equal("inner split of a replicated parameter", gathered, direct));
   // The fused width keeps each rank's gate and up columns side by side: [E_l, H, gate I/etp | up I/etp].
   const ParamShard g = expert_shards(2, 1, 2, 1)[0];
   EXPECT_EQ(g.local_shape(), (Shape{2, 3, 6}));

@@ -18,7 +18,8 @@
 //   "user":{caller's JSON}, "files":[{"rank":r, "name":"rank-0000r.safetensors", "bytes":size}, ...],
 //   "tensors":{name: {"dtype", "shape", "shard_dim", ["inner_dim",] "chunks":[{"rank":r, "pieces":[[l, f, n], ...]
 //   [, "inner_pieces":[...]]}, ...]}}}
-// Version 2 added the inner dim; version 1 checkpoints (no inner dims) load unchanged.
+// Version 2 added the inner dim: a checkpoint with one is written as version 2, any other as version 1 (what older
+// builds read); both load.
 //
 // Save protocol (save_checkpoint; the three phases are public so one process can play every rank in tests):
 //   prepare (rank 0)   : delete leftovers of crashed saves (step-*.tmp, step-*.deleting, latest.tmp.*), create a

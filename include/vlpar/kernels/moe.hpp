@@ -38,6 +38,7 @@
 // (moe_permute_kernel.cuh) for bf16, f16 and f32 rows with f32 weights, the plan's map uploaded per call.
 // Tests: tests/gpu/test_cuda_grouped_gemm.cpp, tests/gpu/test_cuda_moe_permute.cpp.
 // Test: tests/unit/test_moe.cpp (./build/cpu/tests/test_moe).
+#include <algorithm>
 #include <cstdint>
 #include <span>
 #include <utility>
@@ -115,7 +116,6 @@ inline Result<int64_t> moe_capacity_plan(MoeDispatch& plan, int64_t capacity) {
   for (int e = 0; e < plan.num_experts; ++e)
     for (int64_t i = 0; i < plan.expert_rows(e); ++i) {
       const int32_t a = plan.row_assignment[size_t(plan.offsets[size_t(e)] + i)];
-      if (a < 0) continue;  // a dropped assignment's row was removed already
       if (i >= capacity) {
         plan.assignment_row[size_t(a)] = -1;
         ++dropped;

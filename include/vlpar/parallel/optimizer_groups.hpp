@@ -53,8 +53,9 @@ struct OptimizerGroups {
   /// narrower than the language model's tp runs the same images on tp / vision_tp ranks of its vision_dp group,
   /// and so do experts narrower than tp without expert parallelism (ep 1: every rank runs every token): those
   /// are duplicates, not data replicas. A vision tower wider than tp runs vision_tp / tp batches at once: each
-  /// replica's gradient sums that many (ReplicaComms::batches). Under sequence parallelism the tp ranks route different tokens, so their
-  /// expert gradients are parts of one sum, not duplicates.
+  /// replica's gradient sums that many (ReplicaComms::batches; the mesh has no cp inside a vision tp group: its
+  /// ranks are whole tp groups of different dp coordinates). Under sequence parallelism the tp ranks route
+  /// different tokens, so their expert gradients are parts of one sum, not duplicates.
   static OptimizerGroups from(const ProcessGroups& pg) {
     OptimizerGroups g;
     g.stages = &pg.pp();

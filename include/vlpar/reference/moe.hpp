@@ -180,10 +180,8 @@ void moe_backward(S* dx, const MoeGrads<S>& g, const S* dout, const MoeCache<S>&
     for (int64_t k = 0; k < K; ++k) {
       const int64_t e = c.idx[size_t(t * K + k)];
       const S w = c.weights[size_t(t * K + k)];
-      if (!c.kept[size_t(t * K + k)]) {  // dropped: its output is not in the sum, nothing flows back through it
-        dw[size_t(k)] = 0;
-        continue;
-      }
+      dw[size_t(k)] = 0;  // stays 0 when dropped: its output is not in the sum, nothing flows back through it
+      if (!c.kept[size_t(t * K + k)]) continue;
       const S* gu = &c.gu[size_t((t * K + k) * 2 * I)];
       const S* act = &c.act[size_t((t * K + k) * I)];
       // y = act · D_e;  ∂L/∂w = <dout, y>;  ∂L/∂act = w · dout · D_eᵀ;  ∂L/∂D_e += act ⊗ (w · dout)
