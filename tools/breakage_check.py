@@ -8,6 +8,7 @@ import os, re, subprocess, sys, tempfile
 ROOT = tempfile.mkdtemp(prefix="vlpar-breakage-")
 subprocess.run(f"git -C {os.path.dirname(os.path.abspath(__file__))}/.. archive HEAD | tar -x -C {ROOT}", shell=True, check=True)
 cases = [
+ ("model: the etp gate_up width split as one block", "examples/qwen3vl/model.cpp", "/*fused=*/width_dim == 2);", "/*fused=*/width_dim == 0);", "mpi_expert_parallel:np2"),
  ("wide vision: a poisoned pipeline micro-batch skips its vision exchange", "examples/qwen3vl/pipeline_stage.cpp", "    if (stage_ == 0) VLPAR_RETURN_IF_ERROR(model_->release_vision(ctx, st.model));", "    if (stage_ < 0) VLPAR_RETURN_IF_ERROR(model_->release_vision(ctx, st.model));", "mpi_trainer_pipeline:np4"),
  ("wide vision: the trainer stops at a non-finite router", "examples/qwen3vl/trainer.cpp", "      if (!model_->vision_spans_batches()) break;", "      if (model_->vision_spans_batches()) break;", "mpi_trainer_reshard:np2"),
  ("wide vision: every rank keeps slot 0's tokens", "examples/qwen3vl/model.cpp", "const int64_t a = pass->slot_tokens[size_t(slots_.slot())], b =", "const int64_t a = pass->slot_tokens[0] * 0, b =", "mpi_trainer_reshard:np2"),

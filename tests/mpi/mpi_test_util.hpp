@@ -4,8 +4,11 @@
 #include <gtest/gtest.h>
 #include <mpi.h>
 
+#include <unistd.h>
+
 #include <algorithm>
 #include <chrono>
+#include <filesystem>
 #include <memory>
 #include <string>
 
@@ -24,6 +27,17 @@ inline std::unique_ptr<comm::Communicator> world_comm(std::string name = "world"
   auto c = comm::MpiCommunicator::create(MPI_COMM_WORLD, test_options(std::move(name)));
   EXPECT_TRUE(c.ok()) << c.status().to_string();
   return c.ok() ? std::unique_ptr<comm::Communicator>(std::move(c).value()) : nullptr;
+}
+
+/// A fresh directory under the temp dir named `prefix` + rank 0's pid, the same path on every rank (collective;
+/// rank 0 removes what a crashed run left there). The caller removes it.
+inline std::string shared_temp_dir(comm::Communicator& world, const std::string& prefix) {
+  int64_t pid = ::getpid();
+  EXPECT_TRUE(world.broadcast(TensorView(&pid, DType::kI64, Shape{1}), 0).ok());
+  const std::string dir = (std::filesystem::temp_directory_path() / (prefix + std::to_string(pid))).string();
+  if (world.rank() == 0) std::filesystem::remove_all(dir);
+  EXPECT_TRUE(world.barrier().ok());
+  return dir;
 }
 
 /// A view of `shape` that starts `offset` elements into its own allocation (offset 1 misaligns it).

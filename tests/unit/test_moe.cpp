@@ -219,6 +219,16 @@ MoeRun run_reference(const Dims& d, const std::vector<Layer>& layers, const Host
   return all_close(what + " (must be identical)", a, b, Shape{int64_t(a.size())}, 0.0);
 }
 
+/// Every layer's parameter gradients of `got` against the fp64 reference under the bound `op` (tolerances.hpp).
+void expect_grads_close(const Dims& d, const MoeRun& got, const MoeRun& ref, const MoeRun& naive, TolOp op) {
+  const auto shapes = param_shapes(d);
+  for (size_t l = 0; l < got.grads.size(); ++l)
+    for (int p = 0; p < 4; ++p)
+      EXPECT_TRUE(close_to_reference("layer " + std::to_string(l) + " grad " + kParamName[p], got.grads[l][size_t(p)],
+                                     ref.grads[l][size_t(p)], naive.grads[l][size_t(p)], shapes[size_t(p)], op,
+                                     DType::kF32));
+}
+
 /// Smallest gap p_(K) − p_(K+1) between the last chosen and the first unchosen probability over all rows.
 double min_topk_gap(const MoeRun& r, const Dims& d) {
   double gap = 1.0;
@@ -682,12 +692,8 @@ TEST(MoeBlock, MatchesFp64ReferenceTwoLayersWithAux) {
   EXPECT_TRUE(close_to_reference("out", got.out, ref.out, naive.out, Shape{d.N, d.H}, op, DType::kF32));
   EXPECT_TRUE(close_to_reference("aux", {got.aux}, {ref.aux}, {naive.aux}, Shape{1}, op, DType::kF32));
   EXPECT_TRUE(close_to_reference("dx", got.dx, ref.dx, naive.dx, Shape{d.N, d.H}, op, DType::kF32));
+  expect_grads_close(d, got, ref, naive, op);
   const auto shapes = param_shapes(d);
-  for (size_t l = 0; l < 2; ++l)
-    for (int p = 0; p < 4; ++p)
-      EXPECT_TRUE(close_to_reference("layer " + std::to_string(l) + " grad " + kParamName[p], got.grads[l][size_t(p)],
-                                     ref.grads[l][size_t(p)], naive.grads[l][size_t(p)], shapes[size_t(p)], op,
-                                     DType::kF32));
   // The aux term reaches the router of both layers: dropping it moves their gradients far outside the bound.
   const MoeRun no_aux = run_kernel(d, pb.layers, pb.x, pb.G, 0.f);
   for (size_t l = 0; l < 2; ++l)
@@ -741,12 +747,7 @@ TEST(MoeBlock, CapacityDropsMatchTheFp64ReferenceAndFiniteDifferences) {
   const TolOp op = TolOp::kDecoderStack;
   EXPECT_TRUE(close_to_reference("out", got.out, ref.out, naive.out, Shape{d.N, d.H}, op, DType::kF32));
   EXPECT_TRUE(close_to_reference("dx", got.dx, ref.dx, naive.dx, Shape{d.N, d.H}, op, DType::kF32));
-  const auto shapes = param_shapes(d);
-  for (size_t l = 0; l < 2; ++l)
-    for (int p = 0; p < 4; ++p)
-      EXPECT_TRUE(close_to_reference("layer " + std::to_string(l) + " grad " + kParamName[p], got.grads[l][size_t(p)],
-                                     ref.grads[l][size_t(p)], naive.grads[l][size_t(p)], shapes[size_t(p)], op,
-                                     DType::kF32));
+  expect_grads_close(d, got, ref, naive, op);
   Dims dropless = d;
   dropless.capacity_factor = 0;
   const MoeRun all = run_reference<double>(dropless, pb.layers, pb.x, pb.G, coef);

@@ -12,7 +12,9 @@
 //   - ep × tp with sequence parallelism matches data parallelism alone; ep with tp > 1 without it is a named
 //     config error;
 //   - expert tensor parallelism (etp 2, × ep 2 at np 4) matches data parallelism, reshards to EP = 1 and exports
-//     byte for byte the EP = 1 export.
+//     byte for byte the EP = 1 export;
+//   - a capacity factor drops the same rows as data parallelism and counts them;
+//   - HF parity: the MoE fixture with its experts split over ep (and etp × ep) gives transformers' logits and losses.
 #include <gtest/gtest.h>
 
 #include <unistd.h>
@@ -27,6 +29,7 @@
 #include "model_test_util.hpp"
 #include "mpi/mpi_test_util.hpp"
 #include "trainer.hpp"
+#include "vlpar/io/safetensors.hpp"
 
 namespace qwen3vl {
 namespace {
@@ -60,13 +63,19 @@ std::unique_ptr<Trainer> train(const TrainConfig& c, Communicator& world, TrainS
   return std::move(t).value();
 }
 
-std::string shared_dir(Communicator& world) {
-  int64_t pid = ::getpid();
-  EXPECT_TRUE(world.broadcast(TensorView(&pid, vlpar::DType::kI64, vlpar::Shape{1}), 0).ok());
-  const std::string dir = (fs::temp_directory_path() / ("vlpar_ep_" + std::to_string(pid))).string();
-  if (world.rank() == 0) fs::remove_all(dir);
-  EXPECT_TRUE(world.barrier().ok());
-  return dir;
+std::string shared_dir(Communicator& world) { return vlpar::test::shared_temp_dir(world, "vlpar_ep_"); }
+
+/// Rank 0: the HF export under `dir`/`a` is byte for byte the one under `dir`/`b` (model.safetensors).
+void expect_same_export(Communicator& world, const std::string& a_dir, const std::string& b_dir, const char* what) {
+  if (world.rank() != 0) return;
+  auto bytes = [](const std::string& path) {
+    std::ifstream in(path, std::ios::binary);
+    return std::string(std::istreambuf_iterator<char>(in), std::istreambuf_iterator<char>());
+  };
+  const std::string a = bytes(a_dir + "/model.safetensors"), b = bytes(b_dir + "/model.safetensors");
+  EXPECT_FALSE(a.empty());
+  EXPECT_TRUE(a == b) << "the " << what << " export differs from the EP = 1 export (" << a.size() << " vs "
+                      << b.size() << " bytes)";
 }
 
 /// Each expert tensor `mine` holds (its experts of the full [E, …], and under etp its block of their width)
@@ -139,16 +148,7 @@ TEST(TrainerExpertParallel, MatchesDataParallelAndReshardsToEp1) {
   EXPECT_EQ(none.steps_done, 0);
   compare_experts(ep_run->model(), back->model(), 0.0);
   // The HF export of the EP run (every expert gathered over ep) is byte for byte the EP = 1 run's of the same model.
-  if (world->rank() == 0) {
-    auto bytes = [](const std::string& path) {
-      std::ifstream in(path, std::ios::binary);
-      return std::string(std::istreambuf_iterator<char>(in), std::istreambuf_iterator<char>());
-    };
-    const std::string a = bytes(dir + "/ep_hf/model.safetensors"), b = bytes(dir + "/one_hf/model.safetensors");
-    EXPECT_FALSE(a.empty());
-    EXPECT_TRUE(a == b) << "the EP export differs from the EP = 1 export (" << a.size() << " vs " << b.size()
-                        << " bytes)";
-  }
+  expect_same_export(*world, dir + "/ep_hf", dir + "/one_hf", "EP");
   ASSERT_TRUE(world->barrier().ok());
   if (world->rank() == 0) fs::remove_all(dir);
 }
@@ -200,16 +200,7 @@ TEST(TrainerExpertParallel, ExpertTensorParallelMatchesDataParallelAndReshards) 
   ASSERT_TRUE(back);
   EXPECT_EQ(none.first_step, 3);
   compare_experts(et_run->model(), back->model(), 0.0);
-  if (world->rank() == 0) {
-    auto bytes = [](const std::string& path) {
-      std::ifstream in(path, std::ios::binary);
-      return std::string(std::istreambuf_iterator<char>(in), std::istreambuf_iterator<char>());
-    };
-    const std::string a = bytes(dir + "/etp_hf/model.safetensors"), b = bytes(dir + "/one_hf/model.safetensors");
-    EXPECT_FALSE(a.empty());
-    EXPECT_TRUE(a == b) << "the ETP export differs from the EP = 1 export (" << a.size() << " vs " << b.size()
-                        << " bytes)";
-  }
+  expect_same_export(*world, dir + "/etp_hf", dir + "/one_hf", "ETP");
   ASSERT_TRUE(world->barrier().ok());
   if (world->rank() == 0) fs::remove_all(dir);
 }
@@ -320,6 +311,58 @@ TEST(TrainerExpertParallel, CapacityFactorDropsTheSameRowsAsDataParallelAndCount
   }
   ASSERT_TRUE(world->barrier().ok());
   if (world->rank() == 0) fs::remove_all(dir);
+}
+
+// HF parity under expert parallelism: the MoE fixture loaded from its HF files with its 8 experts split over the
+// world (ep = np, and etp 2 × ep np/2) and run on the fixture batch (the same on every rank: each rank's tokens
+// travel to the experts' ranks and back) gives transformers' logits and losses within 1e-5, as one process does.
+TEST(ExpertParallelParity, MoeFixtureMatchesTransformersWithEpAndEtp) {
+  auto world = vlpar::test::world_comm("world");
+  ASSERT_TRUE(world);
+  const int P = world->size(), r = world->rank();
+  auto etp = world->split(r / 2, r % 2, vlpar::test::test_options("etp"));
+  auto ep_half = world->split(r % 2, r / 2, vlpar::test::test_options("ep_half"));
+  ASSERT_TRUE(etp.ok() && ep_half.ok());
+  const std::string dir = test::fixture("moe");
+  Result<vlpar::io::SafetensorsFile> ex = vlpar::io::SafetensorsFile::open(dir + "/expected.safetensors");
+  ASSERT_TRUE(ex.ok()) << ex.status().message();
+  auto scalar = [&](const char* name) {
+    float v = NAN;
+    EXPECT_TRUE(ex.value().read(name, TensorView(&v, vlpar::DType::kF32, vlpar::Shape{})).ok()) << name;
+    return double(v);
+  };
+  Result<Config> cfg = load_hf_config(dir);
+  ASSERT_TRUE(cfg.ok());
+  for (const nn::ExpertParallel& ep : {nn::ExpertParallel{world.get()},
+                                       nn::ExpertParallel{P > 2 ? ep_half.value().get() : nullptr, etp.value().get()}}) {
+    SCOPED_TRACE(fmt::format("ep {} x etp {}", ep.size(), ep.etp_size()));
+    Allocator alloc;
+    Context ctx = Context::cpu_default();
+    ctx.allocator = &alloc;
+    Result<Model> m = Model::create(ctx, cfg.value(), Freeze{}, std::nullopt, alloc, {}, {}, ep);
+    ASSERT_TRUE(m.ok()) << m.status().message();
+    ASSERT_TRUE(load_hf_weights(m.value(), dir).ok());
+    Result<vlpar::data::PackedBatch> lb = load_batch(dir + "/batch.safetensors", cfg.value().mrope_desc());
+    ASSERT_TRUE(lb.ok()) << lb.status().message();
+    Stash st;
+    Result<StepLoss> loss = m.value().forward(ctx, lb.value().view(), st);
+    ASSERT_TRUE(loss.ok()) << loss.status().message();
+    Result<Tensor> logits = m.value().logits(ctx, st, alloc);
+    ASSERT_TRUE(logits.ok());
+    const vlpar::io::TensorInfo* info = ex.value().find("logits");
+    ASSERT_NE(info, nullptr);
+    Tensor ref = Tensor::empty(alloc, info->shape, vlpar::DType::kF32).value();
+    ASSERT_TRUE(ex.value().read("logits", ref).ok());
+    ASSERT_EQ(ref.numel(), logits.value().numel());
+    double diff = 0, scale = 0;
+    for (int64_t i = 0; i < ref.numel(); ++i) {
+      diff = std::max(diff, double(std::abs(logits.value().ptr<float>()[i] - ref.ptr<float>()[i])));
+      scale = std::max(scale, double(std::abs(ref.ptr<float>()[i])));
+    }
+    EXPECT_LE(diff / scale, 1e-5) << "logits";
+    EXPECT_NEAR(loss.value().ce_loss, scalar("ce_loss"), 1e-5 * std::abs(scalar("ce_loss")));
+    EXPECT_NEAR(loss.value().aux_loss, scalar("aux_loss"), 1e-5 * std::abs(scalar("aux_loss")) + 1e-9);
+  }
 }
 
 TEST(TrainerExpertParallel, EpOrEtpWithTpWithoutSequenceParallelIsANamedConfigError) {

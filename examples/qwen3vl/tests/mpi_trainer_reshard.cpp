@@ -127,12 +127,7 @@ TEST(TrainerReshard, Tp2CheckpointResumesAtTp1) { check_reshard(1); }
 TEST(TrainerReshard, Tp2WithVisionTp2CheckpointResumesAtTp1) { check_reshard(2); }
 
 std::string shared_dir(vlpar::comm::Communicator& world, const char* name) {
-  int64_t pid = ::getpid();
-  EXPECT_TRUE(world.broadcast(TensorView(&pid, vlpar::DType::kI64, vlpar::Shape{1}), 0).ok());
-  const std::string dir = (std::filesystem::temp_directory_path() / (name + std::to_string(pid))).string();
-  if (world.rank() == 0) std::filesystem::remove_all(dir);
-  EXPECT_TRUE(world.barrier().ok());
-  return dir;
+  return vlpar::test::shared_temp_dir(world, name);
 }
 
 // A vision tp group wider than tp (tp 1, vision tp 2: each pair of data-parallel ranks runs the tower on both

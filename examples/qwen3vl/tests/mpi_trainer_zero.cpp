@@ -48,12 +48,7 @@ TrainRun train(vlpar::comm::Communicator& world, const std::string& dir, int ste
 }
 
 std::string temp_root(vlpar::comm::Communicator& world, const std::string& name) {
-  int64_t pid = ::getpid();
-  EXPECT_TRUE(world.broadcast(TensorView(&pid, vlpar::DType::kI64, vlpar::Shape{1}), 0).ok());
-  const std::string dir = (std::filesystem::temp_directory_path() / (name + std::to_string(pid))).string();
-  if (world.rank() == 0) std::filesystem::remove_all(dir);
-  EXPECT_TRUE(world.barrier().ok());
-  return dir;
+  return vlpar::test::shared_temp_dir(world, name);
 }
 
 /// Largest |a − b| / (1 + |b|) over every parameter of the two models (this rank's shards).
