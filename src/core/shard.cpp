@@ -5,6 +5,7 @@
 #include <cstring>
 #include <vector>
 
+#include "vlpar/core/box_walk.hpp"
 #include "vlpar/core/dispatch.hpp"
 
 namespace vlpar {
@@ -98,36 +99,11 @@ void strides_of(const Shape& s, int64_t* out) {
   }
 }
 
-/// Calls fn(local_element_offset, full_element_offset, elements) for each contiguous run of box `b` (runs along
-/// the last dim; a box whole in its trailing dims is one run per leading index).
+/// Calls fn(local_element_offset, full_element_offset, elements) for each contiguous run of box `b` (core/
+/// box_walk.hpp with the full tensor as source and the shard as destination).
 template <class F>
 void walk_box(const ShardBox& b, const Shape& full, const Shape& local, F&& fn) {
-  const int nd = full.ndim;
-  for (int d = 0; d < nd; ++d)
-    if (b.length[d] == 0) return;
-  int64_t fs[kMaxDims] = {}, ls[kMaxDims] = {};
-  strides_of(full, fs);
-  strides_of(local, ls);
-  int k = nd - 1;  // runs cover dims [k, nd): dims after k whole in both layouts
-  while (k > 0 && b.length[k] == full[k] && b.length[k] == local[k]) --k;
-  int64_t run = 1;
-  for (int d = std::max(k, 0); d < nd; ++d) run *= b.length[d];
-  int64_t idx[kMaxDims] = {};
-  for (;;) {
-    int64_t fo = 0, lo = 0;
-    for (int d = 0; d < nd; ++d) {
-      const int64_t i = d < k ? idx[d] : 0;
-      fo += (b.full_begin[d] + i) * fs[d];
-      lo += (b.local_begin[d] + i) * ls[d];
-    }
-    fn(lo, fo, run);
-    int d = k - 1;
-    for (; d >= 0; --d) {
-      if (++idx[d] < b.length[d]) break;
-      idx[d] = 0;
-    }
-    if (d < 0) return;
-  }
+  vlpar::walk_box(full.ndim, b.length, full.dims, b.full_begin, local.dims, b.local_begin, fn);
 }
 
 }  // namespace
