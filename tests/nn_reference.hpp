@@ -110,10 +110,28 @@ struct ReferenceResult {
   std::vector<std::vector<S>> grads;  // DecoderModel param order, full shapes
 };
 
-/// Loss and every parameter gradient of the decoder stack on full weights `w` (DecoderModel order).
-template <class S>
+/// The identity storage policy: every tensor kept in S.
+struct KeepAll {
+  template <class V>
+  void operator()(V&) const {}
+};
+
+/// Rounds every element to the storage dtype T and back: what a model that stores its activations (and their
+/// gradients) in T keeps at that point (the "naive" baseline of a bf16 model, tolerances.hpp).
+template <class T>
+struct RoundTo {
+  template <class V>
+  void operator()(V& v) const {
+    for (auto& x : v) x = decltype(x + 0)(round_to<T>(float(x)));
+  }
+};
+
+/// Loss and every parameter gradient of the decoder stack on full weights `w` (DecoderModel order). `store` is
+/// applied to every tensor DecoderModel stores in its activation dtype (forward activations and their gradients,
+/// each where the model writes it); statistics, logits, their gradient and parameter gradients stay in S.
+template <class S, class Store = KeepAll>
 ReferenceResult<S> reference_decoder(const nn::TransformerConfig& cfg, const std::vector<std::vector<S>>& w,
-                                     const HostBatch& batch) {
+                                     const HostBatch& batch, Store store = {}) {
   namespace R = vlpar::reference;
   using Vec = std::vector<S>;
   const int64_t N = int64_t(batch.ids.size()), H = cfg.hidden, D = cfg.head_dim, I = cfg.intermediate,
@@ -150,18 +168,23 @@ ReferenceResult<S> reference_decoder(const nn::TransformerConfig& cfg, const std
   Vec x(size_t(N * H));
   for (int64_t n = 0; n < N; ++n)
     for (int64_t c = 0; c < H; ++c) x[size_t(n * H + c)] = w[0][size_t(batch.ids[size_t(n)] * H + c)];
+  store(x);
   for (int l = 0; l < L; ++l) {
     Layer& s = st[size_t(l)];
     s.x = x;
     s.rstd1.resize(size_t(N));
     s.h1.resize(size_t(N * H));
     R::rmsnorm_forward(s.h1.data(), s.rstd1.data(), s.x.data(), lw(l, 0).data(), N, H, eps);
+    store(s.h1);
     s.q_raw.resize(size_t(N * Hq * D));
     s.k_raw.resize(size_t(N * Hkv * D));
     s.v.resize(size_t(N * Hkv * D));
     R::linear_forward(s.q_raw.data(), s.h1.data(), lw(l, 1).data(), (const S*)nullptr, N, H, Hq * D);
     R::linear_forward(s.k_raw.data(), s.h1.data(), lw(l, 2).data(), (const S*)nullptr, N, H, Hkv * D);
     R::linear_forward(s.v.data(), s.h1.data(), lw(l, 3).data(), (const S*)nullptr, N, H, Hkv * D);
+    store(s.q_raw);
+    store(s.k_raw);
+    store(s.v);
     // q/k norm: RMSNorm over D of each (token, head) row, one [D] weight for all q heads and one for all k heads.
     Vec qn = s.q_raw, kn = s.k_raw;
     if (qkn) {
@@ -169,34 +192,47 @@ ReferenceResult<S> reference_decoder(const nn::TransformerConfig& cfg, const std
       s.k_rstd.resize(size_t(N * Hkv));
       R::rmsnorm_forward(qn.data(), s.q_rstd.data(), s.q_raw.data(), lw(l, kQn).data(), N * Hq, D, eps);
       R::rmsnorm_forward(kn.data(), s.k_rstd.data(), s.k_raw.data(), lw(l, kKn).data(), N * Hkv, D, eps);
+      store(qn);
+      store(kn);
     }
     s.q.resize(qn.size());
     s.k.resize(kn.size());
     R::rotary_apply(s.q.data(), qn.data(), pos, N, Hq, rd, +1);
     R::rotary_apply(s.k.data(), kn.data(), pos, N, Hkv, rd, +1);
+    store(s.q);
+    store(s.k);
     s.attn.resize(size_t(N * Hq * D));
     s.lse.resize(size_t(Hq * N));
     R::attention_forward(s.attn.data(), s.lse.data(), s.q.data(), s.k.data(), s.v.data(), ap);
+    store(s.attn);
     Vec o(size_t(N * H));
     R::linear_forward(o.data(), s.attn.data(), lw(l, kO).data(), (const S*)nullptr, N, Hq * D, H);
+    store(o);
     s.x1.resize(size_t(N * H));
     for (size_t i = 0; i < o.size(); ++i) s.x1[i] = s.x[i] + o[i];
+    store(s.x1);
     s.rstd2.resize(size_t(N));
     s.h2.resize(size_t(N * H));
     R::rmsnorm_forward(s.h2.data(), s.rstd2.data(), s.x1.data(), lw(l, kPost).data(), N, H, eps);
+    store(s.h2);
     s.gu.resize(size_t(N * 2 * I));
     R::linear_forward(s.gu.data(), s.h2.data(), lw(l, kGu).data(), (const S*)nullptr, N, H, 2 * I);
+    store(s.gu);
     s.act.resize(size_t(N * I));
     for (int64_t n = 0; n < N; ++n)
       for (int64_t i = 0; i < I; ++i)
         s.act[size_t(n * I + i)] = R::swiglu(s.gu[size_t(n * 2 * I + i)], s.gu[size_t(n * 2 * I + I + i)]);
+    store(s.act);
     Vec d(size_t(N * H));
     R::linear_forward(d.data(), s.act.data(), lw(l, kDown).data(), (const S*)nullptr, N, I, H);
+    store(d);
     for (size_t i = 0; i < d.size(); ++i) x[i] = s.x1[i] + d[i];
+    store(x);
   }
   const size_t fn = size_t(1 + P * L), head = cfg.tie_word_embeddings ? 0 : fn + 1;
   Vec rstdf(static_cast<size_t>(N)), hf(size_t(N * H)), logits(size_t(N * V)), dlogits(size_t(N * V));
   R::rmsnorm_forward(hf.data(), rstdf.data(), x.data(), w[fn].data(), N, H, eps);
+  store(hf);
   R::linear_forward(logits.data(), hf.data(), w[head].data(), (const S*)nullptr, N, H, V);
   ReferenceResult<S> r;
   r.loss = R::cross_entropy(dlogits.data(), logits.data(), batch.labels.data(), N, V, cfg.ignore_index, true);
@@ -209,13 +245,16 @@ ReferenceResult<S> reference_decoder(const nn::TransformerConfig& cfg, const std
   // Tied: the head's weight gradient lands in grads[0], where the embedding's is added at the end.
   R::linear_backward(dhf.data(), r.grads[head].data(), (S*)nullptr, dlogits.data(), hf.data(), w[head].data(), N,
                      H, V);
+  store(dhf);
   R::rmsnorm_backward(dx.data(), r.grads[fn].data(), dhf.data(), x.data(), w[fn].data(), rstdf.data(), N, H);
+  store(dx);
   for (int l = L - 1; l >= 0; --l) {
     Layer& s = st[size_t(l)];
     // MLP: dx flows through the residual and into down.
     Vec dact(size_t(N * I)), dgu(size_t(N * 2 * I)), dh2(size_t(N * H)), dx1(size_t(N * H));
     R::linear_backward(dact.data(), g(l, kDown).data(), (S*)nullptr, dx.data(), s.act.data(), lw(l, kDown).data(), N,
                        I, H);
+    store(dact);
     for (int64_t n = 0; n < N; ++n)
       for (int64_t i = 0; i < I; ++i) {
         const S gate = s.gu[size_t(n * 2 * I + i)], up = s.gu[size_t(n * 2 * I + I + i)];
@@ -223,19 +262,29 @@ ReferenceResult<S> reference_decoder(const nn::TransformerConfig& cfg, const std
         dgu[size_t(n * 2 * I + i)] = dy * up * R::silu_grad(gate);
         dgu[size_t(n * 2 * I + I + i)] = dy * R::silu(gate);
       }
+    store(dgu);
     R::linear_backward(dh2.data(), g(l, kGu).data(), (S*)nullptr, dgu.data(), s.h2.data(), lw(l, kGu).data(), N, H,
                        2 * I);
+    store(dh2);
     R::rmsnorm_backward(dx1.data(), g(l, kPost).data(), dh2.data(), s.x1.data(), lw(l, kPost).data(),
                         s.rstd2.data(), N, H);
+    store(dx1);
     for (size_t i = 0; i < dx1.size(); ++i) dx1[i] += dx[i];
+    store(dx1);
     // Attention.
     Vec dattn(size_t(N * Hq * D)), dq(size_t(N * Hq * D)), dk(size_t(N * Hkv * D)), dv(size_t(N * Hkv * D));
     R::linear_backward(dattn.data(), g(l, kO).data(), (S*)nullptr, dx1.data(), s.attn.data(), lw(l, kO).data(), N,
                        Hq * D, H);
+    store(dattn);
     R::attention_backward(dq.data(), dk.data(), dv.data(), dattn.data(), s.q.data(), s.k.data(), s.v.data(), ap);
+    store(dq);
+    store(dk);
+    store(dv);
     Vec dq0(dq.size()), dk0(dk.size());
     R::rotary_apply(dq0.data(), dq.data(), pos, N, Hq, rd, -1);
     R::rotary_apply(dk0.data(), dk.data(), pos, N, Hkv, rd, -1);
+    store(dq0);
+    store(dk0);
     if (qkn) {
       // The [D] weight gradients sum over every (token, head) row.
       Vec dq_raw(dq0.size()), dk_raw(dk0.size());
@@ -243,19 +292,28 @@ ReferenceResult<S> reference_decoder(const nn::TransformerConfig& cfg, const std
                           s.q_rstd.data(), N * Hq, D);
       R::rmsnorm_backward(dk_raw.data(), g(l, kKn).data(), dk0.data(), s.k_raw.data(), lw(l, kKn).data(),
                           s.k_rstd.data(), N * Hkv, D);
+      store(dq_raw);
+      store(dk_raw);
       dq0 = dq_raw;
       dk0 = dk_raw;
     }
+    // dh1 = dv·Wv + dk·Wk + dq·Wq in the model's order (each partial sum stored: a rounding in a bf16 model).
     Vec dh1(size_t(N * H)), tmp(size_t(N * H));
-    R::linear_backward(dh1.data(), g(l, 1).data(), (S*)nullptr, dq0.data(), s.h1.data(), lw(l, 1).data(), N, H, Hq * D);
+    R::linear_backward(dh1.data(), g(l, 3).data(), (S*)nullptr, dv.data(), s.h1.data(), lw(l, 3).data(), N, H,
+                       Hkv * D);
+    store(dh1);
     R::linear_backward(tmp.data(), g(l, 2).data(), (S*)nullptr, dk0.data(), s.h1.data(), lw(l, 2).data(), N, H,
                        Hkv * D);
     for (size_t i = 0; i < tmp.size(); ++i) dh1[i] += tmp[i];
-    R::linear_backward(tmp.data(), g(l, 3).data(), (S*)nullptr, dv.data(), s.h1.data(), lw(l, 3).data(), N, H,
-                       Hkv * D);
+    store(dh1);
+    R::linear_backward(tmp.data(), g(l, 1).data(), (S*)nullptr, dq0.data(), s.h1.data(), lw(l, 1).data(), N, H,
+                       Hq * D);
     for (size_t i = 0; i < tmp.size(); ++i) dh1[i] += tmp[i];
+    store(dh1);
     R::rmsnorm_backward(dx.data(), g(l, 0).data(), dh1.data(), s.x.data(), lw(l, 0).data(), s.rstd1.data(), N, H);
+    store(dx);
     for (size_t i = 0; i < dx.size(); ++i) dx[i] += dx1[i];
+    store(dx);
   }
   for (int64_t n = 0; n < N; ++n)
     for (int64_t c = 0; c < H; ++c) r.grads[0][size_t(batch.ids[size_t(n)] * H + c)] += dx[size_t(n * H + c)];

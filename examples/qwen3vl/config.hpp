@@ -104,6 +104,10 @@ struct Config {
   // (get_text_config(decoder=True)); validate() demands both agree so a config can never mean two things.
   bool tie_word_embeddings = false;
   bool moe = false;  // Qwen3VLMoeForConditionalGeneration (model_type qwen3_vl_moe); else the dense model
+  /// Training precision (DESIGN §6), set by the program, not read from config.json (whose torch_dtype is only how
+  /// the file stores weights): f32, or bf16 parameters and activations with f32 gradients, optimizer masters,
+  /// statistics, router and loss.
+  vlpar::DType dtype = vlpar::DType::kF32;
 
   /// @brief Checks every size and every cross-constraint; the first conflict comes back as one sentence naming
   /// the field ("text_config.num_attention_heads 6 is not a multiple of num_key_value_heads 4").

@@ -148,14 +148,14 @@ Result<Tensor> gather_expert_width(const vlpar::ParamShard& p, TensorView mine, 
   }
   VLPAR_ASSIGN_OR_RETURN(Tensor all_desc, Tensor::empty(alloc, Shape{n * 3 * np}, DType::kI64));
   VLPAR_RETURN_IF_ERROR(etp->all_gather(all_desc, desc));
-  VLPAR_ASSIGN_OR_RETURN(Tensor parts, Tensor::empty(alloc, Shape{n * mine.numel()}, DType::kF32));
+  VLPAR_ASSIGN_OR_RETURN(Tensor parts, Tensor::empty(alloc, Shape{n * mine.numel()}, mine.dtype));
   VLPAR_RETURN_IF_ERROR(etp->all_gather(parts, mine));
   vlpar::ParamShard wide = p;  // the rank's experts as the whole tensor, split along the width only
   wide.full_shape[0] = mine.shape[0];
   wide.shard_dim = p.inner_dim;
   wide.inner_dim = -1;
   wide.inner_pieces.clear();
-  VLPAR_ASSIGN_OR_RETURN(Tensor out, Tensor::empty(alloc, wide.full_shape, DType::kF32));
+  VLPAR_ASSIGN_OR_RETURN(Tensor out, Tensor::empty(alloc, wide.full_shape, mine.dtype));
   int64_t covered = 0;
   for (int r = 0; r < n; ++r) {
     wide.pieces.clear();
@@ -164,7 +164,8 @@ Result<Tensor> gather_expert_width(const vlpar::ParamShard& p, TensorView mine, 
       wide.pieces.push_back({d[0], d[1], d[2]});
       covered += d[2];
     }
-    const TensorView part(parts.ptr<float>() + r * mine.numel(), DType::kF32, mine.shape);
+    const TensorView part(static_cast<char*>(parts.view().data) + size_t(r * mine.numel()) * dtype_size(mine.dtype),
+                          mine.dtype, mine.shape);
     VLPAR_RETURN_IF_ERROR(vlpar::scatter_shard_into_full(out, part, wide));
   }
   VLPAR_CHECK(covered == p.full_shape[p.inner_dim], "gather_experts: the {} etp ranks hold {} of the {} columns of "
@@ -197,7 +198,7 @@ Result<std::vector<TensorView>> gather_experts(const Model& model, const nn::Exp
       storage.push_back(std::move(wide));
       continue;
     }
-    VLPAR_ASSIGN_OR_RETURN(Tensor t, Tensor::empty(alloc, p.full_shape, DType::kF32));
+    VLPAR_ASSIGN_OR_RETURN(Tensor t, Tensor::empty(alloc, p.full_shape, experts.dtype));
     VLPAR_RETURN_IF_ERROR(ep.comm->all_gather(t, experts));
     whole[i] = t.view();
     storage.push_back(std::move(t));

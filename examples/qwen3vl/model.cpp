@@ -6,6 +6,7 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <string_view>
 
 #include "vlpar/kernels/cross_entropy.hpp"
 #include "vlpar/kernels/gemm.hpp"
@@ -92,6 +93,7 @@ nn::TransformerConfig Model::text_block_config() const {
   c.rope = nn::RopeKind::kMRoPE;
   c.mrope_section = t.mrope_section;
   c.tie_word_embeddings = t.tie_word_embeddings;
+  c.activation = cfg_.dtype;
   return c;
 }
 
@@ -105,10 +107,12 @@ Status Model::register_params() {
   // pipeline part (PipelinePart) registers only the sections it holds (`keep`), with the values the whole model has.
   uint32_t next_id = 0;
   bool keep = part_.vision_and_embedding;
+  // Stored in the training dtype, except the expert biases: routing statistics kept in f32 (moe_block.hpp).
   auto enroll = [&](vlpar::ParamShard shard, const char* group) -> Result<size_t> {
     ++next_id;
     if (!keep) return kNotHeld;
-    return reg_.add(std::move(shard), group);
+    const bool stat = std::string_view(group) == "expert_bias";
+    return reg_.add(std::move(shard), group, stat ? DType::kF32 : cfg_.dtype);
   };
   // Vision and mergers: replicated on every tp rank, reduced over the vision replicas (ReplicaGroup::kVision).
   auto add = [&](std::string name, Shape shape, InitRule init, const char* group) -> Result<size_t> {
@@ -316,6 +320,7 @@ Result<Model> Model::create(const Context& ctx, const Config& cfg, const Freeze&
   vc.out_hidden = v.out_hidden;
   vc.num_position_embeddings = v.num_position_embeddings;
   vc.deepstack_indexes = v.deepstack_indexes;
+  vc.activation = cfg.dtype;
   VLPAR_RETURN_IF_ERROR(vc.validate());
   VLPAR_RETURN_IF_ERROR(m.text_block_config().validate());
   VLPAR_RETURN_IF_ERROR(m.text_block_config().validate_tp(tp.size()));
@@ -432,7 +437,7 @@ Status Model::encode(const Context& ctx, TensorView pixels, const std::vector<nn
   VLPAR_RETURN_IF_ERROR(vision().forward(ctx, pass->pixels, pass->grids, pass->stash, whole));
   const int64_t a = pass->slot_tokens[size_t(slots_.slot())], b = pass->slot_tokens[size_t(slots_.slot()) + 1];
   auto mine = [&](const Tensor& t) -> Result<Tensor> {
-    VLPAR_ASSIGN_OR_RETURN(Tensor out, Tensor::empty(*ctx.allocator, Shape{b - a, t.shape()[1]}, DType::kF32));
+    VLPAR_ASSIGN_OR_RETURN(Tensor out, Tensor::empty(*ctx.allocator, Shape{b - a, t.shape()[1]}, t.dtype()));
     VLPAR_RETURN_IF_ERROR(vlpar::copy_(out, t.view().slice(0, a, b)));
     return out;
   };
@@ -488,7 +493,7 @@ Status Model::embed(const Context& ctx, const Batch& batch, Stash& stash) const 
     VLPAR_RETURN_IF_ERROR(
         encode(ctx, batch.pixel_values_videos, batch.video_grids, cfg_.video_token_id, ids, stash.video));
   }
-  VLPAR_ASSIGN_OR_RETURN(stash.embeds, Tensor::empty(alloc, Shape{N, H}, DType::kF32));
+  VLPAR_ASSIGN_OR_RETURN(stash.embeds, Tensor::empty(alloc, Shape{N, H}, cfg_.dtype));
   // Whole on every tp rank (an all-reduce, also under SP: the visual rows and deepstack features are scattered by
   // sequence position; each rank then keeps its rows).
   const nn::TensorParallel whole{tp_.comm, false};
@@ -533,7 +538,7 @@ Status Model::deepstack_features(const Context& ctx, Stash& stash) const {
     }
   const auto n_vis = int64_t(stash.visual_rows.size()), n_here = int64_t(pick.size());
   for (size_t j = 0; j < levels && n_vis > 0; ++j) {
-    VLPAR_ASSIGN_OR_RETURN(Tensor ds, Tensor::empty(*ctx.allocator, Shape{n_vis, cfg_.text.hidden}, DType::kF32,
+    VLPAR_ASSIGN_OR_RETURN(Tensor ds, Tensor::empty(*ctx.allocator, Shape{n_vis, cfg_.text.hidden}, cfg_.dtype,
                                                     ctx.device));
     for (const std::optional<VisionPass>* pass : {&stash.image, &stash.video})
       if (*pass)
@@ -541,7 +546,7 @@ Status Model::deepstack_features(const Context& ctx, Stash& stash) const {
             vlpar::scatter_rows(ctx, ds, (*pass)->out.deepstack[j], index_view((*pass)->visual_index)));
     if (n_here < n_vis) {  // sequence parallelism: keep this rank's rows
       VLPAR_ASSIGN_OR_RETURN(Tensor mine, Tensor::empty(*ctx.allocator, Shape{n_here, cfg_.text.hidden},
-                                                        DType::kF32, ctx.device));
+                                                        cfg_.dtype, ctx.device));
       VLPAR_RETURN_IF_ERROR(vlpar::gather_rows(ctx, mine, ds, index_view(pick)));
       ds = std::move(mine);
     }
@@ -661,7 +666,7 @@ Status Model::vision_backward(const Context& ctx, VisionPass& pass, TensorView d
                               const std::vector<Tensor>& d_deepstack) const {
   Allocator& alloc = *ctx.allocator;
   const int64_t n = int64_t(pass.rows.size()), D = cfg_.vision.out_hidden;
-  VLPAR_ASSIGN_OR_RETURN(Tensor d_merged, Tensor::empty(alloc, Shape{n, D}, DType::kF32, ctx.device));
+  VLPAR_ASSIGN_OR_RETURN(Tensor d_merged, Tensor::empty(alloc, Shape{n, D}, cfg_.dtype, ctx.device));
   VLPAR_RETURN_IF_ERROR(vlpar::gather_rows(ctx, d_merged, d_embeds, index_view(pass.rows)));
   // This pass's rows of each deepstack level's gradient (d_deepstack rows follow stash.visual_rows); zeros where
   // there is none (no visual rows on this rank: a wide vision group's empty slot, or a released micro-batch).
@@ -669,8 +674,8 @@ Status Model::vision_backward(const Context& ctx, VisionPass& pass, TensorView d
   std::vector<TensorView> d_ds_views;
   for (size_t j = 0; j < cfg_.vision.deepstack_indexes.size(); ++j) {
     const bool given = j < d_deepstack.size() && d_deepstack[j].defined();
-    VLPAR_ASSIGN_OR_RETURN(Tensor mine, given ? Tensor::empty(alloc, Shape{n, D}, DType::kF32, ctx.device)
-                                              : Tensor::zeros(alloc, Shape{n, D}, DType::kF32, ctx.device));
+    VLPAR_ASSIGN_OR_RETURN(Tensor mine, given ? Tensor::empty(alloc, Shape{n, D}, cfg_.dtype, ctx.device)
+                                              : Tensor::zeros(alloc, Shape{n, D}, cfg_.dtype, ctx.device));
     if (given) VLPAR_RETURN_IF_ERROR(vlpar::gather_rows(ctx, mine, d_deepstack[j], index_view(pass.visual_index)));
     d_ds_views.push_back(mine);
     d_ds.push_back(std::move(mine));
@@ -679,7 +684,7 @@ Status Model::vision_backward(const Context& ctx, VisionPass& pass, TensorView d
   // A wide vision tp group: every slot's gradients of its rows, in slot order, for the tower's backward.
   const int64_t total = pass.slot_tokens.back();
   auto whole = [&](TensorView mine) -> Result<Tensor> {
-    VLPAR_ASSIGN_OR_RETURN(Tensor all, Tensor::empty(alloc, Shape{total, D}, DType::kF32, ctx.device));
+    VLPAR_ASSIGN_OR_RETURN(Tensor all, Tensor::empty(alloc, Shape{total, D}, cfg_.dtype, ctx.device));
     VLPAR_RETURN_IF_ERROR(share_rows(slots_, pass.slot_tokens, all, mine));
     return all;
   };
@@ -697,7 +702,7 @@ Status Model::vision_backward(const Context& ctx, VisionPass& pass, TensorView d
 Status Model::release_vision(const Context& ctx, Stash& stash) const {
   if (!slots_.active()) return Status::Ok();
   const int64_t N = stash.embeds.defined() ? stash.embeds.shape()[0] : 0;
-  VLPAR_ASSIGN_OR_RETURN(Tensor zeros, Tensor::zeros(*ctx.allocator, Shape{N, cfg_.text.hidden}, DType::kF32));
+  VLPAR_ASSIGN_OR_RETURN(Tensor zeros, Tensor::zeros(*ctx.allocator, Shape{N, cfg_.text.hidden}, cfg_.dtype));
   for (std::optional<VisionPass>* pass : {&stash.image, &stash.video})
     if (*pass) VLPAR_RETURN_IF_ERROR(vision_backward(ctx, **pass, zeros, {}));  // zero deepstack gradients
   return Status::Ok();
@@ -717,8 +722,8 @@ Status Model::backward(const Context& ctx, const Batch& batch, Stash& stash, flo
   VLPAR_CHECK(part_.whole, "Model::backward needs the whole model (see forward)");
   VLPAR_CHECK(!stash.segments.empty(), "Model::backward: run forward first");
   const int64_t N = tp_.local_tokens(batch.input_ids.numel()), H = cfg_.text.hidden;
-  VLPAR_ASSIGN_OR_RETURN(Tensor dx, Tensor::empty(*ctx.allocator, Shape{N, H}, DType::kF32));
-  VLPAR_ASSIGN_OR_RETURN(Tensor dembeds, Tensor::empty(*ctx.allocator, Shape{N, H}, DType::kF32));
+  VLPAR_ASSIGN_OR_RETURN(Tensor dx, Tensor::empty(*ctx.allocator, Shape{N, H}, cfg_.dtype));
+  VLPAR_ASSIGN_OR_RETURN(Tensor dembeds, Tensor::empty(*ctx.allocator, Shape{N, H}, cfg_.dtype));
   VLPAR_RETURN_IF_ERROR(backward_head(ctx, dx, stash, grad_loss, ready));
   VLPAR_RETURN_IF_ERROR(backward_layers(ctx, dembeds, dx, stash, grad_loss, ready));
   return backward_embed(ctx, batch, dembeds, stash, ready);
@@ -745,7 +750,7 @@ Status Model::backward_layers(const Context& ctx, TensorView din, TensorView dou
   // The gradient alternates between din and a scratch so that the last segment (layer a's) writes din.
   Tensor scratch;
   if (cuts.size() > 1) {
-    VLPAR_ASSIGN_OR_RETURN(scratch, Tensor::empty(*ctx.allocator, dout.shape, DType::kF32, ctx.device));
+    VLPAR_ASSIGN_OR_RETURN(scratch, Tensor::empty(*ctx.allocator, dout.shape, dout.dtype, ctx.device));
   }
   stash.d_deepstack.resize(stash.deepstack.size());
   TensorView cur = dout;
@@ -754,7 +759,7 @@ Status Model::backward_layers(const Context& ctx, TensorView din, TensorView dou
     if (level < stash.deepstack.size()) {
       // The deepstack add after layer `level`: its input gradient is the gradient at the visual rows.
       VLPAR_ASSIGN_OR_RETURN(stash.d_deepstack[level],
-                             Tensor::empty(*ctx.allocator, Shape{int64_t(stash.visual_rows.size()), H}, DType::kF32,
+                             Tensor::empty(*ctx.allocator, Shape{int64_t(stash.visual_rows.size()), H}, cfg_.dtype,
                                            ctx.device));
       VLPAR_ASSIGN_OR_RETURN(const Tensor whole, whole_sequence(ctx, tp_, cur));
       const TensorView all = whole.defined() ? whole.view() : cur;

@@ -109,7 +109,7 @@ pipeline::Port PipelineStage::boundary(int j) const {
   const int64_t N = j >= 0 && size_t(j) < micro_.size() ? micro_[size_t(j)].input_ids.numel() : 0;
   const int64_t n_loc = model_->tensor_parallel().local_tokens(N);  // this tp rank's rows under SP
   pipeline::Port p;
-  p.act.push_back({Shape{n_loc, model_->config().text.hidden}, DType::kF32});
+  p.act.push_back({Shape{n_loc, model_->config().text.hidden}, model_->config().dtype});
   p.grad.push_back(p.act.back());
   if (moe()) {
     const pipeline::TensorSpec aux{Shape{2 * model_->config().text.num_experts + 4}, DType::kF64};
@@ -179,7 +179,7 @@ Status PipelineStage::backward(const Context& ctx, std::span<const TensorView> d
   Tensor head_grad, embed_grad;
   TensorView dx;
   if (is_last()) {
-    VLPAR_ASSIGN_OR_RETURN(head_grad, Tensor::empty(*ctx.allocator, Shape{N, H}, DType::kF32));
+    VLPAR_ASSIGN_OR_RETURN(head_grad, Tensor::empty(*ctx.allocator, Shape{N, H}, model_->config().dtype));
     VLPAR_RETURN_IF_ERROR(model_->backward_head(ctx, head_grad, st.model, w, {}));
     dx = head_grad;
   } else {
@@ -188,7 +188,7 @@ Status PipelineStage::backward(const Context& ctx, std::span<const TensorView> d
   }
   TensorView dinput = stage_ == 0 ? TensorView{} : din[0];
   if (stage_ == 0) {
-    VLPAR_ASSIGN_OR_RETURN(embed_grad, Tensor::empty(*ctx.allocator, Shape{N, H}, DType::kF32));
+    VLPAR_ASSIGN_OR_RETURN(embed_grad, Tensor::empty(*ctx.allocator, Shape{N, H}, model_->config().dtype));
     dinput = embed_grad;
   }
   VLPAR_RETURN_IF_ERROR(model_->backward_layers(ctx, dinput, dx, st.model, w, {}));

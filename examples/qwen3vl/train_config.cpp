@@ -73,6 +73,7 @@ std::vector<Field> fields(TrainConfig& c) {
       {"checkpoint", "resume", &c.checkpoint.resume},
       {"checkpoint", "allow_layout_change", &c.checkpoint.allow_layout_change},
       {"checkpoint", "export_hf", &c.checkpoint.export_hf},
+      {"checkpoint", "export_dtype", &c.checkpoint.export_dtype},
       {"metrics", "dir", &c.metrics.dir},
       {"metrics", "log_interval", &c.metrics.log_interval},
       {"metrics", "tensorboard", &c.metrics.tensorboard},
@@ -213,10 +214,11 @@ Status TrainConfig::validate() const {
               optimizer.max_grad_norm);
   VLPAR_CHECK(one_of(training.recompute, {"none", "selective", "full"}),
               "training.recompute must be none, selective or full, got '{}'", training.recompute);
-  VLPAR_CHECK(training.dtype == "f32",
-              "training.dtype '{}' is not supported: the CPU blocks store parameters and activations in f32 "
-              "(bf16 storage needs the bf16 block kernels, not implemented yet)",
+  VLPAR_CHECK(one_of(training.dtype, {"f32", "bf16"}),
+              "training.dtype must be f32 or bf16, got '{}' (f16 would need loss scaling, which the trainer lacks)",
               training.dtype);
+  VLPAR_CHECK(one_of(checkpoint.export_dtype, {"f32", "bf16"}), "checkpoint.export_dtype must be f32 or bf16, got "
+              "'{}'", checkpoint.export_dtype);
   VLPAR_CHECK(std::isfinite(moe.expert_bias_rate) && moe.expert_bias_rate >= 0,
               "moe.expert_bias_rate must be finite and not negative, got {}", moe.expert_bias_rate);
   VLPAR_CHECK(std::isfinite(moe.z_loss_coef) && moe.z_loss_coef >= 0,

@@ -87,7 +87,8 @@ struct TrainingSection {
   int steps = 100;               // optimizer steps (also the lr schedule's total_steps)
   int grad_accum = 1;            // micro-batches per optimizer step
   std::string recompute = "none";  // activation recompute: none | selective | full
-  std::string dtype = "f32";     // parameter storage: f32 (bf16 storage is not implemented by the CPU blocks)
+  std::string dtype = "f32";     // f32, or bf16: bf16 parameters and activations, f32 gradients, masters, Adam
+                                 // state, statistics and losses (DESIGN §6); checkpoints hold the f32 masters
   int max_nonfinite_in_a_row = 3;  // a non-finite loss or grad norm skips the step; this many in a row abort
   int threads = 0;               // CPU threads (0 = all)
   int eval_interval = 0;         // held-out loss every N steps and at the end (0 = never); data: data.eval (else
@@ -103,6 +104,8 @@ struct CheckpointSection {
   bool allow_layout_change = false;  // resume a checkpoint saved at another dp size: model and optimizer reshard,
                                      // the data stream restarts (a tp change alone keeps the data position)
   std::string export_hf;         // at the end, also export an HF directory here
+  std::string export_dtype = "f32";  // the HF export's storage dtype: f32 or bf16 (the weights the model computes
+                                     // with: a bf16 run's bf16 values, widened exactly to f32 when asked)
 };
 
 struct MetricsSection {

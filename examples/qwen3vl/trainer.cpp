@@ -162,6 +162,7 @@ Status Trainer::build_model() {
   if (cfg_.moe.z_loss_coef > 0) mc.text.router_z_loss_coef = cfg_.moe.z_loss_coef;
   if (cfg_.moe.seq_aux_coef > 0) mc.text.router_seq_aux_loss_coef = cfg_.moe.seq_aux_coef;
   if (cfg_.moe.capacity_factor > 0) mc.text.moe_capacity_factor = cfg_.moe.capacity_factor;
+  mc.dtype = cfg_.training.dtype == "bf16" ? DType::kBF16 : DType::kF32;
   const Freeze freeze{m.freeze_vision, m.freeze_merger, m.freeze_language_model};
   const nn::TensorParallel tp{cfg_.parallel.tp > 1 ? &groups_->tp() : nullptr, cfg_.parallel.sequence_parallel};
   // With a pipeline, this rank builds its stages' part only (the whole model's names and init keys).
@@ -250,10 +251,14 @@ std::vector<io::CheckpointTensor> Trainer::checkpoint_tensors(const vlpar::paral
     const int r = io::replica_index(p, cfg_.parallel.tp, tp_rank_, dp_rank_);
     return second_copy && i == model_->embed_param_index() ? r + 1 : r;
   };
+  // A parameter is saved as its fp32 master where the optimizer keeps one (bf16 values): checkpoints hold the
+  // masters, load into any training dtype, and resume bit for bit (the optimizer rounds them into the values).
   std::vector<io::CheckpointTensor> out;
   for (size_t i = 0; i < reg.size(); ++i) {
     const vlpar::ParamShard& p = reg.entry(i).shard;
-    out.push_back(io::sharded_tensor(p.name, reg.value(i), p, replica_of(i)));
+    const bool has_master = optim_slot_[i] != SIZE_MAX && !optim.master[optim_slot_[i]].empty();
+    out.push_back(io::sharded_tensor(p.name, has_master ? optim.master[optim_slot_[i]] : reg.value(i), p,
+                                     replica_of(i)));
   }
   // AdamW m and v per trainable parameter, in registry order (the optimizer's own order is the backward's).
   for (size_t i = 0; i < reg.size(); ++i) {
@@ -755,7 +760,7 @@ Result<TrainSummary> Trainer::run() {
     if (logs_->tb.is_open()) VLPAR_RETURN_IF_ERROR(logs_->tb.close());
     if (cfg_.metrics.trace) VLPAR_RETURN_IF_ERROR(logs_->trace.write_json(cfg_.metrics.dir + "/trace.json"));
     model_->set_trace(nullptr);
-    if (step_ > 0) {
+    if (step_ > first_step_) {  // a run resumed at its last step trains nothing: the earlier plot stands
       obs::PlotOptions po;
       po.title = "qwen3vl-train";
       VLPAR_RETURN_IF_ERROR(obs::plot_metrics_png(cfg_.metrics.dir + "/metrics.jsonl", cfg_.metrics.dir + "/plot.png", po));
@@ -765,8 +770,9 @@ Result<TrainSummary> Trainer::run() {
     std::vector<Tensor> storage;
     VLPAR_ASSIGN_OR_RETURN(const std::vector<TensorView> whole,
                            gather_experts(*model_, model_->expert_parallel(), alloc_, storage));
-    if (lead) VLPAR_RETURN_IF_ERROR(export_hf(*model_, cfg_.checkpoint.export_hf, DType::kF32, 5'000'000'000ull,
-                                              nullptr, &whole));
+    const DType dt = cfg_.checkpoint.export_dtype == "bf16" ? DType::kBF16 : DType::kF32;
+    if (lead) VLPAR_RETURN_IF_ERROR(export_hf(*model_, cfg_.checkpoint.export_hf, dt, 5'000'000'000ull, nullptr,
+                                              &whole));
   }
   return sum;
 }

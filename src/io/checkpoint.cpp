@@ -19,6 +19,7 @@
 #include <tuple>
 
 #include "dims_string.hpp"
+#include "vlpar/core/box_walk.hpp"
 #include "vlpar/core/log.hpp"
 #include "vlpar/io/safetensors.hpp"
 
@@ -373,44 +374,6 @@ Result<std::vector<SavedPiece>> plan_box_reads(const IndexEntry& e, std::string_
 }
 
 // ---- box copies between local layouts ----------------------------------------------------------------------------
-
-/// Calls fn(dst_byte_offset, src_byte_offset, bytes) for each contiguous run of a box of `size` elements that starts
-/// at `sorig` inside a row-major tensor of shape `sshape` and at `dorig` inside one of shape `dshape`. Trailing dims
-/// the box spans whole in both are merged into one run (a dim-0 piece is a single memcpy).
-template <class F>
-void walk_box(int nd, const int64_t* size, const int64_t* sshape, const int64_t* sorig, const int64_t* dshape,
-              const int64_t* dorig, size_t es, F&& fn) {
-  for (int j = 0; j < nd; ++j)
-    if (size[j] == 0) return;
-  int64_t sstr[kMaxDims] = {}, dstr[kMaxDims] = {};
-  int64_t sacc = 1, dacc = 1;
-  for (int j = nd - 1; j >= 0; --j) {
-    sstr[j] = sacc;
-    sacc *= sshape[j];
-    dstr[j] = dacc;
-    dacc *= dshape[j];
-  }
-  int k = nd - 1;  // the run covers dims [k, nd): dims > k whole in both, dim k partial
-  while (k > 0 && size[k] == sshape[k] && size[k] == dshape[k]) --k;
-  int64_t run = 1;
-  for (int j = std::max(k, 0); j < nd; ++j) run *= size[j];
-  int64_t idx[kMaxDims] = {};
-  for (;;) {
-    int64_t so = 0, dof = 0;
-    for (int j = 0; j < nd; ++j) {
-      const int64_t i = j < k ? idx[j] : 0;
-      so += (sorig[j] + i) * sstr[j];
-      dof += (dorig[j] + i) * dstr[j];
-    }
-    fn(size_t(dof) * es, size_t(so) * es, size_t(run) * es);
-    int j = k - 1;
-    for (; j >= 0; --j) {
-      if (++idx[j] < size[j]) break;
-      idx[j] = 0;
-    }
-    if (j < 0) break;
-  }
-}
 
 /// A region of the full tensor held contiguously by one layout: along `dim` the full range [full_begin, +length)
 /// sits at local index local_begin; every other dim is whole. dim = −1: the whole tensor.
@@ -928,8 +891,16 @@ Status load_checkpoint(const std::string& dir, std::span<const CheckpointTensor>
     const auto it = m.tensors.find(t.name);
     VLPAR_CHECK(it != m.tensors.end(), "{}: it has no tensor '{}' ({} tensors saved)", ctx, t.name, m.tensors.size());
     const IndexEntry& e = it->second;
-    VLPAR_CHECK(e.dtype == safetensors_dtype_name(t.local.dtype), "{}: tensor '{}' was saved as {} but the destination "
-                "is {}", ctx, t.name, e.dtype, dtype_name(t.local.dtype));
+    // A float tensor loads into another float dtype (an f32 master into a bf16 run's values and back): read in the
+    // saved dtype, then converted (widening exact, narrowing rounded to nearest even).
+    std::optional<DType> saved_dt;
+    for (DType d : {DType::kF32, DType::kBF16, DType::kF16, DType::kF64, DType::kI32, DType::kI64})
+      if (e.dtype == safetensors_dtype_name(d)) saved_dt = d;
+    const bool convert = saved_dt && *saved_dt != t.local.dtype && is_floating(*saved_dt) &&
+                         is_floating(t.local.dtype);
+    VLPAR_CHECK(e.dtype == safetensors_dtype_name(t.local.dtype) || convert, "{}: tensor '{}' was saved as {} but "
+                "the destination is {}", ctx, t.name, e.dtype, dtype_name(t.local.dtype));
+    const DType read_dt = convert ? *saved_dt : t.local.dtype;
     std::vector<int64_t> want(t.shard.full_shape.dims, t.shard.full_shape.dims + t.shard.full_shape.ndim);
     VLPAR_CHECK(e.shape == want, "{}: tensor '{}' has full shape {} but the destination's is {}", ctx, t.name,
                 dims_string(e.shape), t.shard.full_shape.to_string());
@@ -937,15 +908,16 @@ Status load_checkpoint(const std::string& dir, std::span<const CheckpointTensor>
     VLPAR_ASSIGN_OR_RETURN(std::vector<SavedPiece> reads,
                            plan_reads(e, ctx, t.name, options.verify_replicas ? &replicas : nullptr));
 
-    // Destination: the view itself on the host, else a host staging buffer copied over at the end.
+    // Destination: the view itself on the host, else (device, or another dtype) a host staging buffer in the saved
+    // dtype, converted and copied over at the end.
     std::vector<std::byte> staging;
     auto* dst = static_cast<std::byte*>(t.local.data);
-    if (!t.local.device.is_cpu()) {
-      staging.resize(t.local.nbytes());
+    if (!t.local.device.is_cpu() || convert) {
+      staging.resize(size_t(t.local.numel()) * dtype_size(read_dt));
       dst = staging.data();
     }
     const int nd = int(e.shape.size());
-    const size_t es = dtype_size(t.local.dtype);
+    const size_t es = dtype_size(read_dt);
     const std::vector<Region> dst_regions = regions_of(t.shard);
     const Shape dshape = t.local.shape;
     auto region_of = [&](const SavedPiece& p) { return saved_region(e, p); };
@@ -962,8 +934,9 @@ Status load_checkpoint(const std::string& dir, std::span<const CheckpointTensor>
         }
         to_local(src, nd, lo, so);
         to_local(d, nd, lo, dof);
-        walk_box(nd, size, sshape.data(), so, dshape.dims, dof, es,
-                 [&](size_t doff, size_t soff, size_t n) { std::memcpy(dst + doff, sbytes + soff, n); });
+        walk_box(nd, size, sshape.data(), so, dshape.dims, dof, [&](int64_t doff, int64_t soff, int64_t n) {
+          std::memcpy(dst + size_t(doff) * es, sbytes + size_t(soff) * es, size_t(n) * es);
+        });
       }
     }
     // Replicas: each other copy of a piece that was read must equal it byte for byte.
@@ -978,8 +951,8 @@ Status load_checkpoint(const std::string& dir, std::span<const CheckpointTensor>
       to_local(rb, nd, lo, ob);
       const std::vector<int64_t> sa = local_dims(e, ca), sb = local_dims(e, cb);
       bool same = true;
-      walk_box(nd, size, sa.data(), oa, sb.data(), ob, es, [&](size_t boff, size_t aoff, size_t n) {
-        same = same && std::memcmp(pa + aoff, pb + boff, n) == 0;
+      walk_box(nd, size, sa.data(), oa, sb.data(), ob, [&](int64_t boff, int64_t aoff, int64_t n) {
+        same = same && std::memcmp(pa + size_t(aoff) * es, pb + size_t(boff) * es, size_t(n) * es) == 0;
       });
       const std::string what =
           e.shard_dim < 0   ? std::string("the whole tensor")
@@ -990,7 +963,14 @@ Status load_checkpoint(const std::string& dir, std::span<const CheckpointTensor>
       VLPAR_CHECK(same, "{}: tensor '{}': the copies of {} in {} and {} differ (replicas must be identical)", ctx,
                   t.name, what, checkpoint_rank_file_name(ca.rank), checkpoint_rank_file_name(cb.rank));
     }
-    if (!t.local.device.is_cpu()) {
+    if (convert && t.local.device.is_cpu()) {
+      VLPAR_RETURN_IF_ERROR(convert_(t.local, TensorView(staging.data(), read_dt, t.local.shape)));
+    } else if (convert) {
+      std::vector<std::byte> host(t.local.nbytes());
+      const TensorView hv(host.data(), t.local.dtype, t.local.shape);
+      VLPAR_RETURN_IF_ERROR(convert_(hv, TensorView(staging.data(), read_dt, t.local.shape)));
+      VLPAR_RETURN_IF_ERROR(copy_(t.local, hv));
+    } else if (!t.local.device.is_cpu()) {
       TensorView host(staging.data(), t.local.dtype, t.local.shape);
       VLPAR_RETURN_IF_ERROR(copy_(t.local, host));
     }

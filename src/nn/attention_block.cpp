@@ -13,6 +13,7 @@ namespace vlpar::nn {
 using detail::as_shape;
 using detail::check_grad;
 using detail::check_shape;
+using detail::check_weight;
 using detail::frozen;
 using detail::scratch;
 using detail::scratch_zeros;
@@ -58,39 +59,40 @@ Status AttentionBlock::forward(const Context& ctx, TensorView out, TensorView x,
   VLPAR_CHECK(!tp_.sp() || N % tp_.size() == 0, "{}: {} tokens do not split evenly over tp={} for sequence "
               "parallelism", kName, N, tp_.size());
   VLPAR_ASSIGN_OR_RETURN(const RotaryDesc rd, detail::rotary_desc_for(kName, cfg_, seq.positions, N));
-  VLPAR_RETURN_IF_ERROR(check_shape(kName, "x", x, {Nl, H}));
-  VLPAR_RETURN_IF_ERROR(check_shape(kName, "out", out, {Nl, H}));
-  VLPAR_RETURN_IF_ERROR(check_shape(kName, "norm weight", w_.norm, {H}));
-  VLPAR_RETURN_IF_ERROR(check_shape(kName, "q weight", w_.q, {hq_ * D, H}));
-  VLPAR_RETURN_IF_ERROR(check_shape(kName, "k weight", w_.k, {hkv_ * D, H}));
-  VLPAR_RETURN_IF_ERROR(check_shape(kName, "v weight", w_.v, {hkv_ * D, H}));
-  VLPAR_RETURN_IF_ERROR(check_shape(kName, "o weight", w_.o, {H, hq_ * D}));
+  VLPAR_ASSIGN_OR_RETURN(const DType act, detail::activation_dtype(kName, "x", x, cfg_.activation));
+  VLPAR_RETURN_IF_ERROR(check_shape(kName, "x", x, {Nl, H}, act));
+  VLPAR_RETURN_IF_ERROR(check_shape(kName, "out", out, {Nl, H}, act));
+  VLPAR_RETURN_IF_ERROR(check_weight(kName, "norm weight", w_.norm, {H}));
+  VLPAR_RETURN_IF_ERROR(check_weight(kName, "q weight", w_.q, {hq_ * D, H}));
+  VLPAR_RETURN_IF_ERROR(check_weight(kName, "k weight", w_.k, {hkv_ * D, H}));
+  VLPAR_RETURN_IF_ERROR(check_weight(kName, "v weight", w_.v, {hkv_ * D, H}));
+  VLPAR_RETURN_IF_ERROR(check_weight(kName, "o weight", w_.o, {H, hq_ * D}));
   if (cfg_.qk_norm) {
-    VLPAR_RETURN_IF_ERROR(check_shape(kName, "q_norm weight", w_.q_norm, {D}));
-    VLPAR_RETURN_IF_ERROR(check_shape(kName, "k_norm weight", w_.k_norm, {D}));
+    VLPAR_RETURN_IF_ERROR(check_weight(kName, "q_norm weight", w_.q_norm, {D}));
+    VLPAR_RETURN_IF_ERROR(check_weight(kName, "k_norm weight", w_.k_norm, {D}));
   }
 
   st.x = x;
-  VLPAR_ASSIGN_OR_RETURN(st.rstd, scratch(ctx, {Nl}));
-  VLPAR_ASSIGN_OR_RETURN(st.h, scratch(ctx, {N, H}));
-  VLPAR_ASSIGN_OR_RETURN(st.q, scratch(ctx, {N, hq_, D}));
-  VLPAR_ASSIGN_OR_RETURN(st.k, scratch(ctx, {N, hkv_, D}));
-  VLPAR_ASSIGN_OR_RETURN(st.v, scratch(ctx, {N, hkv_, D}));
-  VLPAR_ASSIGN_OR_RETURN(st.attn, scratch(ctx, {N, hq_, D}));
-  VLPAR_ASSIGN_OR_RETURN(st.lse, scratch(ctx, {hq_, N}));
+  VLPAR_ASSIGN_OR_RETURN(st.rstd, scratch(ctx, {Nl}, DType::kF32));
+  VLPAR_ASSIGN_OR_RETURN(st.h, scratch(ctx, {N, H}, act));
+  VLPAR_ASSIGN_OR_RETURN(st.q, scratch(ctx, {N, hq_, D}, act));
+  VLPAR_ASSIGN_OR_RETURN(st.k, scratch(ctx, {N, hkv_, D}, act));
+  VLPAR_ASSIGN_OR_RETURN(st.v, scratch(ctx, {N, hkv_, D}, act));
+  VLPAR_ASSIGN_OR_RETURN(st.attn, scratch(ctx, {N, hq_, D}, act));
+  VLPAR_ASSIGN_OR_RETURN(st.lse, scratch(ctx, {hq_, N}, DType::kF32));
   if (cfg_.qk_norm) {
-    VLPAR_ASSIGN_OR_RETURN(st.q_raw, scratch(ctx, {N, hq_, D}));
-    VLPAR_ASSIGN_OR_RETURN(st.k_raw, scratch(ctx, {N, hkv_, D}));
-    VLPAR_ASSIGN_OR_RETURN(st.q_rstd, scratch(ctx, {N * hq_}));
-    VLPAR_ASSIGN_OR_RETURN(st.k_rstd, scratch(ctx, {N * hkv_}));
+    VLPAR_ASSIGN_OR_RETURN(st.q_raw, scratch(ctx, {N, hq_, D}, act));
+    VLPAR_ASSIGN_OR_RETURN(st.k_raw, scratch(ctx, {N, hkv_, D}, act));
+    VLPAR_ASSIGN_OR_RETURN(st.q_rstd, scratch(ctx, {N * hq_}, DType::kF32));
+    VLPAR_ASSIGN_OR_RETURN(st.k_rstd, scratch(ctx, {N * hkv_}, DType::kF32));
   } else {
     st.q_raw = Tensor();
     st.k_raw = Tensor();
     st.q_rstd = Tensor();
     st.k_rstd = Tensor();
   }
-  VLPAR_ASSIGN_OR_RETURN(Tensor hn, scratch(ctx, {Nl, H}));
-  VLPAR_ASSIGN_OR_RETURN(Tensor partial, scratch(ctx, {N, H}));
+  VLPAR_ASSIGN_OR_RETURN(Tensor hn, scratch(ctx, {Nl, H}, act));
+  VLPAR_ASSIGN_OR_RETURN(Tensor partial, scratch(ctx, {N, H}, act));
 
   VLPAR_RETURN_IF_ERROR(rmsnorm_forward(ctx, hn, st.rstd, x, w_.norm, cfg_.eps));
   VLPAR_RETURN_IF_ERROR(region_enter_forward(tp_, st.h, hn));
@@ -120,7 +122,7 @@ Status AttentionBlock::projection_weight_grad(const Context& ctx, TensorView dw,
   const int64_t rows = int64_t(cfg_.kv_heads) * D, mine_begin = kv_begin_ * D, mine_end = (kv_begin_ + hkv_) * D;
   const TensorView hv = h;
   return detail::weight_work(ctx, {dy_owner, h}, [=, tp = tp_](const Context& c) -> Status {
-    VLPAR_ASSIGN_OR_RETURN(Tensor full, scratch_zeros(c, {rows, H}));
+    VLPAR_ASSIGN_OR_RETURN(Tensor full, scratch_zeros(c, {rows, H}, DType::kF32));
     TensorView mine = full.view().slice(0, mine_begin, mine_end);
     VLPAR_RETURN_IF_ERROR(detail::weight_grad(c, mine, dy, hv));
     VLPAR_RETURN_IF_ERROR(tp_sum_partial_grad(tp, full));
@@ -132,11 +134,13 @@ Status AttentionBlock::backward(const Context& ctx, TensorView dx, TensorView do
                                 const AttentionStash& st, const GradReadyFn& ready) const {
   const char* kName = "attention block backward";
   const int64_t N = seq.num_tokens(), Nl = tp_.local_tokens(N), H = cfg_.hidden, D = cfg_.head_dim;
-  VLPAR_RETURN_IF_ERROR(check_shape(kName, "dx", dx, {Nl, H}));
-  VLPAR_RETURN_IF_ERROR(check_shape(kName, "dout", dout, {Nl, H}));
-  VLPAR_CHECK(st.attn.defined() && st.attn.shape() == Shape({N, hq_, D}) &&
+  VLPAR_ASSIGN_OR_RETURN(const DType act, detail::activation_dtype(kName, "dout", dout, cfg_.activation));
+  VLPAR_RETURN_IF_ERROR(check_shape(kName, "dx", dx, {Nl, H}, act));
+  VLPAR_RETURN_IF_ERROR(check_shape(kName, "dout", dout, {Nl, H}, act));
+  VLPAR_CHECK(st.attn.defined() && st.attn.shape() == Shape({N, hq_, D}) && st.attn.dtype() == act &&
                   st.q_raw.defined() == cfg_.qk_norm,
-              "{}: the stash does not come from a forward of this block over {} tokens", kName, N);
+              "{}: the stash does not come from a {} forward of this block over {} tokens", kName,
+              dtype_name(act), N);
   VLPAR_ASSIGN_OR_RETURN(const RotaryDesc rd, detail::rotary_desc_for(kName, cfg_, seq.positions, N));
   VLPAR_RETURN_IF_ERROR(check_grad(kName, "norm grad", g_.norm, {H}));
   VLPAR_RETURN_IF_ERROR(check_grad(kName, "q grad", g_.q, {hq_ * D, H}));
@@ -153,16 +157,16 @@ Status AttentionBlock::backward(const Context& ctx, TensorView dx, TensorView do
   };
 
   // o projection (row-parallel): dpartial = exit⁻¹(dout); dattn = dpartial · Wo; dWo += dpartialᵀ · attn.
-  VLPAR_ASSIGN_OR_RETURN(Tensor dpartial, scratch(ctx, {N, H}));
-  VLPAR_ASSIGN_OR_RETURN(Tensor dattn, scratch(ctx, {N, hq_, D}));
+  VLPAR_ASSIGN_OR_RETURN(Tensor dpartial, scratch(ctx, {N, H}, act));
+  VLPAR_ASSIGN_OR_RETURN(Tensor dattn, scratch(ctx, {N, hq_, D}, act));
   VLPAR_RETURN_IF_ERROR(region_exit_backward(tp_, dpartial, dout));
   VLPAR_RETURN_IF_ERROR(detail::linear_backward_split(ctx, as_shape(dattn, {N, hq_ * D}), g_.o, {}, dpartial, dpartial,
                                                       as_shape(st.attn, {N, hq_ * D}), st.attn, w_.o));
   VLPAR_RETURN_IF_ERROR(mark(o_offset(cfg_), g_.o));
 
-  VLPAR_ASSIGN_OR_RETURN(Tensor dq, scratch(ctx, {N, hq_, D}));
-  VLPAR_ASSIGN_OR_RETURN(Tensor dk, scratch(ctx, {N, hkv_, D}));
-  VLPAR_ASSIGN_OR_RETURN(Tensor dv, scratch(ctx, {N, hkv_, D}));
+  VLPAR_ASSIGN_OR_RETURN(Tensor dq, scratch(ctx, {N, hq_, D}, act));
+  VLPAR_ASSIGN_OR_RETURN(Tensor dk, scratch(ctx, {N, hkv_, D}, act));
+  VLPAR_ASSIGN_OR_RETURN(Tensor dv, scratch(ctx, {N, hkv_, D}, act));
   const VarlenAttentionDesc ad = attention_desc(hq_, hkv_, D);
   VLPAR_RETURN_IF_ERROR(
       varlen_attention_backward(ctx, dq, dk, dv, dattn, st.q, st.k, st.v, st.attn, st.lse, seq.cu_seqlens, ad));
@@ -175,8 +179,8 @@ Status AttentionBlock::backward(const Context& ctx, TensorView dx, TensorView do
   // parts too (the weight gradient is linear in dk). dq_raw/dk_raw replace dq/dk as the projections' gradients.
   Tensor dq_raw, dk_raw;
   if (cfg_.qk_norm) {
-    VLPAR_ASSIGN_OR_RETURN(dq_raw, scratch(ctx, {N, hq_, D}));
-    VLPAR_ASSIGN_OR_RETURN(dk_raw, scratch(ctx, {N, hkv_, D}));
+    VLPAR_ASSIGN_OR_RETURN(dq_raw, scratch(ctx, {N, hq_, D}, act));
+    VLPAR_ASSIGN_OR_RETURN(dk_raw, scratch(ctx, {N, hkv_, D}, act));
     VLPAR_RETURN_IF_ERROR(detail::rmsnorm_backward_tp(ctx, tp_, as_shape(dk_raw, {N * hkv_, D}), g_.k_norm,
                                                       as_shape(dk, {N * hkv_, D}), as_shape(st.k_raw, {N * hkv_, D}),
                                                       w_.k_norm, st.k_rstd, true));
@@ -190,7 +194,7 @@ Status AttentionBlock::backward(const Context& ctx, TensorView dx, TensorView do
   const TensorView dk_proj = cfg_.qk_norm ? dk_raw.view() : dk.view();
 
   // dh = dv·Wv + dk·Wk + dq·Wq (the column-parallel input gradient, partial over tp until region_enter⁻¹).
-  VLPAR_ASSIGN_OR_RETURN(Tensor dh, scratch(ctx, {N, H}));
+  VLPAR_ASSIGN_OR_RETURN(Tensor dh, scratch(ctx, {N, H}, act));
   const TensorView dv2 = as_shape(dv, {N, hkv_ * D}), dk2 = as_shape(dk_proj, {N, hkv_ * D}),
                    dq2 = as_shape(dq_proj, {N, hq_ * D});
   GemmDesc acc;
@@ -236,10 +240,10 @@ static Status write_kv_rows(const Context& ctx, const TransformerConfig& cfg, co
   const int64_t n = h.size(0), D = cfg.head_dim;
   const TensorView kr = kc.slice(0, row0, row0 + n), vr = vc.slice(0, row0, row0 + n);  // [n, hkv, D]
   VLPAR_RETURN_IF_ERROR(linear_forward(ctx, as_shape(vr, {n, hkv * D}), h, w.v, {}));
-  VLPAR_ASSIGN_OR_RETURN(Tensor k, scratch(ctx, {n, hkv, D}));
+  VLPAR_ASSIGN_OR_RETURN(Tensor k, scratch(ctx, {n, hkv, D}, DType::kF32));
   Tensor k_raw;
   if (cfg.qk_norm) {
-    VLPAR_ASSIGN_OR_RETURN(k_raw, scratch(ctx, {n, hkv * D}));
+    VLPAR_ASSIGN_OR_RETURN(k_raw, scratch(ctx, {n, hkv * D}, DType::kF32));
   }
   VLPAR_RETURN_IF_ERROR(project_heads(ctx, ctx, cfg, k, k_raw, {}, h, w.k, w.k_norm, hkv));
   return rotary_forward(ctx, kr, k, positions, rd);
@@ -251,10 +255,10 @@ Status AttentionBlock::fill_kv_cache(const Context& ctx, TensorView x, TensorVie
   VLPAR_CHECK_CODE(!tp_.active(), StatusCode::kNotSupported, "{}: tensor parallelism is not supported for decoding",
                    kName);
   const int64_t n = x.size(0), H = cfg_.hidden, D = cfg_.head_dim;
-  VLPAR_RETURN_IF_ERROR(check_shape(kName, "x", x, {n, H}));
+  VLPAR_RETURN_IF_ERROR(check_shape(kName, "x", x, {n, H}, DType::kF32));
   VLPAR_RETURN_IF_ERROR(check_cache(kName, k_cache, v_cache, hkv_, D, row0, n));
   VLPAR_ASSIGN_OR_RETURN(const RotaryDesc rd, detail::rotary_desc_for(kName, cfg_, positions, n));
-  VLPAR_ASSIGN_OR_RETURN(Tensor h, scratch(ctx, {n, H}));
+  VLPAR_ASSIGN_OR_RETURN(Tensor h, scratch(ctx, {n, H}, DType::kF32));
   VLPAR_RETURN_IF_ERROR(rmsnorm_forward(ctx, h, {}, x, w_.norm, cfg_.eps));
   return write_kv_rows(ctx, cfg_, w_, hkv_, h, positions, rd, k_cache, v_cache, row0);
 }
@@ -265,21 +269,21 @@ Status AttentionBlock::forward_decode(const Context& ctx, TensorView out, Tensor
   VLPAR_CHECK_CODE(!tp_.active(), StatusCode::kNotSupported, "{}: tensor parallelism is not supported for decoding",
                    kName);
   const int64_t n = x.size(0), H = cfg_.hidden, D = cfg_.head_dim;
-  VLPAR_RETURN_IF_ERROR(check_shape(kName, "x", x, {n, H}));
-  VLPAR_RETURN_IF_ERROR(check_shape(kName, "out", out, {n, H}));
+  VLPAR_RETURN_IF_ERROR(check_shape(kName, "x", x, {n, H}, DType::kF32));
+  VLPAR_RETURN_IF_ERROR(check_shape(kName, "out", out, {n, H}, DType::kF32));
   VLPAR_CHECK(out.data != x.data, "{}: out must not alias x (the residual is added after the projection)", kName);
   VLPAR_RETURN_IF_ERROR(check_cache(kName, k_cache, v_cache, hkv_, D, row0, n));
   VLPAR_ASSIGN_OR_RETURN(const RotaryDesc rd, detail::rotary_desc_for(kName, cfg_, positions, n));
   Context serial = ctx;
   serial.num_threads = 1;
   auto ctx_for = [&](int64_t work) -> const Context& { return work >= kDecodeParallelWork ? ctx : serial; };
-  VLPAR_ASSIGN_OR_RETURN(Tensor h, scratch(ctx, {n, H}));
-  VLPAR_ASSIGN_OR_RETURN(Tensor q, scratch(ctx, {n, hq_, D}));
-  VLPAR_ASSIGN_OR_RETURN(Tensor attn, scratch(ctx, {n, hq_, D}));
+  VLPAR_ASSIGN_OR_RETURN(Tensor h, scratch(ctx, {n, H}, DType::kF32));
+  VLPAR_ASSIGN_OR_RETURN(Tensor q, scratch(ctx, {n, hq_, D}, DType::kF32));
+  VLPAR_ASSIGN_OR_RETURN(Tensor attn, scratch(ctx, {n, hq_, D}, DType::kF32));
   VLPAR_RETURN_IF_ERROR(rmsnorm_forward(serial, h, {}, x, w_.norm, cfg_.eps));
   Tensor q_raw;
   if (cfg_.qk_norm) {
-    VLPAR_ASSIGN_OR_RETURN(q_raw, scratch(ctx, {n, hq_ * D}));
+    VLPAR_ASSIGN_OR_RETURN(q_raw, scratch(ctx, {n, hq_ * D}, DType::kF32));
   }
   VLPAR_RETURN_IF_ERROR(project_heads(ctx_for(w_.q.numel()), serial, cfg_, q, q_raw, {}, h, w_.q, w_.q_norm, hq_));
   VLPAR_RETURN_IF_ERROR(rotary_forward(serial, q, q, positions, rd));

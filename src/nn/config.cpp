@@ -8,6 +8,9 @@ Status TransformerConfig::validate() const {
               "transformer config: hidden {}, heads {}, kv_heads {}, head_dim {}, intermediate {} and vocab {} must "
               "all be positive", hidden, heads, kv_heads, head_dim, intermediate, vocab);
   VLPAR_CHECK(num_layers > 0, "transformer config: num_layers must be positive, got {}", num_layers);
+  VLPAR_CHECK(activation == DType::kF32 || activation == DType::kBF16,
+              "transformer config: activation dtype {} is not supported (f32 or bf16; f16 would need loss scaling)",
+              dtype_name(activation));
   VLPAR_CHECK(heads % kv_heads == 0, "transformer config: kv_heads {} does not divide heads {}", kv_heads, heads);
   VLPAR_CHECK(head_dim % 2 == 0, "transformer config: head_dim {} must be even for rotary embeddings", head_dim);
   VLPAR_CHECK(eps > 0.f, "transformer config: eps must be positive, got {}", eps);

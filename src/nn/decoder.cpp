@@ -60,7 +60,9 @@ Result<DecoderModel> DecoderModel::create(const Context& ctx, const TransformerC
   m.tp_ = tp;
   m.layout_ = param_layout(cfg, tp.size(), tp.rank(), tp.sequence_parallel);
   m.vocab_block_ = even_shard(cfg.vocab, tp.size(), tp.rank());
-  for (const ParamShard& p : m.layout_) VLPAR_RETURN_IF_ERROR(m.reg_.add(p, "language_model").status());
+  // Parameters are stored in the activation dtype (a bf16 model, as HF's); their gradients are f32.
+  for (const ParamShard& p : m.layout_)
+    VLPAR_RETURN_IF_ERROR(m.reg_.add(p, "language_model", cfg.activation).status());
   VLPAR_RETURN_IF_ERROR(m.reg_.materialize(ctx, alloc, seed));
   return m;
 }
@@ -127,7 +129,7 @@ Result<CrossEntropyResult> DecoderModel::forward(const Context& ctx, const Batch
   const PackedSeq s = seq(batch, st);
   VLPAR_CHECK(!tp_.sp() || N % tp_.size() == 0,
               "decoder forward: {} tokens do not split evenly over tp={} for sequence parallelism", N, tp_.size());
-  VLPAR_ASSIGN_OR_RETURN(st.embed, scratch(ctx, {Nl, H}));
+  VLPAR_ASSIGN_OR_RETURN(st.embed, scratch(ctx, {Nl, H}, cfg_.activation));
   VLPAR_RETURN_IF_ERROR(vocab_parallel_embedding_forward(ctx, tp_, st.embed, reg_.value(0), batch.input_ids,
                                                          vocab_block_, cfg_.vocab));
   VLPAR_ASSIGN_OR_RETURN(const TensorView last, layers().forward(ctx, st.embed, s, st.layers));
@@ -139,8 +141,8 @@ Status DecoderModel::backward(const Context& ctx, const Batch& batch, DecoderSta
   const int64_t N = batch.num_tokens(), Nl = tp_.local_tokens(N), H = cfg_.hidden;
   VLPAR_CHECK(st.layers.inputs.size() == size_t(cfg_.num_layers + 1) && st.embed.shape() == Shape({Nl, H}),
               "decoder backward: the stash does not come from a forward over this batch");
-  VLPAR_ASSIGN_OR_RETURN(Tensor ga, scratch(ctx, {Nl, H}));
-  VLPAR_ASSIGN_OR_RETURN(Tensor dx, scratch(ctx, {Nl, H}));
+  VLPAR_ASSIGN_OR_RETURN(Tensor ga, scratch(ctx, {Nl, H}, cfg_.activation));
+  VLPAR_ASSIGN_OR_RETURN(Tensor dx, scratch(ctx, {Nl, H}, cfg_.activation));
   VLPAR_RETURN_IF_ERROR(head().backward(ctx, ga, st.targets.labels, st.head, grad_loss, ready));
   VLPAR_RETURN_IF_ERROR(layers().backward(ctx, dx, ga, seq(batch, st), st.layers, ready));
   VLPAR_RETURN_IF_ERROR(

@@ -320,17 +320,25 @@ Status reduce_scatter_expert_rows(const Context& ctx, comm::Communicator* etp, c
   const int64_t R = g.rows[size_t(g.etp_rank)];
   VLPAR_RETURN_IF_ERROR(check_rows(op, "in", in, g.gathered(), -1));
   VLPAR_RETURN_IF_ERROR(check_rows(op, "out", out, R, in.size(1)));
-  VLPAR_CHECK(out.dtype == DType::kF32 && in.dtype == DType::kF32, "{}: f32 rows only, got {} and {}", op,
-              out.to_string(), in.to_string());
+  VLPAR_CHECK(out.dtype == in.dtype && (in.dtype == DType::kF32 || in.dtype == DType::kBF16),
+              "{}: f32 or bf16 rows of one dtype only, got {} and {}", op, out.to_string(), in.to_string());
   if (g.etp == 1) return copy_(out, in);
-  // Every rank's partial result of this rank's rows, in etp-rank order: [P · R, F]; then the sum in that order.
+  // Every rank's partial result of this rank's rows, in etp-rank order: [P · R, F]; then the sum in that order,
+  // in f32 (bf16 rows are rounded once, at the end).
   const int64_t F = in.size(1);
-  VLPAR_ASSIGN_OR_RETURN(Tensor parts, Tensor::empty(*ctx.allocator, Shape{int64_t(g.etp) * R, F}, DType::kF32));
+  VLPAR_ASSIGN_OR_RETURN(Tensor parts, Tensor::empty(*ctx.allocator, Shape{int64_t(g.etp) * R, F}, in.dtype));
   const std::vector<int64_t> recv(size_t(g.etp), R);
   VLPAR_RETURN_IF_ERROR(etp->all_to_all_rows(parts, recv, {}, in, g.rows, g.positions));
-  VLPAR_RETURN_IF_ERROR(copy_(out, parts.view().slice(0, 0, R)));
+  Tensor sum;
+  if (out.dtype != DType::kF32) {
+    VLPAR_ASSIGN_OR_RETURN(sum, Tensor::empty(*ctx.allocator, Shape{R, F}, DType::kF32));
+  }
+  const TensorView acc = sum.defined() ? sum.view() : out;
+  const TensorView first = parts.view().slice(0, 0, R);
+  VLPAR_RETURN_IF_ERROR(sum.defined() ? convert_(acc, first) : copy_(acc, first));
   for (int q = 1; q < g.etp; ++q)
-    VLPAR_RETURN_IF_ERROR(add_(ctx, out, parts.view().slice(0, int64_t(q) * R, int64_t(q + 1) * R)));
+    VLPAR_RETURN_IF_ERROR(add_(ctx, acc, parts.view().slice(0, int64_t(q) * R, int64_t(q + 1) * R)));
+  if (sum.defined()) VLPAR_RETURN_IF_ERROR(convert_(out, acc));
   return Status::Ok();
 }
 

@@ -10,6 +10,7 @@ namespace vlpar::nn {
 
 using detail::check_grad;
 using detail::check_shape;
+using detail::check_weight;
 using detail::frozen;
 using detail::scratch;
 using detail::scratch_zeros;
@@ -24,19 +25,20 @@ Status MlpBlock::forward(const Context& ctx, TensorView out, TensorView x, int64
   const int64_t Nl = tp_.local_tokens(N), H = cfg_.hidden;
   VLPAR_CHECK(!tp_.sp() || N % tp_.size() == 0, "{}: {} tokens do not split evenly over tp={} for sequence "
               "parallelism", kName, N, tp_.size());
-  VLPAR_RETURN_IF_ERROR(check_shape(kName, "x", x, {Nl, H}));
-  VLPAR_RETURN_IF_ERROR(check_shape(kName, "out", out, {Nl, H}));
-  VLPAR_RETURN_IF_ERROR(check_shape(kName, "norm weight", w_.norm, {H}));
-  VLPAR_RETURN_IF_ERROR(check_shape(kName, "gate_up weight", w_.gate_up, {2 * il_, H}));
-  VLPAR_RETURN_IF_ERROR(check_shape(kName, "down weight", w_.down, {H, il_}));
+  VLPAR_ASSIGN_OR_RETURN(const DType act, detail::activation_dtype(kName, "x", x, cfg_.activation));
+  VLPAR_RETURN_IF_ERROR(check_shape(kName, "x", x, {Nl, H}, act));
+  VLPAR_RETURN_IF_ERROR(check_shape(kName, "out", out, {Nl, H}, act));
+  VLPAR_RETURN_IF_ERROR(check_weight(kName, "norm weight", w_.norm, {H}));
+  VLPAR_RETURN_IF_ERROR(check_weight(kName, "gate_up weight", w_.gate_up, {2 * il_, H}));
+  VLPAR_RETURN_IF_ERROR(check_weight(kName, "down weight", w_.down, {H, il_}));
 
   st.x = x;
-  VLPAR_ASSIGN_OR_RETURN(st.rstd, scratch(ctx, {Nl}));
-  VLPAR_ASSIGN_OR_RETURN(st.h, scratch(ctx, {N, H}));
-  VLPAR_ASSIGN_OR_RETURN(st.gu, scratch(ctx, {N, 2 * il_}));
-  VLPAR_ASSIGN_OR_RETURN(st.act, scratch(ctx, {N, il_}));
-  VLPAR_ASSIGN_OR_RETURN(Tensor hn, scratch(ctx, {Nl, H}));
-  VLPAR_ASSIGN_OR_RETURN(Tensor partial, scratch(ctx, {N, H}));
+  VLPAR_ASSIGN_OR_RETURN(st.rstd, scratch(ctx, {Nl}, DType::kF32));
+  VLPAR_ASSIGN_OR_RETURN(st.h, scratch(ctx, {N, H}, act));
+  VLPAR_ASSIGN_OR_RETURN(st.gu, scratch(ctx, {N, 2 * il_}, act));
+  VLPAR_ASSIGN_OR_RETURN(st.act, scratch(ctx, {N, il_}, act));
+  VLPAR_ASSIGN_OR_RETURN(Tensor hn, scratch(ctx, {Nl, H}, act));
+  VLPAR_ASSIGN_OR_RETURN(Tensor partial, scratch(ctx, {N, H}, act));
 
   VLPAR_RETURN_IF_ERROR(rmsnorm_forward(ctx, hn, st.rstd, x, w_.norm, cfg_.eps));
   VLPAR_RETURN_IF_ERROR(region_enter_forward(tp_, st.h, hn));
@@ -52,10 +54,12 @@ Status MlpBlock::backward(const Context& ctx, TensorView dx, TensorView dout, in
                           const GradReadyFn& ready) const {
   const char* kName = "mlp block backward";
   const int64_t Nl = tp_.local_tokens(N), H = cfg_.hidden;
-  VLPAR_RETURN_IF_ERROR(check_shape(kName, "dx", dx, {Nl, H}));
-  VLPAR_RETURN_IF_ERROR(check_shape(kName, "dout", dout, {Nl, H}));
-  VLPAR_CHECK(st.gu.defined() && st.gu.shape() == Shape({N, 2 * il_}),
-              "{}: the stash does not come from a forward over {} tokens", kName, N);
+  VLPAR_ASSIGN_OR_RETURN(const DType act, detail::activation_dtype(kName, "dout", dout, cfg_.activation));
+  VLPAR_RETURN_IF_ERROR(check_shape(kName, "dx", dx, {Nl, H}, act));
+  VLPAR_RETURN_IF_ERROR(check_shape(kName, "dout", dout, {Nl, H}, act));
+  VLPAR_CHECK(st.gu.defined() && st.gu.shape() == Shape({N, 2 * il_}) && st.gu.dtype() == act,
+              "{}: the stash does not come from a {} forward over {} tokens", kName,
+              dtype_name(act), N);
   VLPAR_RETURN_IF_ERROR(check_grad(kName, "norm grad", g_.norm, {H}));
   VLPAR_RETURN_IF_ERROR(check_grad(kName, "gate_up grad", g_.gate_up, {2 * il_, H}));
   VLPAR_RETURN_IF_ERROR(check_grad(kName, "down grad", g_.down, {H, il_}));
@@ -64,18 +68,18 @@ Status MlpBlock::backward(const Context& ctx, TensorView dx, TensorView dout, in
     return frozen(grad) ? Status::Ok() : detail::mark_ready(ctx, ready, first_param_ + k);
   };
 
-  VLPAR_ASSIGN_OR_RETURN(Tensor dpartial, scratch(ctx, {N, H}));
-  VLPAR_ASSIGN_OR_RETURN(Tensor dact, scratch(ctx, {N, il_}));
+  VLPAR_ASSIGN_OR_RETURN(Tensor dpartial, scratch(ctx, {N, H}, act));
+  VLPAR_ASSIGN_OR_RETURN(Tensor dact, scratch(ctx, {N, il_}, act));
   VLPAR_RETURN_IF_ERROR(region_exit_backward(tp_, dpartial, dout));
   VLPAR_RETURN_IF_ERROR(detail::linear_backward_split(ctx, dact, g_.down, {}, dpartial, dpartial, st.act, st.act,
                                                       w_.down));
   VLPAR_RETURN_IF_ERROR(mark(2, g_.down));
 
-  VLPAR_ASSIGN_OR_RETURN(Tensor dgu, scratch(ctx, {N, 2 * il_}));
+  VLPAR_ASSIGN_OR_RETURN(Tensor dgu, scratch(ctx, {N, 2 * il_}, act));
   const TensorView gate = st.gu.view().slice(1, 0, il_), up = st.gu.view().slice(1, il_, 2 * il_);
   VLPAR_RETURN_IF_ERROR(swiglu_backward(ctx, dgu.view().slice(1, 0, il_), dgu.view().slice(1, il_, 2 * il_), dact,
                                         gate, up));
-  VLPAR_ASSIGN_OR_RETURN(Tensor dh, scratch(ctx, {N, H}));
+  VLPAR_ASSIGN_OR_RETURN(Tensor dh, scratch(ctx, {N, H}, act));
   VLPAR_RETURN_IF_ERROR(detail::linear_backward_split(ctx, dh, g_.gate_up, {}, dgu, dgu, st.h, st.h, w_.gate_up));
   VLPAR_RETURN_IF_ERROR(mark(1, g_.gate_up));
 

@@ -11,7 +11,9 @@
 
 namespace vlpar::nn {
 
+using detail::check_grad;
 using detail::check_shape;
+using detail::check_weight;
 using detail::scratch;
 
 namespace {
@@ -40,7 +42,7 @@ Result<Tensor> gather_over_tp(const Context& ctx, const TensorParallel& tp, cons
 /// This rank's rows [R, F] → the etp group's gathered rows [R_g, F] (`rows` itself without etp).
 Result<Tensor> gathered(const Context& ctx, comm::Communicator* etp, const ExpertTpRows& g, Tensor rows) {
   if (g.etp == 1) return rows;
-  VLPAR_ASSIGN_OR_RETURN(Tensor out, scratch(ctx, {g.gathered(), rows.shape()[1]}));
+  VLPAR_ASSIGN_OR_RETURN(Tensor out, scratch(ctx, {g.gathered(), rows.shape()[1]}, rows.dtype()));
   VLPAR_RETURN_IF_ERROR(gather_expert_rows(etp, g, out, rows));
   return out;
 }
@@ -49,7 +51,7 @@ Result<Tensor> gathered(const Context& ctx, comm::Communicator* etp, const Exper
 /// order (`partial` itself without etp).
 Result<Tensor> scattered(const Context& ctx, comm::Communicator* etp, const ExpertTpRows& g, Tensor partial) {
   if (g.etp == 1) return partial;
-  VLPAR_ASSIGN_OR_RETURN(Tensor out, scratch(ctx, {g.rows[size_t(g.etp_rank)], partial.shape()[1]}));
+  VLPAR_ASSIGN_OR_RETURN(Tensor out, scratch(ctx, {g.rows[size_t(g.etp_rank)], partial.shape()[1]}, partial.dtype()));
   VLPAR_RETURN_IF_ERROR(reduce_scatter_expert_rows(ctx, etp, g, out, partial));
   return out;
 }
@@ -99,15 +101,16 @@ Status MoeBlock::check(const char* name, int64_t N) const {
   VLPAR_CHECK(moe_.intermediate % ep_.etp_size() == 0, "{}: the expert width {} does not split over {} "
               "expert-tensor-parallel ranks", name, moe_.intermediate, ep_.etp_size());
   const int64_t H = cfg_.hidden, E = moe_.num_experts, I = moe_.intermediate / ep_.etp_size(), El = E / ep_.size();
-  VLPAR_RETURN_IF_ERROR(check_shape(name, "norm weight", w_.norm, {H}));
-  VLPAR_RETURN_IF_ERROR(check_shape(name, "router weight", w_.router, {E, H}));
-  VLPAR_RETURN_IF_ERROR(check_shape(name, "gate_up weight", w_.gate_up, {El, H, 2 * I}));
-  VLPAR_RETURN_IF_ERROR(check_shape(name, "down weight", w_.down, {El, I, H}));
-  if (!w_.expert_bias.empty()) VLPAR_RETURN_IF_ERROR(check_shape(name, "expert bias", w_.expert_bias, {E}));
-  if (!g_.norm.empty()) VLPAR_RETURN_IF_ERROR(check_shape(name, "norm gradient", g_.norm, {H}));
-  if (!g_.router.empty()) VLPAR_RETURN_IF_ERROR(check_shape(name, "router gradient", g_.router, {E, H}));
-  if (!g_.gate_up.empty()) VLPAR_RETURN_IF_ERROR(check_shape(name, "gate_up gradient", g_.gate_up, {El, H, 2 * I}));
-  if (!g_.down.empty()) VLPAR_RETURN_IF_ERROR(check_shape(name, "down gradient", g_.down, {El, I, H}));
+  VLPAR_RETURN_IF_ERROR(check_weight(name, "norm weight", w_.norm, {H}));
+  VLPAR_RETURN_IF_ERROR(check_weight(name, "router weight", w_.router, {E, H}));
+  VLPAR_RETURN_IF_ERROR(check_weight(name, "gate_up weight", w_.gate_up, {El, H, 2 * I}));
+  VLPAR_RETURN_IF_ERROR(check_weight(name, "down weight", w_.down, {El, I, H}));
+  if (!w_.expert_bias.empty())
+    VLPAR_RETURN_IF_ERROR(check_shape(name, "expert bias", w_.expert_bias, {E}, DType::kF32));
+  VLPAR_RETURN_IF_ERROR(check_grad(name, "norm gradient", g_.norm, {H}));
+  VLPAR_RETURN_IF_ERROR(check_grad(name, "router gradient", g_.router, {E, H}));
+  VLPAR_RETURN_IF_ERROR(check_grad(name, "gate_up gradient", g_.gate_up, {El, H, 2 * I}));
+  VLPAR_RETURN_IF_ERROR(check_grad(name, "down gradient", g_.down, {El, I, H}));
   return Status::Ok();
 }
 
@@ -118,21 +121,23 @@ Status MoeBlock::forward(const Context& ctx, TensorView out, TensorView x, int64
   const int64_t Ntok = N, H = cfg_.hidden, E = moe_.num_experts, K = moe_.top_k;
   const int64_t I = moe_.intermediate / ep_.etp_size();  // this etp rank's width of every expert
   N = tp_.local_tokens(Ntok);  // this rank's rows from here on
-  VLPAR_RETURN_IF_ERROR(check_shape(kName, "x", x, {N, H}));
-  VLPAR_RETURN_IF_ERROR(check_shape(kName, "out", out, {N, H}));
+  VLPAR_ASSIGN_OR_RETURN(const DType act, detail::activation_dtype(kName, "x", x, cfg_.activation));
+  VLPAR_RETURN_IF_ERROR(check_shape(kName, "x", x, {N, H}, act));
+  VLPAR_RETURN_IF_ERROR(check_shape(kName, "out", out, {N, H}, act));
   const RouterDesc rdesc{int(E), int(K)};
 
   st.x = x;
   st.cu_seqlens = cu_seqlens;
-  VLPAR_ASSIGN_OR_RETURN(st.rstd, scratch(ctx, {N}));
-  VLPAR_ASSIGN_OR_RETURN(st.h, scratch(ctx, {N, H}));
-  VLPAR_ASSIGN_OR_RETURN(st.probs, scratch(ctx, {N, E}));
-  VLPAR_ASSIGN_OR_RETURN(st.lse, scratch(ctx, {N}));
-  VLPAR_ASSIGN_OR_RETURN(st.weights, scratch(ctx, {N, K}));
+  // The router's logits, probabilities, lse and routing weights are f32 whatever the activation dtype.
+  VLPAR_ASSIGN_OR_RETURN(st.rstd, scratch(ctx, {N}, DType::kF32));
+  VLPAR_ASSIGN_OR_RETURN(st.h, scratch(ctx, {N, H}, act));
+  VLPAR_ASSIGN_OR_RETURN(st.probs, scratch(ctx, {N, E}, DType::kF32));
+  VLPAR_ASSIGN_OR_RETURN(st.lse, scratch(ctx, {N}, DType::kF32));
+  VLPAR_ASSIGN_OR_RETURN(st.weights, scratch(ctx, {N, K}, DType::kF32));
   VLPAR_ASSIGN_OR_RETURN(st.indices, scratch(ctx, {N, K}, DType::kI32));
-  VLPAR_ASSIGN_OR_RETURN(Tensor logits, scratch(ctx, {N, E}));
+  VLPAR_ASSIGN_OR_RETURN(Tensor logits, scratch(ctx, {N, E}, DType::kF32));
 
-  // Router: logits [N, E] = h · routerᵀ, then fp32 softmax, top-k, renormalisation.
+  // Router: logits [N, E] = h · routerᵀ (f32 out), then fp32 softmax, top-k, renormalisation.
   VLPAR_RETURN_IF_ERROR(rmsnorm_forward(ctx, st.h, st.rstd, x, w_.norm, cfg_.eps));
   const TensorView router3 = detail::as_shape(w_.router, {1, E, H});
   VLPAR_RETURN_IF_ERROR(grouped_gemm(ctx, logits, st.h, router3, one_group(N), GemmDesc{false, true, 1.f, 0.f}));
@@ -156,14 +161,14 @@ Status MoeBlock::forward(const Context& ctx, TensorView out, TensorView x, int64
   VLPAR_ASSIGN_OR_RETURN(st.etp, plan_expert_tp(ep_.etp, d.expert_offsets));
   const int64_t Rg = st.etp.gathered();
   const std::vector<int64_t>& offsets = st.etp.offsets;  // d.expert_offsets without etp
-  VLPAR_ASSIGN_OR_RETURN(Tensor hp, scratch(ctx, {R, H}));
-  VLPAR_ASSIGN_OR_RETURN(Tensor rw, scratch(ctx, {R, 1}));
+  VLPAR_ASSIGN_OR_RETURN(Tensor hp, scratch(ctx, {R, H}, act));
+  VLPAR_ASSIGN_OR_RETURN(Tensor rw, scratch(ctx, {R, 1}, DType::kF32));
   VLPAR_RETURN_IF_ERROR(dispatch_rows(ctx, ep_.comm, d, hp, st.h));
   VLPAR_RETURN_IF_ERROR(dispatch_assignments(ctx, ep_.comm, d, rw, detail::as_shape(st.weights.view(), {N * K, 1})));
   VLPAR_ASSIGN_OR_RETURN(Tensor hg, gathered(ctx, ep_.etp, st.etp, std::move(hp)));
   VLPAR_ASSIGN_OR_RETURN(st.row_weights, gathered(ctx, ep_.etp, st.etp, std::move(rw)));
-  VLPAR_ASSIGN_OR_RETURN(st.gu, scratch(ctx, {Rg, 2 * I}));
-  VLPAR_ASSIGN_OR_RETURN(st.act, scratch(ctx, {Rg, I}));
+  VLPAR_ASSIGN_OR_RETURN(st.gu, scratch(ctx, {Rg, 2 * I}, act));
+  VLPAR_ASSIGN_OR_RETURN(st.act, scratch(ctx, {Rg, I}, act));
   VLPAR_RETURN_IF_ERROR(grouped_gemm(ctx, st.gu, hg, w_.gate_up, offsets, GemmDesc{}));
   const TensorView gate = st.gu.view().slice(1, 0, I), up = st.gu.view().slice(1, I, 2 * I);
   VLPAR_RETURN_IF_ERROR(swiglu_forward(ctx, st.act, gate, up));
@@ -235,7 +240,7 @@ Status MoeBlock::seq_aux_grad(const Context& ctx, TensorView dlogits, const MoeS
   if (!tp_.sp()) return router_seq_aux_backward(ctx, dlogits, st.probs, st.indices, st.cu_seqlens, rdesc, grad);
   VLPAR_ASSIGN_OR_RETURN(const Tensor probs, gather_over_tp(ctx, tp_, st.probs));
   VLPAR_ASSIGN_OR_RETURN(const Tensor indices, gather_over_tp(ctx, tp_, st.indices));
-  VLPAR_ASSIGN_OR_RETURN(Tensor full, detail::scratch_zeros(ctx, probs.shape()));
+  VLPAR_ASSIGN_OR_RETURN(Tensor full, detail::scratch_zeros(ctx, probs.shape(), DType::kF32));
   const int64_t N = dlogits.size(0), first = int64_t(tp_.rank()) * N;
   const TensorView mine = full.view().slice(0, first, first + N);
   VLPAR_RETURN_IF_ERROR(copy_(mine, dlogits));
@@ -250,7 +255,7 @@ Status MoeBlock::router_grads(const Context& ctx, TensorView dh, TensorView dwei
                               const RouterLossGrads& losses, int64_t Ntok) const {
   const int64_t N = dh.size(0), H = cfg_.hidden, E = moe_.num_experts;
   const RouterDesc rdesc{int(E), int(moe_.top_k)};
-  VLPAR_ASSIGN_OR_RETURN(Tensor dlogits, scratch(ctx, {N, E}));
+  VLPAR_ASSIGN_OR_RETURN(Tensor dlogits, scratch(ctx, {N, E}, DType::kF32));
   VLPAR_RETURN_IF_ERROR(router_backward(ctx, dlogits, dweights, st.probs, st.indices, st.weights, rdesc));
   // (A rank without tokens has no router rows; under expert parallelism it still served the others' rows.)
   if (losses.aux != 0.f && N > 0)
@@ -265,7 +270,7 @@ Status MoeBlock::router_grads(const Context& ctx, TensorView dh, TensorView dwei
   if (!g_.router.empty() && tp_.sp()) {  // this rank's part of dWr, summed over tp (now or in the W)
     const TensorView dr = detail::as_shape(g_.router, {1, E, H}), dl = dlogits, hv = st.h;
     VLPAR_RETURN_IF_ERROR(detail::weight_work(ctx, {dlogits, st.h}, [=, tp = tp_](const Context& c) -> Status {
-      VLPAR_ASSIGN_OR_RETURN(Tensor part, detail::scratch_zeros(c, {1, E, H}));
+      VLPAR_ASSIGN_OR_RETURN(Tensor part, detail::scratch_zeros(c, {1, E, H}, DType::kF32));
       VLPAR_RETURN_IF_ERROR(grouped_weight_grad(c, part, dl, hv, one_group(N)));
       VLPAR_RETURN_IF_ERROR(tp_sum_partial_grad(tp, part));
       return add_(c, dr, part);
@@ -281,11 +286,12 @@ Status MoeBlock::backward(const Context& ctx, TensorView dx, TensorView dout, in
   VLPAR_RETURN_IF_ERROR(check(kName, N));
   const int64_t Ntok = N, H = cfg_.hidden, K = moe_.top_k, I = moe_.intermediate / ep_.etp_size();
   N = tp_.local_tokens(Ntok);  // this rank's rows from here on
-  VLPAR_RETURN_IF_ERROR(check_shape(kName, "dx", dx, {N, H}));
-  VLPAR_RETURN_IF_ERROR(check_shape(kName, "dout", dout, {N, H}));
+  VLPAR_ASSIGN_OR_RETURN(const DType act, detail::activation_dtype(kName, "dout", dout, cfg_.activation));
+  VLPAR_RETURN_IF_ERROR(check_shape(kName, "dx", dx, {N, H}, act));
+  VLPAR_RETURN_IF_ERROR(check_shape(kName, "dout", dout, {N, H}, act));
   const ExpertDispatch& d = st.dispatch;
   const int64_t R = d.received(), Rg = st.etp.gathered();
-  VLPAR_CHECK(st.gu.defined() && st.gu.shape() == Shape({Rg, 2 * I}) && d.num_tokens() == N &&
+  VLPAR_CHECK(st.gu.defined() && st.gu.shape() == Shape({Rg, 2 * I}) && st.gu.dtype() == act && d.num_tokens() == N &&
                   st.x.shape == Shape({N, H}),
               "{}: the stash does not come from a forward over {} tokens", kName, N);
   const RouterAuxStats* aux = losses.stats;
@@ -306,10 +312,10 @@ Status MoeBlock::backward(const Context& ctx, TensorView dx, TensorView dout, in
   // dyp · D_eᵀ gives both the routing-weight gradient dw[row] = <dout[t], y_row> = <dact_u[row], act[row]> (a
   // partial sum over the etp ranks' widths, added back at the row's rank) and, scaled by w, the activation
   // gradient. The per-row dw go back to their (token, slot).
-  VLPAR_ASSIGN_OR_RETURN(Tensor dyp_mine, scratch(ctx, {R, H}));
-  VLPAR_ASSIGN_OR_RETURN(Tensor dact, scratch(ctx, {Rg, I}));
-  VLPAR_ASSIGN_OR_RETURN(Tensor drow_g, scratch(ctx, {Rg, 1}));
-  VLPAR_ASSIGN_OR_RETURN(Tensor dweights, scratch(ctx, {N, K}));
+  VLPAR_ASSIGN_OR_RETURN(Tensor dyp_mine, scratch(ctx, {R, H}, act));
+  VLPAR_ASSIGN_OR_RETURN(Tensor dact, scratch(ctx, {Rg, I}, act));
+  VLPAR_ASSIGN_OR_RETURN(Tensor drow_g, scratch(ctx, {Rg, 1}, DType::kF32));
+  VLPAR_ASSIGN_OR_RETURN(Tensor dweights, scratch(ctx, {N, K}, DType::kF32));
   VLPAR_RETURN_IF_ERROR(dispatch_rows(ctx, ep_.comm, d, dyp_mine, dout));
   VLPAR_ASSIGN_OR_RETURN(Tensor dyp, gathered(ctx, ep_.etp, st.etp, std::move(dyp_mine)));
   VLPAR_RETURN_IF_ERROR(grouped_gemm(ctx, dact, dyp, w_.down, offsets, GemmDesc{false, true, 1.f, 0.f}));
@@ -329,20 +335,20 @@ Status MoeBlock::backward(const Context& ctx, TensorView dx, TensorView dout, in
   const bool dyp_queued = ctx.weight_grads != nullptr && !g_.down.empty();
   Tensor dgu = dyp_queued ? Tensor{} : std::move(dyp);
   if (dgu.numel() < Rg * 2 * I) {
-    VLPAR_ASSIGN_OR_RETURN(dgu, scratch(ctx, {Rg, 2 * I}));
+    VLPAR_ASSIGN_OR_RETURN(dgu, scratch(ctx, {Rg, 2 * I}, act));
   }
   const TensorView dgu_v = detail::as_shape(dgu.view(), {Rg, 2 * I});
   const TensorView gate = st.gu.view().slice(1, 0, I), up = st.gu.view().slice(1, I, 2 * I);
   VLPAR_RETURN_IF_ERROR(swiglu_backward(ctx, dgu_v.slice(1, 0, I), dgu_v.slice(1, I, 2 * I), dact, gate, up));
   if (!g_.gate_up.empty()) {  // dGU_e += h_eᵀ · dgu_e, h sent to the experts again (not stashed: [R_g, H])
-    VLPAR_ASSIGN_OR_RETURN(Tensor hp_mine, scratch(ctx, {R, H}));
+    VLPAR_ASSIGN_OR_RETURN(Tensor hp_mine, scratch(ctx, {R, H}, act));
     VLPAR_RETURN_IF_ERROR(dispatch_rows(ctx, ep_.comm, d, hp_mine, st.h));
     VLPAR_ASSIGN_OR_RETURN(const Tensor hp, gathered(ctx, ep_.etp, st.etp, std::move(hp_mine)));
     VLPAR_RETURN_IF_ERROR(grouped_weight_grad_split(ctx, g_.gate_up, hp, dgu_v, dgu, offsets));
   }
   VLPAR_RETURN_IF_ERROR(mark(2));
-  VLPAR_ASSIGN_OR_RETURN(Tensor dhp_g, scratch(ctx, {Rg, H}));
-  VLPAR_ASSIGN_OR_RETURN(Tensor dh, scratch(ctx, {N, H}));
+  VLPAR_ASSIGN_OR_RETURN(Tensor dhp_g, scratch(ctx, {Rg, H}, act));
+  VLPAR_ASSIGN_OR_RETURN(Tensor dh, scratch(ctx, {N, H}, act));
   VLPAR_RETURN_IF_ERROR(grouped_gemm(ctx, dhp_g, dgu_v, w_.gate_up, offsets, GemmDesc{false, true, 1.f, 0.f}));
   VLPAR_ASSIGN_OR_RETURN(const Tensor dhp, scattered(ctx, ep_.etp, st.etp, std::move(dhp_g)));
   VLPAR_RETURN_IF_ERROR(combine_rows(ctx, ep_.comm, d, dh, dhp));
@@ -354,7 +360,7 @@ Status MoeBlock::backward(const Context& ctx, TensorView dx, TensorView dout, in
   VLPAR_RETURN_IF_ERROR(rmsnorm_backward(ctx, dx, {}, dh, st.x, w_.norm, st.rstd));
   if (!g_.norm.empty() && !tp_.sp()) VLPAR_RETURN_IF_ERROR(rmsnorm_weight_grad(ctx, g_.norm, dh, st.x, st.rstd));
   if (!g_.norm.empty() && tp_.sp()) {  // this rank's tokens' part, summed over tp
-    VLPAR_ASSIGN_OR_RETURN(Tensor part, detail::scratch_zeros(ctx, {H}));
+    VLPAR_ASSIGN_OR_RETURN(Tensor part, detail::scratch_zeros(ctx, {H}, DType::kF32));
     VLPAR_RETURN_IF_ERROR(rmsnorm_weight_grad(ctx, part, dh, st.x, st.rstd));
     VLPAR_RETURN_IF_ERROR(tp_sum_partial_grad(tp_, part));
     VLPAR_RETURN_IF_ERROR(add_(ctx, g_.norm, part));

@@ -18,11 +18,14 @@ namespace vlpar::nn::detail {
 
 /// @brief An uninitialised tensor from ctx.allocator on ctx.device (the blocks' stash and scratch live where the
 /// ops run).
-inline Result<Tensor> scratch(const Context& ctx, Shape shape, DType dtype = DType::kF32) {
+/// The dtype says the tensor's category (DESIGN §6): the activation dtype of the call (the dtype of the block's
+/// input, f32 or bf16) for activations, their gradients and stashes; f32 for statistics (rstd, mean, lse), router
+/// probabilities and partial parameter gradients.
+inline Result<Tensor> scratch(const Context& ctx, Shape shape, DType dtype) {
   VLPAR_CHECK(ctx.allocator != nullptr, "nn: the context has no allocator for stash and scratch tensors");
   return Tensor::empty(*ctx.allocator, shape, dtype, ctx.device);
 }
-inline Result<Tensor> scratch_zeros(const Context& ctx, Shape shape, DType dtype = DType::kF32) {
+inline Result<Tensor> scratch_zeros(const Context& ctx, Shape shape, DType dtype) {
   VLPAR_CHECK(ctx.allocator != nullptr, "nn: the context has no allocator for stash and scratch tensors");
   return Tensor::zeros(*ctx.allocator, shape, dtype, ctx.device);
 }
@@ -84,7 +87,7 @@ inline Status linear_backward_split(const Context& ctx, TensorView dx, TensorVie
 inline Status rmsnorm_backward_tp(const Context& ctx, const TensorParallel& tp, TensorView dx, TensorView dw,
                                   TensorView dy, TensorView x, TensorView w, TensorView rstd, bool summed_over_tp) {
   if (!summed_over_tp || !tp.active() || frozen(dw)) return rmsnorm_backward(ctx, dx, dw, dy, x, w, rstd);
-  VLPAR_ASSIGN_OR_RETURN(Tensor partial, scratch_zeros(ctx, w.shape));
+  VLPAR_ASSIGN_OR_RETURN(Tensor partial, scratch_zeros(ctx, w.shape, DType::kF32));
   VLPAR_RETURN_IF_ERROR(rmsnorm_backward(ctx, dx, partial, dy, x, w, rstd));
   VLPAR_RETURN_IF_ERROR(tp_sum_partial_grad(tp, partial));
   return add_(ctx, dw, partial);
@@ -117,17 +120,34 @@ inline TensorView as_shape(TensorView v, Shape s) {
   return out;
 }
 
-/// @brief Checks a view's shape, naming the block and the argument.
-inline Status check_shape(const char* block, const char* what, const TensorView& v, const Shape& want) {
-  VLPAR_CHECK(v.shape == want && v.is_contiguous() && v.dtype == DType::kF32,
-              "{}: {} is {} but must be a contiguous f32 {}", block, what, v.to_string(), want.to_string());
+/// @brief The activation dtype of a block call, `want` (the config's `activation`), after checking that its input `x`
+/// (forward) or output gradient (backward) has it.
+inline Result<DType> activation_dtype(const char* block, const char* what, const TensorView& x, DType want) {
+  VLPAR_CHECK(x.dtype == want, "{}: {} is {} but the config's activation dtype is {}", block, what, x.to_string(),
+              dtype_name(want));
+  return want;
+}
+
+/// @brief Checks an activation view: contiguous, of shape `want` and of the call's activation dtype.
+inline Status check_shape(const char* block, const char* what, const TensorView& v, const Shape& want, DType act) {
+  VLPAR_CHECK(v.shape == want && v.is_contiguous() && v.dtype == act, "{}: {} is {} but must be a contiguous {} {}",
+              block, what, v.to_string(), dtype_name(act), want.to_string());
   return Status::Ok();
 }
 
-/// @brief Checks a gradient view: empty (frozen parameter) or shaped like its weight.
+/// @brief Checks a parameter value: contiguous, of shape `want`, stored as f32 or bf16 (the model's parameter
+/// dtype; the ops read any float dtype and accumulate in f32).
+inline Status check_weight(const char* block, const char* what, const TensorView& v, const Shape& want) {
+  VLPAR_CHECK(v.shape == want && v.is_contiguous() && (v.dtype == DType::kF32 || v.dtype == DType::kBF16),
+              "{}: {} is {} but must be a contiguous f32 or bf16 {}", block, what, v.to_string(), want.to_string());
+  return Status::Ok();
+}
+
+/// @brief Checks a gradient view: empty (frozen parameter) or an f32 tensor shaped like its weight (parameter
+/// gradients accumulate in f32 whatever the parameter's dtype, DESIGN §6).
 inline Status check_grad(const char* block, const char* what, const TensorView& g, const Shape& want) {
   if (frozen(g)) return Status::Ok();
-  return check_shape(block, what, g, want);
+  return check_shape(block, what, g, want, DType::kF32);
 }
 
 /// @brief The common tail of a pre-norm residual block's backward: dh [N, H] (the gradient at the TP region's
@@ -137,7 +157,7 @@ inline Status check_grad(const char* block, const char* what, const TensorView& 
 inline Status pre_norm_residual_backward(const Context& ctx, const TensorParallel& tp, TensorView dx,
                                          TensorView dnorm_w, TensorView dh, TensorView dout, TensorView x,
                                          TensorView norm_w, TensorView rstd) {
-  VLPAR_ASSIGN_OR_RETURN(Tensor dhn, scratch(ctx, x.shape));
+  VLPAR_ASSIGN_OR_RETURN(Tensor dhn, scratch(ctx, x.shape, x.dtype));
   VLPAR_RETURN_IF_ERROR(region_enter_backward(tp, dhn, dh));
   VLPAR_RETURN_IF_ERROR(rmsnorm_backward_tp(ctx, tp, dx, dnorm_w, dhn, x, norm_w, rstd, tp.sp()));
   return add_(ctx, dx, dout);

@@ -11,8 +11,8 @@ Result<size_t> ParamRegistry::add(ParamShard shard, std::string group, DType dty
   VLPAR_CHECK(!materialized_, "ParamRegistry::add({}): the registry is already materialised", shard.name);
   VLPAR_CHECK(!shard.name.empty(), "ParamRegistry::add: a parameter needs a name");
   VLPAR_CHECK(!by_name_.contains(shard.name), "ParamRegistry::add: parameter {} is registered twice", shard.name);
-  VLPAR_CHECK(is_floating(dtype), "ParamRegistry::add({}): storage dtype {} is not a floating type", shard.name,
-              dtype_name(dtype));
+  VLPAR_CHECK(dtype == DType::kF32 || dtype == DType::kBF16,
+              "ParamRegistry::add({}): storage dtype {} is not supported (f32 or bf16)", shard.name, dtype_name(dtype));
   for (int d = 0; d < shard.full_shape.ndim; ++d)
     VLPAR_CHECK(shard.full_shape[d] > 0, "ParamRegistry::add({}): shape {} has an empty dim", shard.name,
                 shard.full_shape.to_string());
@@ -46,7 +46,7 @@ Status ParamRegistry::materialize(const Context& ctx, Allocator& alloc, std::opt
       VLPAR_ASSIGN_OR_RETURN(e.value, Tensor::zeros(alloc, local, e.dtype, ctx.device));
     }
     if (!e.frozen) {
-      VLPAR_ASSIGN_OR_RETURN(e.grad, Tensor::zeros(alloc, local, e.dtype, ctx.device));
+      VLPAR_ASSIGN_OR_RETURN(e.grad, Tensor::zeros(alloc, local, DType::kF32, ctx.device));
     }
   }
   materialized_ = true;
@@ -106,7 +106,7 @@ ParamCounts ParamRegistry::counts() const {
     c.value_bytes += local * int64_t(dtype_size(e.dtype));
     if (!e.frozen) {
       c.trainable += local;
-      c.grad_bytes += local * int64_t(dtype_size(e.dtype));
+      c.grad_bytes += local * 4;  // f32 whatever the value's dtype
     }
   }
   return c;

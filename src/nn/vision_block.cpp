@@ -51,8 +51,10 @@ VarlenAttentionDesc vision_attention(const VisionConfig& cfg, int heads) {
 /// Third `which` (0 = q, 1 = k, 2 = v) of a [N, 3·hv] buffer as [N, heads, hd] with token stride 3·hv
 /// (HF: qkv(x).reshape(N, 3, heads, hd); hv = heads · hd, this rank's heads under tp).
 TensorView qkv_part(const Tensor& qkv, int which, int heads, int hd) {
-  const int64_t N = qkv.shape()[0], hv = int64_t(heads) * hd;
-  TensorView v(qkv.ptr<float>() + which * hv, DType::kF32, {N, heads, hd});
+  const TensorView all = qkv.view();
+  const int64_t N = all.size(0), hv = int64_t(heads) * hd;
+  TensorView v(static_cast<char*>(all.data) + size_t(which * hv) * dtype_size(all.dtype), all.dtype, {N, heads, hd},
+               all.device);
   v.strides[0] = 3 * hv;
   return v;
 }
@@ -65,10 +67,9 @@ Status row_parallel_forward(const Context& ctx, const TensorParallel& tp, Tensor
   return tp_sum_partial_grad(tp, out);  // the in-place sum over tp (nothing at tp 1)
 }
 
-/// A gradient view is either empty (frozen) or shaped like its weight.
+/// A gradient view is either empty (frozen) or an f32 tensor shaped like its weight.
 Status check_grad(const char* what, const TensorView& g, const Shape& want) {
-  if (g.empty()) return Status::Ok();
-  return check_shape(kBlockName, (std::string(what) + " gradient").c_str(), g, want);
+  return detail::check_grad(kBlockName, (std::string(what) + " gradient").c_str(), g, want);
 }
 
 bool any_of(std::initializer_list<const TensorView*> vs) {
@@ -101,7 +102,7 @@ Status VisionBlock::check_weights() const {
       {"fc2 weight", &w_.fc2_w, &g_.fc2_w, {Hv, iv}},    {"fc2 bias", &w_.fc2_b, &g_.fc2_b, {Hv}},
   };
   for (const Entry& e : entries) {
-    VLPAR_RETURN_IF_ERROR(check_shape(kBlockName, e.name, *e.w, e.shape));
+    VLPAR_RETURN_IF_ERROR(detail::check_weight(kBlockName, e.name, *e.w, e.shape));
     VLPAR_RETURN_IF_ERROR(check_grad(e.name, *e.g, e.shape));
   }
   return Status::Ok();
@@ -112,23 +113,24 @@ Status VisionBlock::forward(const Context& ctx, TensorView out, TensorView x, co
   VLPAR_RETURN_IF_ERROR(check_weights());
   const int64_t N = seq.num_patches, Hv = cfg_.hidden, Iv = iv_, hv = hv_;
   const int heads = heads_, hd = cfg_.head_dim();
-  VLPAR_RETURN_IF_ERROR(check_shape(kBlockName, "x", x, {N, Hv}));
-  VLPAR_RETURN_IF_ERROR(check_shape(kBlockName, "out", out, {N, Hv}));
+  VLPAR_ASSIGN_OR_RETURN(const DType act, detail::activation_dtype(kBlockName, "x", x, cfg_.activation));
+  VLPAR_RETURN_IF_ERROR(check_shape(kBlockName, "x", x, {N, Hv}, act));
+  VLPAR_RETURN_IF_ERROR(check_shape(kBlockName, "out", out, {N, Hv}, act));
   VLPAR_CHECK(out.data != x.data, "{}: out may not alias x", kBlockName);
 
   st.x = x;
-  VLPAR_ASSIGN_OR_RETURN(st.mean1, scratch(ctx, {N}));
-  VLPAR_ASSIGN_OR_RETURN(st.rstd1, scratch(ctx, {N}));
-  VLPAR_ASSIGN_OR_RETURN(st.h1, scratch(ctx, {N, Hv}));
-  VLPAR_ASSIGN_OR_RETURN(st.qkv, scratch(ctx, {N, 3 * hv}));
-  VLPAR_ASSIGN_OR_RETURN(st.attn, scratch(ctx, {N, heads, hd}));
-  VLPAR_ASSIGN_OR_RETURN(st.lse, scratch(ctx, {heads, N}));
-  VLPAR_ASSIGN_OR_RETURN(st.x1, scratch(ctx, {N, Hv}));
-  VLPAR_ASSIGN_OR_RETURN(st.mean2, scratch(ctx, {N}));
-  VLPAR_ASSIGN_OR_RETURN(st.rstd2, scratch(ctx, {N}));
-  VLPAR_ASSIGN_OR_RETURN(st.h2, scratch(ctx, {N, Hv}));
-  VLPAR_ASSIGN_OR_RETURN(st.f1, scratch(ctx, {N, Iv}));
-  VLPAR_ASSIGN_OR_RETURN(st.act, scratch(ctx, {N, Iv}));
+  VLPAR_ASSIGN_OR_RETURN(st.mean1, scratch(ctx, {N}, DType::kF32));
+  VLPAR_ASSIGN_OR_RETURN(st.rstd1, scratch(ctx, {N}, DType::kF32));
+  VLPAR_ASSIGN_OR_RETURN(st.h1, scratch(ctx, {N, Hv}, act));
+  VLPAR_ASSIGN_OR_RETURN(st.qkv, scratch(ctx, {N, 3 * hv}, act));
+  VLPAR_ASSIGN_OR_RETURN(st.attn, scratch(ctx, {N, heads, hd}, act));
+  VLPAR_ASSIGN_OR_RETURN(st.lse, scratch(ctx, {heads, N}, DType::kF32));
+  VLPAR_ASSIGN_OR_RETURN(st.x1, scratch(ctx, {N, Hv}, act));
+  VLPAR_ASSIGN_OR_RETURN(st.mean2, scratch(ctx, {N}, DType::kF32));
+  VLPAR_ASSIGN_OR_RETURN(st.rstd2, scratch(ctx, {N}, DType::kF32));
+  VLPAR_ASSIGN_OR_RETURN(st.h2, scratch(ctx, {N, Hv}, act));
+  VLPAR_ASSIGN_OR_RETURN(st.f1, scratch(ctx, {N, Iv}, act));
+  VLPAR_ASSIGN_OR_RETURN(st.act, scratch(ctx, {N, Iv}, act));
 
   // Attention half.
   VLPAR_RETURN_IF_ERROR(layernorm_forward(ctx, st.h1, st.mean1, st.rstd1, x, w_.norm1_w, w_.norm1_b, cfg_.eps));
@@ -155,12 +157,14 @@ Status VisionBlock::backward(const Context& ctx, TensorView dx, TensorView dout,
                              const VisionBlockStash& st) const {
   const int64_t N = seq.num_patches, Hv = cfg_.hidden, Iv = iv_, hv = hv_;
   const int heads = heads_, hd = cfg_.head_dim();
-  VLPAR_RETURN_IF_ERROR(check_shape(kBlockName, "dout", dout, {N, Hv}));
+  VLPAR_ASSIGN_OR_RETURN(const DType act, detail::activation_dtype(kBlockName, "dout", dout, cfg_.activation));
+  VLPAR_RETURN_IF_ERROR(check_shape(kBlockName, "dout", dout, {N, Hv}, act));
   if (!dx.empty()) {
-    VLPAR_RETURN_IF_ERROR(check_shape(kBlockName, "dx", dx, {N, Hv}));
+    VLPAR_RETURN_IF_ERROR(check_shape(kBlockName, "dx", dx, {N, Hv}, act));
     VLPAR_CHECK(dx.data != dout.data, "{}: dx may not alias dout", kBlockName);
   }
-  VLPAR_CHECK(st.attn.defined() && st.attn.shape() == Shape({N, heads, hd}) && st.act.defined(),
+  VLPAR_CHECK(st.attn.defined() && st.attn.shape() == Shape({N, heads, hd}) && st.attn.dtype() == act &&
+                  st.act.defined(),
               "{}: the stash does not come from a forward over {} patches", kBlockName, N);
 
   // What has to be computed, from the top down: a gradient flows to a point only if something at or below it
@@ -175,19 +179,19 @@ Status VisionBlock::backward(const Context& ctx, TensorView dx, TensorView dout,
   // MLP half: out = x1 + fc2(gelu(fc1(h2))).
   Tensor dact, df1, dh2, dx1;
   if (need_df1) {
-    VLPAR_ASSIGN_OR_RETURN(dact, scratch(ctx, {N, Iv}));
+    VLPAR_ASSIGN_OR_RETURN(dact, scratch(ctx, {N, Iv}, act));
   }
   VLPAR_RETURN_IF_ERROR(linear_backward(ctx, dact, g_.fc2_w, g_.fc2_b, dout, st.act, w_.fc2_w));
   if (!need_df1) return Status::Ok();
-  VLPAR_ASSIGN_OR_RETURN(df1, scratch(ctx, {N, Iv}));
+  VLPAR_ASSIGN_OR_RETURN(df1, scratch(ctx, {N, Iv}, act));
   VLPAR_RETURN_IF_ERROR(gelu_backward(ctx, df1, dact, st.f1, GeluKind::kTanh));
   if (need_dh2) {
-    VLPAR_ASSIGN_OR_RETURN(dh2, scratch(ctx, {N, Hv}));
+    VLPAR_ASSIGN_OR_RETURN(dh2, scratch(ctx, {N, Hv}, act));
   }
   VLPAR_RETURN_IF_ERROR(linear_backward(ctx, dh2, g_.fc1_w, g_.fc1_b, df1, st.h2, w_.fc1_w));
   if (!need_dh2) return Status::Ok();
   VLPAR_RETURN_IF_ERROR(tp_sum_partial_grad(tp_, dh2));  // Σ over tp of the column-parallel parts
-  VLPAR_ASSIGN_OR_RETURN(dx1, scratch(ctx, {N, Hv}));
+  VLPAR_ASSIGN_OR_RETURN(dx1, scratch(ctx, {N, Hv}, act));
   VLPAR_RETURN_IF_ERROR(
       layernorm_backward(ctx, dx1, g_.norm2_w, g_.norm2_b, dh2, st.x1, w_.norm2_w, st.mean2, st.rstd2));
   if (!need_dx1) return Status::Ok();
@@ -196,12 +200,12 @@ Status VisionBlock::backward(const Context& ctx, TensorView dx, TensorView dout,
   // Attention half: x1 = x + proj(attn(rot(q), rot(k), v)).
   Tensor dattn, dqkv, dh1, dxs;
   if (need_dqkv) {
-    VLPAR_ASSIGN_OR_RETURN(dattn, scratch(ctx, {N, heads, hd}));
+    VLPAR_ASSIGN_OR_RETURN(dattn, scratch(ctx, {N, heads, hd}, act));
   }
   VLPAR_RETURN_IF_ERROR(linear_backward(ctx, dattn.defined() ? as_shape(dattn, {N, hv}) : TensorView{}, g_.proj_w,
                                         g_.proj_b, dx1, as_shape(st.attn, {N, hv}), w_.proj_w));
   if (!need_dqkv) return Status::Ok();
-  VLPAR_ASSIGN_OR_RETURN(dqkv, scratch(ctx, {N, 3 * hv}));
+  VLPAR_ASSIGN_OR_RETURN(dqkv, scratch(ctx, {N, 3 * hv}, act));
   const TensorView dq = qkv_part(dqkv, 0, heads, hd), dk = qkv_part(dqkv, 1, heads, hd);
   const TensorView dv = qkv_part(dqkv, 2, heads, hd);
   VLPAR_RETURN_IF_ERROR(varlen_attention_backward(ctx, dq, dk, dv, dattn, qkv_part(st.qkv, 0, heads, hd),
@@ -211,14 +215,14 @@ Status VisionBlock::backward(const Context& ctx, TensorView dx, TensorView dout,
   VLPAR_RETURN_IF_ERROR(rotary_backward(ctx, dq, dq, seq.positions, rd));
   VLPAR_RETURN_IF_ERROR(rotary_backward(ctx, dk, dk, seq.positions, rd));
   if (need_dh1) {
-    VLPAR_ASSIGN_OR_RETURN(dh1, scratch(ctx, {N, Hv}));
+    VLPAR_ASSIGN_OR_RETURN(dh1, scratch(ctx, {N, Hv}, act));
   }
   VLPAR_RETURN_IF_ERROR(linear_backward(ctx, dh1, g_.qkv_w, g_.qkv_b, dqkv, st.h1, w_.qkv_w));
   if (!need_dh1) return Status::Ok();
   VLPAR_RETURN_IF_ERROR(tp_sum_partial_grad(tp_, dh1));  // Σ over tp of the column-parallel parts
   TensorView dxv = dx;
   if (!need_dx) {  // only the LN1 parameters want this gradient; its input gradient goes to a scratch
-    VLPAR_ASSIGN_OR_RETURN(dxs, scratch(ctx, {N, Hv}));
+    VLPAR_ASSIGN_OR_RETURN(dxs, scratch(ctx, {N, Hv}, act));
     dxv = dxs;
   }
   VLPAR_RETURN_IF_ERROR(

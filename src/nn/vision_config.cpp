@@ -18,6 +18,9 @@ Status VisionConfig::validate() const {
               "vision config: head_dim {} (hidden {} / heads {}) is not a multiple of 4, which 2D rotary needs "
               "(head_dim/4 frequencies per axis)", head_dim(), hidden, heads);
   VLPAR_CHECK(intermediate > 0, "vision config: intermediate {} must be positive", intermediate);
+  VLPAR_CHECK(activation == DType::kF32 || activation == DType::kBF16,
+              "vision config: activation dtype {} is not supported (f32 or bf16; f16 would need loss scaling)",
+              dtype_name(activation));
   VLPAR_CHECK(depth >= 0, "vision config: depth {} must not be negative", depth);
   VLPAR_CHECK(patch > 0 && temporal_patch > 0 && in_channels > 0,
               "vision config: patch {}, temporal_patch {} and in_channels {} must be positive", patch, temporal_patch,

@@ -58,14 +58,13 @@ Status VisionEncoder::check_weights() const {
   VLPAR_CHECK(g_.deepstack.empty() || g_.deepstack.size() == cfg_.deepstack_indexes.size(),
               "{}: {} deepstack merger gradient sets given for {} deepstack indexes", kEncoder, g_.deepstack.size(),
               cfg_.deepstack_indexes.size());
-  VLPAR_RETURN_IF_ERROR(check_shape(kEncoder, "patch_embed weight", w_.patch_w, {Hv, cfg_.patch_dim()}));
-  VLPAR_RETURN_IF_ERROR(check_shape(kEncoder, "patch_embed bias", w_.patch_b, {Hv}));
-  VLPAR_RETURN_IF_ERROR(check_shape(kEncoder, "pos_embed weight", w_.pos_embed, {G * G, Hv}));
-  if (!g_.patch_w.empty())
-    VLPAR_RETURN_IF_ERROR(check_shape(kEncoder, "patch_embed weight gradient", g_.patch_w, {Hv, cfg_.patch_dim()}));
-  if (!g_.patch_b.empty()) VLPAR_RETURN_IF_ERROR(check_shape(kEncoder, "patch_embed bias gradient", g_.patch_b, {Hv}));
-  if (!g_.pos_embed.empty())
-    VLPAR_RETURN_IF_ERROR(check_shape(kEncoder, "pos_embed weight gradient", g_.pos_embed, {G * G, Hv}));
+  VLPAR_RETURN_IF_ERROR(detail::check_weight(kEncoder, "patch_embed weight", w_.patch_w, {Hv, cfg_.patch_dim()}));
+  VLPAR_RETURN_IF_ERROR(detail::check_weight(kEncoder, "patch_embed bias", w_.patch_b, {Hv}));
+  VLPAR_RETURN_IF_ERROR(detail::check_weight(kEncoder, "pos_embed weight", w_.pos_embed, {G * G, Hv}));
+  VLPAR_RETURN_IF_ERROR(
+        detail::check_grad(kEncoder, "patch_embed weight gradient", g_.patch_w, {Hv, cfg_.patch_dim()}));
+  VLPAR_RETURN_IF_ERROR(detail::check_grad(kEncoder, "patch_embed bias gradient", g_.patch_b, {Hv}));
+  VLPAR_RETURN_IF_ERROR(detail::check_grad(kEncoder, "pos_embed weight gradient", g_.pos_embed, {G * G, Hv}));
   for (size_t l = 0; l < w_.blocks.size(); ++l) {
     const Status s = VisionBlock(cfg_, w_.blocks[l], block_or_empty(g_.blocks, l), tp_).check_weights();
     VLPAR_CHECK(s.ok(), "{}: block {}: {}", kEncoder, l, s.message());
@@ -143,7 +142,7 @@ Status VisionEncoder::forward(const Context& ctx, TensorView pixels, std::span<c
               cfg_.in_channels, cfg_.temporal_patch, cfg_.patch, cfg_.patch, pixels.to_string());
   VLPAR_CHECK(pixels.size(0) == np, "{}: pixels has {} rows but the grids hold Σ t·h·w = {} patches", kEncoder,
               pixels.size(0), np);
-  VLPAR_RETURN_IF_ERROR(check_shape(kEncoder, "pixels", pixels, {np, cfg_.patch_dim()}));
+  VLPAR_RETURN_IF_ERROR(check_shape(kEncoder, "pixels", pixels, {np, cfg_.patch_dim()}, DType::kF32));
 
   st.grids.assign(grids.begin(), grids.end());
   VLPAR_ASSIGN_OR_RETURN(st.seq, make_vision_seq(*ctx.allocator, cfg_, grids));
@@ -151,9 +150,9 @@ Status VisionEncoder::forward(const Context& ctx, TensorView pixels, std::span<c
   st.deepstack.assign(deepstack_.size(), PatchMergerStash{});
 
   // Patch embedding plus the interpolated position embedding.
-  VLPAR_ASSIGN_OR_RETURN(st.embeds, scratch(ctx, {np, Hv}));
+  VLPAR_ASSIGN_OR_RETURN(st.embeds, scratch(ctx, {np, Hv}, cfg_.activation));
   VLPAR_RETURN_IF_ERROR(linear_forward(ctx, st.embeds, pixels, w_.patch_w, w_.patch_b));
-  VLPAR_ASSIGN_OR_RETURN(Tensor pe, scratch(ctx, {np, Hv}));
+  VLPAR_ASSIGN_OR_RETURN(Tensor pe, scratch(ctx, {np, Hv}, cfg_.activation));
   VLPAR_RETURN_IF_ERROR(pos_embed_forward(ctx, pe, w_.pos_embed, grids, pos_desc(cfg_)));
   VLPAR_RETURN_IF_ERROR(add_(ctx, st.embeds, pe));
   pe = Tensor{};
@@ -167,11 +166,11 @@ Status VisionEncoder::forward(const Context& ctx, TensorView pixels, std::span<c
     VLPAR_ASSIGN_OR_RETURN(x, blocks(cuts[k].first, cuts[k].second).forward(ctx, x, st.seq, st.segments[k]));
     for (size_t j = 0; j < deepstack_.size(); ++j) {
       if (cfg_.deepstack_indexes[j] != cuts[k].second - 1) continue;
-      VLPAR_ASSIGN_OR_RETURN(out.deepstack[j], scratch(ctx, {np / unit, cfg_.out_hidden}));
+      VLPAR_ASSIGN_OR_RETURN(out.deepstack[j], scratch(ctx, {np / unit, cfg_.out_hidden}, cfg_.activation));
       VLPAR_RETURN_IF_ERROR(deepstack_[j].forward(ctx, out.deepstack[j], x, st.deepstack[j]));
     }
   }
-  VLPAR_ASSIGN_OR_RETURN(out.merged, scratch(ctx, {np / unit, cfg_.out_hidden}));
+  VLPAR_ASSIGN_OR_RETURN(out.merged, scratch(ctx, {np / unit, cfg_.out_hidden}, cfg_.activation));
   return merger_.forward(ctx, out.merged, x, st.merger);
 }
 
@@ -181,7 +180,7 @@ Status VisionEncoder::deepstack_into(const Context& ctx, int block, TensorView d
   for (size_t j = 0; j < deepstack_.size(); ++j) {
     if (cfg_.deepstack_indexes[j] != block || j >= d_deepstack.size() || d_deepstack[j].empty()) continue;
     if (!ddeep.defined()) {
-      VLPAR_ASSIGN_OR_RETURN(ddeep, scratch(ctx, {dh.size(0), dh.size(1)}));
+      VLPAR_ASSIGN_OR_RETURN(ddeep, scratch(ctx, {dh.size(0), dh.size(1)}, cfg_.activation));
     }
     VLPAR_RETURN_IF_ERROR(deepstack_[j].backward(ctx, ddeep, d_deepstack[j], st.deepstack[j]));
     VLPAR_RETURN_IF_ERROR(add_(ctx, dh, ddeep));
@@ -195,14 +194,15 @@ Status VisionEncoder::backward(const Context& ctx, VisionStash& st, TensorView d
   const int64_t np = st.seq.num_patches, Hv = cfg_.hidden, unit = int64_t(cfg_.merge) * cfg_.merge;
   VLPAR_CHECK(st.segments.size() == cuts.size() && st.embeds.defined() && st.deepstack.size() == deepstack_.size(),
               "{}: the stash does not come from a forward of this encoder", kEncoder);
-  VLPAR_RETURN_IF_ERROR(check_shape(kEncoder, "d_merged", d_merged, {np / unit, cfg_.out_hidden}));
+  VLPAR_RETURN_IF_ERROR(check_shape(kEncoder, "d_merged", d_merged, {np / unit, cfg_.out_hidden},
+                                          cfg_.activation));
   VLPAR_CHECK(d_deepstack.empty() || d_deepstack.size() == deepstack_.size(),
               "{}: {} deepstack gradients given for {} deepstack outputs (give none or one view each)", kEncoder,
               d_deepstack.size(), deepstack_.size());
   for (size_t j = 0; j < d_deepstack.size(); ++j)
     if (!d_deepstack[j].empty())
       VLPAR_RETURN_IF_ERROR(check_shape(kEncoder, ("d_deepstack[" + std::to_string(j) + "]").c_str(), d_deepstack[j],
-                                        {np / unit, cfg_.out_hidden}));
+                                        {np / unit, cfg_.out_hidden}, cfg_.activation));
   auto d_deep = [&](size_t j) { return j < d_deepstack.size() ? d_deepstack[j] : TensorView{}; };
 
   // hidden[k] (block k's input; hidden[depth] the last output) needs a gradient iff some trainable parameter reads
@@ -219,7 +219,7 @@ Status VisionEncoder::backward(const Context& ctx, VisionStash& st, TensorView d
   const int depth = cfg_.depth;
   Tensor dh, dprev;  // ∂L/∂(the current segment's output), ∂L/∂(its input)
   if (needs_grad(depth)) {
-    VLPAR_ASSIGN_OR_RETURN(dh, scratch(ctx, {np, Hv}));
+    VLPAR_ASSIGN_OR_RETURN(dh, scratch(ctx, {np, Hv}, cfg_.activation));
   }
   VLPAR_RETURN_IF_ERROR(merger_.backward(ctx, dh, d_merged, st.merger));
   if (!needs_grad(depth)) return Status::Ok();
@@ -230,7 +230,7 @@ Status VisionEncoder::backward(const Context& ctx, VisionStash& st, TensorView d
     const int first = std::max(a, lowest - 1);  // the lowest block of the segment that runs
     const bool want_dx = first == a && needs_grad(a);
     if (want_dx && !dprev.defined()) {
-      VLPAR_ASSIGN_OR_RETURN(dprev, scratch(ctx, {np, Hv}));
+      VLPAR_ASSIGN_OR_RETURN(dprev, scratch(ctx, {np, Hv}, cfg_.activation));
     }
     VLPAR_RETURN_IF_ERROR(blocks(a, b).backward(ctx, want_dx ? dprev.view() : TensorView{}, dh, st.seq,
                                                 st.segments[size_t(k)], {}, size_t(first - a)));

@@ -31,8 +31,9 @@ int64_t VisionLayer::stash_bytes(int64_t tokens, Recompute mode) const {
   if (mode == Recompute::kFull) return 0;
   const int64_t N = tokens, Hv = cfg_.hidden, Iv = cfg_.intermediate / tp_, heads = cfg_.heads / tp_, hv = Hv / tp_;
   // mean1, rstd1, mean2, rstd2 [N]; h1, x1, h2 [N, Hv]; attn [N, Hv/tp]; qkv [N, 3Hv/tp]; lse [heads/tp, N];
-  // f1, act [N, Iv/tp]
-  return 4 * (4 * N + 3 * N * Hv + N * hv + 3 * N * hv + heads * N + 2 * N * Iv);
+  // f1, act [N, Iv/tp]: statistics 4 bytes, activations in the config's activation dtype
+  const int64_t a = int64_t(dtype_size(cfg_.activation));
+  return 4 * (4 * N + heads * N) + a * (3 * N * Hv + N * hv + 3 * N * hv + 2 * N * Iv);
 }
 
 double VisionLayer::flops(const Seq& seq) const {

@@ -8,6 +8,7 @@
 namespace vlpar::nn {
 
 using detail::check_shape;
+using detail::check_weight;
 using detail::scratch;
 
 namespace {
@@ -26,9 +27,9 @@ Status vocab_parallel_embedding_forward(const Context& ctx, const TensorParallel
   const char* kName = "vocab_parallel_embedding_forward";
   VLPAR_ASSIGN_OR_RETURN(const int64_t N, count_ids(kName, "ids", ids));
   const int64_t H = table.size(-1);
-  VLPAR_RETURN_IF_ERROR(check_shape(kName, "table", table, {block.size(), H}));
-  VLPAR_RETURN_IF_ERROR(check_shape(kName, "out", out, {tp.local_tokens(N), H}));
-  VLPAR_ASSIGN_OR_RETURN(Tensor partial, scratch(ctx, {N, H}, table.dtype));
+  VLPAR_RETURN_IF_ERROR(check_weight(kName, "table", table, {block.size(), H}));
+  VLPAR_RETURN_IF_ERROR(check_shape(kName, "out", out, {tp.local_tokens(N), H}, out.dtype));
+  VLPAR_ASSIGN_OR_RETURN(Tensor partial, scratch(ctx, {N, H}, out.dtype));
   VLPAR_RETURN_IF_ERROR(embedding_forward(ctx, partial, table, ids, vocab_block(block, vocab)));
   return region_exit_forward(tp, out, partial);
 }
@@ -40,8 +41,8 @@ Status vocab_parallel_embedding_backward(const Context& ctx, const TensorParalle
   if (detail::frozen(dtable)) return Status::Ok();
   VLPAR_ASSIGN_OR_RETURN(const int64_t N, count_ids(kName, "ids", ids));
   const int64_t H = dtable.size(-1);
-  VLPAR_RETURN_IF_ERROR(check_shape(kName, "dtable", dtable, {block.size(), H}));
-  VLPAR_RETURN_IF_ERROR(check_shape(kName, "dout", dout, {tp.local_tokens(N), H}));
+  VLPAR_RETURN_IF_ERROR(check_shape(kName, "dtable", dtable, {block.size(), H}, DType::kF32));
+  VLPAR_RETURN_IF_ERROR(check_shape(kName, "dout", dout, {tp.local_tokens(N), H}, dout.dtype));
   if (!overwritten.empty()) {
     VLPAR_ASSIGN_OR_RETURN(const int64_t n_skip, count_ids(kName, "overwritten", overwritten));
     VLPAR_CHECK(n_skip == N, "{}: overwritten has {} entries but there are {} tokens", kName, n_skip, N);
@@ -59,17 +60,17 @@ Result<CrossEntropyResult> vocab_parallel_cross_entropy_forward(const Context& c
   const char* kName = "vocab_parallel_cross_entropy_forward";
   VLPAR_ASSIGN_OR_RETURN(const int64_t N, count_ids(kName, "labels", labels));
   const int64_t Vl = block.size();
-  VLPAR_RETURN_IF_ERROR(check_shape(kName, "logits", logits, {N, Vl}));
-  VLPAR_RETURN_IF_ERROR(check_shape(kName, "lse", lse, {N}));
+  VLPAR_RETURN_IF_ERROR(check_shape(kName, "logits", logits, {N, Vl}, DType::kF32));
+  VLPAR_RETURN_IF_ERROR(check_shape(kName, "lse", lse, {N}, DType::kF32));
   CrossEntropyDesc desc;
   desc.ignore_index = ignore_index;
   desc.block = vocab_block(block, Vl * tp.size());
   // 1. Row max over the full vocab: the block's max, then all-reduce (max).
-  VLPAR_ASSIGN_OR_RETURN(Tensor row_max, scratch(ctx, {N}));
+  VLPAR_ASSIGN_OR_RETURN(Tensor row_max, scratch(ctx, {N}, DType::kF32));
   VLPAR_RETURN_IF_ERROR(vocab_shard_row_max(ctx, row_max, logits));
   if (tp.active()) VLPAR_RETURN_IF_ERROR(tp.comm->all_reduce(row_max, comm::ReduceOp::kMax));
   // 2. Σ exp(z − max) and the target logit (only its owner contributes), one all-reduce (sum) of [2, N].
-  VLPAR_ASSIGN_OR_RETURN(Tensor sums, scratch(ctx, {2, N}));
+  VLPAR_ASSIGN_OR_RETURN(Tensor sums, scratch(ctx, {2, N}, DType::kF32));
   VLPAR_RETURN_IF_ERROR(vocab_shard_sums(ctx, sums, logits, row_max, labels, desc));
   if (tp.active()) VLPAR_RETURN_IF_ERROR(tp.comm->all_reduce(sums, comm::ReduceOp::kSum));
   // 3. lse and the loss, the same on every rank.
@@ -82,9 +83,9 @@ Status vocab_parallel_cross_entropy_backward(const Context& ctx, const TensorPar
   const char* kName = "vocab_parallel_cross_entropy_backward";
   VLPAR_ASSIGN_OR_RETURN(const int64_t N, count_ids(kName, "labels", labels));
   const int64_t Vl = block.size();
-  VLPAR_RETURN_IF_ERROR(check_shape(kName, "logits", logits, {N, Vl}));
-  VLPAR_RETURN_IF_ERROR(check_shape(kName, "dlogits", dlogits, {N, Vl}));
-  VLPAR_RETURN_IF_ERROR(check_shape(kName, "lse", lse, {N}));
+  VLPAR_RETURN_IF_ERROR(check_shape(kName, "logits", logits, {N, Vl}, DType::kF32));
+  VLPAR_RETURN_IF_ERROR(check_shape(kName, "dlogits", dlogits, {N, Vl}, DType::kF32));
+  VLPAR_RETURN_IF_ERROR(check_shape(kName, "lse", lse, {N}, DType::kF32));
   CrossEntropyDesc desc;
   desc.ignore_index = ignore_index;
   desc.block = vocab_block(block, Vl * tp.size());
@@ -96,11 +97,12 @@ Result<CrossEntropyResult> lm_head_loss_forward(const Context& ctx, const Tensor
                                                 int64_t ignore_index, LmHeadLossStash& st) {
   const char* kName = "lm_head_loss_forward";
   const int64_t N = labels.numel(), H = x.size(-1);
-  VLPAR_RETURN_IF_ERROR(check_shape(kName, "x", x, {tp.local_tokens(N), H}));
-  VLPAR_RETURN_IF_ERROR(check_shape(kName, "weight", weight, {block.size(), H}));
-  VLPAR_ASSIGN_OR_RETURN(st.h, scratch(ctx, {N, H}));
-  VLPAR_ASSIGN_OR_RETURN(st.logits, scratch(ctx, {N, block.size()}));
-  VLPAR_ASSIGN_OR_RETURN(st.lse, scratch(ctx, {N}));
+  VLPAR_RETURN_IF_ERROR(check_shape(kName, "x", x, {tp.local_tokens(N), H}, x.dtype));
+  VLPAR_RETURN_IF_ERROR(check_weight(kName, "weight", weight, {block.size(), H}));
+  // Logits, their gradient (in place) and lse in f32 whatever the activation dtype (HF upcasts logits for the loss).
+  VLPAR_ASSIGN_OR_RETURN(st.h, scratch(ctx, {N, H}, x.dtype));
+  VLPAR_ASSIGN_OR_RETURN(st.logits, scratch(ctx, {N, block.size()}, DType::kF32));
+  VLPAR_ASSIGN_OR_RETURN(st.lse, scratch(ctx, {N}, DType::kF32));
   VLPAR_RETURN_IF_ERROR(region_enter_forward(tp, st.h, x));
   VLPAR_RETURN_IF_ERROR(linear_forward(ctx, st.logits, st.h, weight, {}));
   VLPAR_ASSIGN_OR_RETURN(CrossEntropyResult r,
@@ -113,12 +115,12 @@ Status lm_head_loss_backward(const Context& ctx, const TensorParallel& tp, Tenso
                              TensorView weight, TensorView labels, Range block, int64_t ignore_index,
                              LmHeadLossStash& st, float grad_loss) {
   const int64_t N = labels.numel(), H = weight.size(-1);
-  VLPAR_RETURN_IF_ERROR(check_shape("lm_head_loss_backward", "dx", dx, {tp.local_tokens(N), H}));
-  VLPAR_CHECK(st.logits.defined() && st.logits.shape() == Shape({N, block.size()}),
+  VLPAR_RETURN_IF_ERROR(check_shape("lm_head_loss_backward", "dx", dx, {tp.local_tokens(N), H}, dx.dtype));
+  VLPAR_CHECK(st.logits.defined() && st.logits.shape() == Shape({N, block.size()}) && st.h.dtype() == dx.dtype,
               "lm_head_loss_backward: the stash does not come from a forward over {} tokens", N);
   VLPAR_RETURN_IF_ERROR(vocab_parallel_cross_entropy_backward(ctx, tp, st.logits, st.logits, labels, st.lse, block,
                                                               ignore_index, st.num_valid, grad_loss));
-  VLPAR_ASSIGN_OR_RETURN(Tensor dh, scratch(ctx, {N, H}));
+  VLPAR_ASSIGN_OR_RETURN(Tensor dh, scratch(ctx, {N, H}, dx.dtype));
   VLPAR_RETURN_IF_ERROR(linear_backward(ctx, dh, dweight, {}, st.logits, st.h, weight));
   return region_enter_backward(tp, dx, dh);
 }

@@ -10,7 +10,7 @@ namespace vlpar::parallel {
 namespace {
 
 /// A parameter the optimizer can update: contiguous float values, a contiguous f32 gradient of the same size.
-Status check_param(size_t i, const OptimParam& p, const OptimizerConfig& cfg) {
+Status check_param(size_t i, const OptimParam& p) {
   VLPAR_CHECK(p.value.data != nullptr && p.value.is_contiguous() && p.value.device.is_cpu() &&
                   is_floating(p.value.dtype) && p.value.dtype != DType::kF64,
               "optimizer: parameter {} '{}' ({}) must be a contiguous f32/bf16/f16 CPU tensor", i, p.name,
@@ -20,10 +20,6 @@ Status check_param(size_t i, const OptimParam& p, const OptimizerConfig& cfg) {
               "optimizer: the gradient of parameter {} '{}' ({}) must be a contiguous f32 tensor of {} elements "
               "(a frozen parameter has no gradient and must not be given to the optimizer)",
               i, p.name, p.grad.to_string(), p.value.numel());
-  VLPAR_CHECK(cfg.zero1 || p.value.dtype == DType::kF32,
-              "optimizer: parameter {} '{}' is stored as {}; without zero1 AdamW updates the values in place and "
-              "needs f32 storage (zero1 keeps an fp32 master copy)",
-              i, p.name, dtype_name(p.value.dtype));
   VLPAR_CHECK(p.norm_weight > 0.0 && p.norm_weight <= 1.0, "optimizer: parameter {} '{}' has norm_weight {}", i,
               p.name, p.norm_weight);
   VLPAR_CHECK(size_t(p.replica) < kNumReplicaGroups, "optimizer: parameter {} '{}' has replica group {}", i,
@@ -41,7 +37,7 @@ Result<DistributedOptimizer> DistributedOptimizer::create(const Context& ctx, co
   o.cfg_ = cfg;
   o.alloc_ = &alloc;
   o.stages_ = groups.stages;
-  for (size_t i = 0; i < params.size(); ++i) VLPAR_RETURN_IF_ERROR(check_param(i, params[i], cfg));
+  for (size_t i = 0; i < params.size(); ++i) VLPAR_RETURN_IF_ERROR(check_param(i, params[i]));
   o.params_ = std::move(params);
   o.slot_.resize(o.params_.size());
   for (size_t k = 0; k < kNumReplicaGroups; ++k) {  // groups in enum order: the same on every rank
@@ -80,6 +76,12 @@ Result<DistributedOptimizer> DistributedOptimizer::create(const Context& ctx, co
       VLPAR_ASSIGN_OR_RETURN(Tensor v, Tensor::zeros(alloc, p.value.shape, DType::kF32, ctx.device));
       o.m_.push_back(std::move(m));
       o.v_.push_back(std::move(v));
+      Tensor master;  // an f32 value is its own master
+      if (p.value.dtype != DType::kF32) {
+        VLPAR_ASSIGN_OR_RETURN(master, Tensor::empty(alloc, p.value.shape, DType::kF32, ctx.device));
+        VLPAR_RETURN_IF_ERROR(convert_(master, p.value));
+      }
+      o.master_.push_back(std::move(master));
     }
   }
   return o;
@@ -183,7 +185,10 @@ Status DistributedOptimizer::apply_replicated(const Context& ctx, const AdamWCon
   for (size_t i = 0; i < params_.size(); ++i) {
     const OptimParam& p = params_[i];
     if (clip != 1.0f) VLPAR_RETURN_IF_ERROR(scale_(ctx, p.grad, clip));
-    VLPAR_RETURN_IF_ERROR(adamw_step(ctx, p.value, TensorView{}, p.grad, m_[i], v_[i], adamw_for(i, c), step_));
+    // A low-precision value gets the updated master rounded once (adamw_step's param_copy).
+    const bool own = master_[i].defined();
+    const TensorView master = own ? master_[i].view() : p.value, copy = own ? p.value : TensorView{};
+    VLPAR_RETURN_IF_ERROR(adamw_step(ctx, master, copy, p.grad, m_[i], v_[i], adamw_for(i, c), step_));
   }
   return Status::Ok();
 }
@@ -262,26 +267,40 @@ Result<OptimizerState> DistributedOptimizer::state(bool gathered) {
     for (size_t i = 0; i < params_.size(); ++i) {
       s.m.push_back(m_[i].view());
       s.v.push_back(v_[i].view());
+      s.master.push_back(master_[i].view());
     }
     return s;
   }
   for (const OptimParam& p : params_) {
-    for (int k = 0; k < 2; ++k) {
+    for (int k = 0; k < 3; ++k) {
+      if (k == 2 && p.value.dtype == DType::kF32) {  // the value is the master
+        s.master.push_back(TensorView{});
+        continue;
+      }
       VLPAR_ASSIGN_OR_RETURN(Tensor t, Tensor::zeros(*alloc_, p.value.shape, DType::kF32));
-      (k == 0 ? s.m : s.v).push_back(t.view());
+      (k == 0 ? s.m : k == 1 ? s.v : s.master).push_back(t.view());
       s.staging.push_back(std::move(t));
     }
   }
   if (!gathered) return s;
+  // m, v and the masters of low-precision values: each bucket's shards all-gathered into its flat buffer (free
+  // until the next step's gradients are packed), then copied out per parameter. The same collectives on every
+  // replica (the dtypes of a bucket's parameters are the same on every replica).
   for (Group& grp : groups_) {
-    for (int k = 0; k < 2; ++k) {
+    for (int k = 0; k < 3; ++k) {
       for (size_t b = 0; b < grp.shards.size(); ++b) {
         const BucketInfo info = grp.buckets->bucket(b);
+        const ShardState& sh = grp.shards[b];
+        std::vector<TensorView>& out = k == 0 ? s.m : k == 1 ? s.v : s.master;
+        bool wanted = false;
+        for (size_t j = info.first; j < info.last; ++j) wanted = wanted || !out[grp.members[j]].empty();
+        if (!wanted) continue;
         VLPAR_RETURN_IF_ERROR(
-            grp.comms.replicas->all_gather(info.flat, (k == 0 ? grp.shards[b].m : grp.shards[b].v).view()));
+            grp.comms.replicas->all_gather(info.flat, (k == 0 ? sh.m : k == 1 ? sh.v : sh.master).view()));
         for (size_t j = info.first; j < info.last; ++j) {
           const size_t i = grp.members[j];
-          const TensorView& dst = (k == 0 ? s.m : s.v)[i];
+          const TensorView& dst = out[i];
+          if (dst.empty()) continue;
           std::memcpy(dst.data, info.flat.ptr<float>() + bucket_offset_[i], size_t(dst.numel()) * sizeof(float));
         }
       }
@@ -291,12 +310,29 @@ Result<OptimizerState> DistributedOptimizer::state(bool gathered) {
 }
 
 Status DistributedOptimizer::load_state(const OptimizerState& s) {
-  VLPAR_CHECK(s.m.size() == params_.size() && s.v.size() == params_.size(),
+  VLPAR_CHECK(s.m.size() == params_.size() && s.v.size() == params_.size() &&
+                  (s.master.empty() || s.master.size() == params_.size()),
               "optimizer: load_state got state for {} parameters, the optimizer has {}", s.m.size(), params_.size());
+  // A given master of a low-precision value is the truth: the value becomes its rounding. Without one the master
+  // is read from the (just loaded) value.
+  auto master_of = [&](size_t i) { return s.master.empty() ? TensorView{} : s.master[i]; };
+  for (size_t i = 0; i < params_.size(); ++i) {
+    const TensorView mi = master_of(i);
+    if (mi.empty()) continue;
+    VLPAR_CHECK(mi.dtype == DType::kF32 && mi.is_contiguous() && mi.numel() == params_[i].value.numel(),
+                "optimizer: load_state: the master of parameter {} '{}' is {}, expected a contiguous f32 tensor of {} "
+                "elements", i, params_[i].name, mi.to_string(), params_[i].value.numel());
+    if (params_[i].value.dtype != DType::kF32)
+      VLPAR_RETURN_IF_ERROR(convert_(TensorView(params_[i].value.data, params_[i].value.dtype, mi.shape), mi));
+  }
   if (!cfg_.zero1) {
     for (size_t i = 0; i < params_.size(); ++i) {
       if (s.m[i].data != m_[i].view().data) VLPAR_RETURN_IF_ERROR(copy_(m_[i], s.m[i]));
       if (s.v[i].data != v_[i].view().data) VLPAR_RETURN_IF_ERROR(copy_(v_[i], s.v[i]));
+      if (!master_[i].defined()) continue;
+      const TensorView mi = master_of(i);
+      if (mi.empty()) VLPAR_RETURN_IF_ERROR(convert_(master_[i], params_[i].value));
+      else if (mi.data != master_[i].view().data) VLPAR_RETURN_IF_ERROR(copy_(master_[i], mi));
     }
     return Status::Ok();
   }
@@ -316,12 +352,20 @@ Status DistributedOptimizer::load_state(const OptimizerState& s) {
       }
     }
   }
-  return read_master_from_params();
+  VLPAR_RETURN_IF_ERROR(read_master_from_params());
+  for (Group& grp : groups_)  // exact masters where given (the values hold only their rounding)
+    for (ShardState& sh : grp.shards)
+      for (const Segment& g : sh.segments)
+        if (!master_of(g.param).empty())
+          std::memcpy(sh.master.ptr<float>() + g.shard_offset, master_of(g.param).ptr<float>() + g.param_offset,
+                      size_t(g.length) * sizeof(float));
+  return Status::Ok();
 }
 
 int64_t DistributedOptimizer::state_elements() const {
   int64_t n = 0;
   for (const Tensor& t : m_) n += 2 * t.numel();
+  for (const Tensor& t : master_) n += t.numel();
   for (const Group& g : groups_)
     for (const ShardState& s : g.shards) n += 3 * s.master.numel();
   return n;

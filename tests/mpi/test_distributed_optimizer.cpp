@@ -34,9 +34,11 @@ const std::vector<Shape> kShapes = {Shape{5}, Shape{7}, Shape{3}, Shape{3, 4}}; 
 
 struct Model {
   std::vector<Tensor> p, g;
-  Model(Allocator& alloc, uint64_t seed) {
+  /// bf16: which parameters store bf16 values (the optimizer keeps their fp32 masters).
+  Model(Allocator& alloc, uint64_t seed, std::vector<bool> bf16 = {}) {
     for (size_t i = 0; i < kShapes.size(); ++i) {
-      p.push_back(random_tensor(alloc, kShapes[i], DType::kF32, seed + i));
+      const DType dt = i < bf16.size() && bf16[i] ? DType::kBF16 : DType::kF32;
+      p.push_back(random_tensor(alloc, kShapes[i], dt, seed + i));
       g.push_back(Tensor::zeros(alloc, kShapes[i], DType::kF32).value());
     }
   }
@@ -237,13 +239,11 @@ TEST(OptimizerBadInput, NamedErrors) {
   Tensor bf = random_tensor(alloc, {5}, DType::kBF16, 3);
   std::vector<parallel::OptimParam> p = m.params();
   p[0].value = bf;
-  expect_error(p, config(false, 40), dp.get(), "'p0' is stored as bf16");
   p = m.params();
   p[2].grad = TensorView{};
   expect_error(p, config(true, 40), dp.get(), "a frozen parameter has no gradient");
   expect_error(m.params(), config(true, 40), nullptr, "zero1");
   expect_error(m.params(), config(false, 2), dp.get(), "bucket_bytes");
-  // bf16 storage is fine with zero1 (fp32 master).
   p = m.params();
   p[0].value = bf;
   auto ok = parallel::DistributedOptimizer::create(ctx, parallel::OptimizerGroups::uniform(dp.get(), nullptr), p, config(true, 40), alloc);
@@ -252,6 +252,80 @@ TEST(OptimizerBadInput, NamedErrors) {
   parallel::OptimizerState wrong;
   EXPECT_FALSE(ok->load_state(wrong).ok());
 }
+
+// bf16 values (p0, p3) with fp32 masters, against plain AdamW on an fp32 master per tensor whose rounding is the
+// value: five steps bitwise in every mode (the masters too, through state()); then the gathered state (masters
+// included) loaded into the other mode over values that differ, and two more steps: bit for bit.
+void bf16_values(bool zero1, size_t bucket_bytes) {
+  auto dp = world_comm("dp");
+  ASSERT_TRUE(dp);
+  Allocator alloc;
+  const Context ctx = test_ctx(1);
+  const std::vector<bool> bf = {true, false, false, true};
+  const parallel::OptimizerConfig cfg = config(zero1, bucket_bytes);
+  Model mine(alloc, 5, bf), plain(alloc, 5, bf);
+  std::vector<Tensor> master, m = zero_state(alloc), v = zero_state(alloc);
+  for (size_t i = 0; i < kShapes.size(); ++i) {
+    master.push_back(Tensor::empty(alloc, kShapes[i], DType::kF32).value());
+    ASSERT_TRUE(convert_(master[i], plain.p[i]).ok());
+  }
+  auto opt = parallel::DistributedOptimizer::create(ctx, parallel::OptimizerGroups::uniform(dp.get(), nullptr),
+                                                    mine.params(), cfg, alloc);
+  ASSERT_TRUE(opt.ok()) << opt.status().to_string();
+  for (int64_t t = 1; t <= 5; ++t) {
+    mine.fill_grads(dp->rank(), t);
+    plain.fill_grads(dp->rank(), t);
+    for (size_t i = 0; i < kShapes.size(); ++i) {
+      ASSERT_TRUE(dp->all_reduce(plain.g[i], comm::ReduceOp::kSum).ok());
+      ASSERT_TRUE(scale_(ctx, plain.g[i], 1.0f / float(dp->size())).ok());
+      AdamWConfig c = cfg.adamw;
+      if (kShapes[i].ndim < 2) c.weight_decay = 0.f;
+      const bool low = plain.p[i].dtype() != DType::kF32;
+      ASSERT_TRUE(adamw_step(ctx, low ? master[i].view() : plain.p[i].view(), low ? plain.p[i].view() : TensorView{},
+                             plain.g[i], m[i], v[i], c, t).ok());
+    }
+    ASSERT_TRUE(opt->step(ctx, cfg.adamw.lr).ok());
+    ASSERT_TRUE(same_params("step " + std::to_string(t), mine, plain));
+  }
+  auto saved = opt->state(true);
+  ASSERT_TRUE(saved.ok()) << saved.status().to_string();
+  ASSERT_EQ(saved->master.size(), kShapes.size());
+  for (size_t i = 0; i < kShapes.size(); ++i) {
+    EXPECT_EQ(saved->master[i].empty(), !bf[i]) << i;  // an f32 value is its own master
+    if (bf[i]) {
+      EXPECT_TRUE(bitwise_equal("master " + std::to_string(i), saved->master[i], master[i]));
+    }
+  }
+  Model other(alloc, 77, bf);  // values from elsewhere: the loaded masters replace them
+  auto o2 = parallel::DistributedOptimizer::create(ctx, parallel::OptimizerGroups::uniform(dp.get(), nullptr),
+                                                   other.params(), config(!zero1, bucket_bytes), alloc);
+  ASSERT_TRUE(o2.ok());
+  auto target = o2->state(false);
+  ASSERT_TRUE(target.ok());
+  for (size_t i = 0; i < kShapes.size(); ++i) {  // a checkpoint load: m, v; each parameter as its master or value
+    ASSERT_TRUE(copy_(target->m[i], saved->m[i]).ok());
+    ASSERT_TRUE(copy_(target->v[i], saved->v[i]).ok());
+    if (bf[i]) {
+      ASSERT_TRUE(copy_(target->master[i], saved->master[i]).ok());
+    } else {
+      ASSERT_TRUE(copy_(other.p[i], mine.p[i]).ok());
+    }
+  }
+  ASSERT_TRUE(o2->load_state(target.value()).ok());
+  EXPECT_TRUE(same_params("after load", other, mine));
+  o2->set_steps_taken(opt->steps_taken());
+  for (int64_t t = 6; t <= 7; ++t) {
+    mine.fill_grads(dp->rank(), t);
+    other.fill_grads(dp->rank(), t);
+    ASSERT_TRUE(opt->step(ctx, 1e-2).ok());
+    ASSERT_TRUE(o2->step(ctx, 1e-2).ok());
+  }
+  EXPECT_TRUE(same_params("after resume in the other mode", mine, other));
+}
+TEST(OptimizerBf16, MastersReplicatedBucket4) { bf16_values(false, 4); }
+TEST(OptimizerBf16, MastersReplicatedBucket40) { bf16_values(false, 40); }
+TEST(OptimizerBf16, MastersZero1Bucket4) { bf16_values(true, 4); }
+TEST(OptimizerBf16, MastersZero1Bucket40) { bf16_values(true, 40); }
 
 TEST(OptimParamsFromRegistry, SkipsFrozenAndWeightsReplicas) {
   Allocator alloc;

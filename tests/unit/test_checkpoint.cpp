@@ -26,6 +26,7 @@
 #include <thread>
 #include <vector>
 
+#include "test_util.hpp"
 #include "vlpar/core/allocator.hpp"
 #include "vlpar/io/checkpoint.hpp"
 #include "vlpar/io/safetensors.hpp"
@@ -533,12 +534,26 @@ TEST_F(CheckpointCorrupt, TruncatedFileWithMatchingRecordIsCaughtByTheReader) {
 }
 
 TEST_F(CheckpointCorrupt, WrongDtypeShapeOrNameIsNamed) {
+  // Another float dtype loads converted (an f32 master into a bf16 value): the saved values rounded once.
   Tensor buf = Tensor::zeros(m_.alloc, {8, 6}, DType::kBF16).value();
+  Tensor f32 = Tensor::zeros(m_.alloc, {8, 6}, DType::kF32).value();
+  Tensor want = Tensor::zeros(m_.alloc, {8, 6}, DType::kBF16).value();
   CheckpointTensor t = sharded_tensor("model.layers.0.self_attn.q_proj.weight", buf,
                                       make_replicated_param("q", {8, 6}, 0, {}));
+  CheckpointTensor tf = sharded_tensor("model.layers.0.self_attn.q_proj.weight", f32,
+                                       make_replicated_param("q", {8, 6}, 0, {}));
   Status s = load_checkpoint(dir_, std::span(&t, 1), nullptr);
+  ASSERT_TRUE(s.ok()) << s.to_string();
+  ASSERT_TRUE(load_checkpoint(dir_, std::span(&tf, 1), nullptr).ok());
+  ASSERT_TRUE(convert_(want, f32).ok());
+  EXPECT_TRUE(test::bitwise_equal("f32 loaded as bf16", buf, want));
+  EXPECT_GT(test::max_abs_diff(test::to_f64(f32), std::vector<double>(48, 0.0)), 0.0);
+  // A float tensor never loads into an integer destination.
+  Tensor ints = Tensor::zeros(m_.alloc, {8, 6}, DType::kI32).value();
+  t = sharded_tensor("model.layers.0.self_attn.q_proj.weight", ints, make_replicated_param("q", {8, 6}, 0, {}));
+  s = load_checkpoint(dir_, std::span(&t, 1), nullptr);
   ASSERT_FALSE(s.ok());
-  EXPECT_TRUE(contains(s.message(), "q_proj.weight") && contains(s.message(), "F32") && contains(s.message(), "bf16"))
+  EXPECT_TRUE(contains(s.message(), "q_proj.weight") && contains(s.message(), "F32") && contains(s.message(), "i32"))
       << s.message();
   Tensor buf2 = Tensor::zeros(m_.alloc, {8, 5}, DType::kF32).value();
   t = sharded_tensor("model.layers.0.self_attn.q_proj.weight", buf2, make_replicated_param("q", {8, 5}, 0, {}));

@@ -601,6 +601,93 @@ TEST(MoeGroupedGemm, RowResultDependsOnlyOnItsRow) {
   }
 }
 
+// bf16 operands on the CPU: widened exactly into f32, computed by the f32 path, a bf16 result rounded once. So
+// every op on bf16 views equals the f32 op on the widened values, rounded to bf16 where the output is bf16: bitwise.
+Tensor widened(Allocator& alloc, const Tensor& t) {
+  Tensor out = Tensor::empty(alloc, t.shape(), DType::kF32).value();
+  EXPECT_TRUE(convert_(out, t).ok());
+  return out;
+}
+::testing::AssertionResult rounded_equal(Allocator& alloc, const std::string& what, const Tensor& low,
+                                         const Tensor& f32) {
+  Tensor r = Tensor::empty(alloc, f32.shape(), low.dtype()).value();
+  EXPECT_TRUE(convert_(r, f32).ok());
+  return bitwise_equal(what, low, r);
+}
+
+TEST(MoeGroupedGemm, Bf16OperandsGiveTheRoundedF32Result) {
+  Allocator alloc;
+  Context ctx = test_ctx(2);
+  ctx.allocator = &alloc;
+  const int64_t R = 150, Kd = 24, N = 40;
+  const std::vector<int64_t> off = {0, 70, 70, 150};
+  const int64_t G = int64_t(off.size()) - 1;
+  const Tensor a = random_tensor(alloc, {R, Kd}, DType::kBF16, 1);
+  const Tensor b = random_tensor(alloc, {G, Kd, N}, DType::kBF16, 2);
+  const Tensor bt = random_tensor(alloc, {G, N, Kd}, DType::kBF16, 3);
+  const Tensor a32 = widened(alloc, a), b32 = widened(alloc, b), bt32 = widened(alloc, bt);
+  for (const bool trans : {false, true}) {
+    Tensor c = random_tensor(alloc, {R, N}, DType::kBF16, 4);
+    Tensor c32 = widened(alloc, c);
+    const GemmDesc desc{false, trans, 1.f, 1.f};
+    ASSERT_TRUE(grouped_gemm(ctx, c, a, trans ? bt : b, off, desc).ok());
+    ASSERT_TRUE(grouped_gemm(ctx, c32, a32, trans ? bt32 : b32, off, desc).ok());
+    EXPECT_TRUE(rounded_equal(alloc, trans ? "c (trans_b)" : "c", c, c32));
+    Tensor cf = Tensor::zeros(alloc, {R, N}, DType::kF32).value();  // bf16 operands, f32 result: no rounding
+    Tensor cf32 = Tensor::zeros(alloc, {R, N}, DType::kF32).value();
+    ASSERT_TRUE(grouped_gemm(ctx, cf, a, trans ? bt : b, off, GemmDesc{false, trans, 1.f, 0.f}).ok());
+    ASSERT_TRUE(grouped_gemm(ctx, cf32, a32, trans ? bt32 : b32, off, GemmDesc{false, trans, 1.f, 0.f}).ok());
+    EXPECT_TRUE(bitwise_equal("f32 c of bf16 operands", cf, cf32));
+  }
+  const Tensor dc = random_tensor(alloc, {R, N}, DType::kBF16, 5);
+  Tensor dw = Tensor::zeros(alloc, {G, Kd, N}, DType::kF32).value();
+  Tensor dw32 = Tensor::zeros(alloc, {G, Kd, N}, DType::kF32).value();
+  ASSERT_TRUE(grouped_weight_grad(ctx, dw, a, dc, off).ok());
+  ASSERT_TRUE(grouped_weight_grad(ctx, dw32, a32, widened(alloc, dc), off).ok());
+  EXPECT_TRUE(bitwise_equal("dw", dw, dw32));
+  EXPECT_GT(max_abs_diff(to_f64(dw), Host(size_t(G * Kd * N), 0.0)), 0.0);
+}
+
+TEST(MoeDispatch, Bf16RowOpsGiveTheRoundedF32Result) {
+  Allocator alloc;
+  Context ctx = test_ctx(2);
+  ctx.allocator = &alloc;
+  const int64_t T = 9, K = 2, E = 4, F = 12;
+  Tensor idx = Tensor::empty(alloc, {T, K}, DType::kI32).value();
+  int32_t* ids = idx.ptr<int32_t>();
+  for (int64_t t = 0; t < T; ++t) {  // two distinct experts per token
+    ids[t * K] = int32_t((t * 3) % E);
+    ids[t * K + 1] = int32_t((t * 3 + 1 + t % 2) % E);
+  }
+  MoeDispatch plan;
+  ASSERT_TRUE(moe_dispatch_plan(ctx, plan, idx, int(E)).ok());
+  const Tensor w = random_tensor(alloc, {T, K}, DType::kF32, 1);
+  const Tensor x = random_tensor(alloc, {T, F}, DType::kBF16, 2), x32 = widened(alloc, x);
+  Tensor p = Tensor::empty(alloc, {T * K, F}, DType::kBF16).value();
+  Tensor p32 = Tensor::empty(alloc, {T * K, F}, DType::kF32).value();
+  ASSERT_TRUE(moe_permute(ctx, p, x, w, plan).ok());
+  ASSERT_TRUE(moe_permute(ctx, p32, x32, w, plan).ok());
+  EXPECT_TRUE(rounded_equal(alloc, "permute", p, p32));
+  const Tensor y = random_tensor(alloc, {T * K, F}, DType::kBF16, 3), y32 = widened(alloc, y);
+  Tensor o = Tensor::empty(alloc, {T, F}, DType::kBF16).value();
+  Tensor o32 = Tensor::empty(alloc, {T, F}, DType::kF32).value();
+  ASSERT_TRUE(moe_unpermute(ctx, o, y, w, plan).ok());
+  ASSERT_TRUE(moe_unpermute(ctx, o32, y32, w, plan).ok());
+  EXPECT_TRUE(rounded_equal(alloc, "unpermute (the sum rounded once)", o, o32));
+  Tensor dw = Tensor::empty(alloc, {T, K}, DType::kF32).value();
+  Tensor dw32 = Tensor::empty(alloc, {T, K}, DType::kF32).value();
+  ASSERT_TRUE(moe_row_dot(ctx, dw, y, p, plan).ok());
+  ASSERT_TRUE(moe_row_dot(ctx, dw32, y32, widened(alloc, p), plan).ok());
+  EXPECT_TRUE(bitwise_equal("row_dot", dw, dw32));
+  Tensor s = random_tensor(alloc, {T * K, F}, DType::kBF16, 4), s32 = widened(alloc, s);
+  ASSERT_TRUE(moe_scale_rows(ctx, s, w, plan).ok());
+  ASSERT_TRUE(moe_scale_rows(ctx, s32, w, plan).ok());
+  EXPECT_TRUE(rounded_equal(alloc, "scale_rows", s, s32));
+  const Status mixed = moe_unpermute(ctx, o32, y, w, plan);  // rows bf16, out f32
+  ASSERT_FALSE(mixed.ok());
+  EXPECT_NE(mixed.message().find("differ in dtype"), std::string::npos) << mixed.to_string();
+}
+
 TEST(MoeGroupedGemm, BadShapesAreNamedErrors) {
   Allocator alloc;
   const Context ctx = test_ctx();
@@ -618,10 +705,14 @@ TEST(MoeGroupedGemm, BadShapesAreNamedErrors) {
   Tensor c_bad = Tensor::zeros(alloc, {9, 6}, DType::kF32).value();
   s = grouped_gemm(ctx, c_bad, a, b, good, {});
   EXPECT_NE(s.message().find("c must be [10, 6]"), std::string::npos) << s.to_string();
-  Tensor a16 = Tensor::zeros(alloc, {10, 4}, DType::kBF16).value();
-  s = grouped_gemm(ctx, c, a16, b, good, {});
+  Tensor a64 = Tensor::zeros(alloc, {10, 4}, DType::kF64).value();  // f64 has no kernel (f32/bf16/f16 do)
+  s = grouped_gemm(ctx, c, a64, b, good, {});
   EXPECT_EQ(s.code(), StatusCode::kNotSupported);
-  EXPECT_NE(s.message().find("a must be f32"), std::string::npos) << s.to_string();
+  EXPECT_NE(s.message().find("a must be f32, bf16 or f16"), std::string::npos) << s.to_string();
+  Tensor dw16 = Tensor::zeros(alloc, {2, 4, 6}, DType::kBF16).value();  // gradients accumulate in f32
+  s = grouped_weight_grad(ctx, dw16, a, c, good);
+  EXPECT_EQ(s.code(), StatusCode::kNotSupported);
+  EXPECT_NE(s.message().find("dw must be f32"), std::string::npos) << s.to_string();
   Tensor dw = Tensor::zeros(alloc, {2, 4, 5}, DType::kF32).value();
   s = grouped_weight_grad(ctx, dw, a, c, good);
   EXPECT_NE(s.message().find("dw must be contiguous [2, 4, 6]"), std::string::npos) << s.to_string();
@@ -958,7 +1049,8 @@ TEST(MoeBlock, BadInputsAreNamedErrors) {
   nn::MoeBlock ok_block(d.cfg(), d.moe(), {}, good, {}, 0);
   expect_error(ok_block.forward(ctx, out, x_bad, d.N, st), "x is f32[20, 17] cpu but must be a contiguous f32 [20, 16]");
   nn::MoeBlock gu_block(d.cfg(), d.moe(), {}, {w[0], w[1], gu_bad, w[3]}, {}, 0);
-  expect_error(gu_block.forward(ctx, out, x, d.N, st), "gate_up weight is f32[6, 16, 8] cpu but must be a contiguous f32 [6, 16, 16]");
+  expect_error(gu_block.forward(ctx, out, x, d.N, st),
+               "gate_up weight is f32[6, 16, 8] cpu but must be a contiguous f32 or bf16 [6, 16, 16]");
   nn::MoeBlock g_block(d.cfg(), d.moe(), {}, good, {{}, router_grad_bad, {}, {}}, 0);
   expect_error(g_block.forward(ctx, out, x, d.N, st), "router gradient");
   nn::MoeBlock k_block(d.cfg(), nn::MoeConfig{int(d.E), int(d.E) + 1, d.I}, {}, good, {}, 0);

@@ -99,6 +99,37 @@ TEST(NnStack, Tp1MatchesFp64Reference) {
   }
 }
 
+// bf16 (parameters and activations bf16; gradients, statistics and logits f32) against the fp64 reference on the
+// same bf16 weights, under the default rule with naive = the reference in float that rounds to bf16 wherever the
+// model stores a bf16 tensor (RoundTo<bf16>, nn_reference.hpp): the model differs from that only by f32 summation
+// order, so its error is at most twice the naive's, plus the f32 output rounding (tolerances.hpp kDecoderStack).
+TEST(NnStack, Bf16Tp1MatchesFp64ReferenceUnderTheBf16Rule) {
+  for (const Variant& v : variants()) {
+    SCOPED_TRACE(v.name);
+    nn::TransformerConfig cfg = v.cfg;
+    cfg.activation = DType::kBF16;
+    HostBatch hb = variant_batch(v);
+    const StackRun got = run_tp1(cfg, hb, false);  // weights: the bf16 values, widened exactly
+    const auto ref = reference_decoder<double>(cfg, got.weights, hb);
+    const auto naive = reference_decoder<float>(cfg, cast_all<float>(got.weights), hb, RoundTo<bf16>{});
+    const auto f32_naive = reference_decoder<float>(cfg, cast_all<float>(got.weights), hb);
+    EXPECT_TRUE(close_to_reference(v.name + " loss", std::vector<double>{got.loss}, std::vector<double>{ref.loss},
+                                   std::vector<double>{double(naive.loss)}, Shape{1}, TolOp::kDecoderStack,
+                                   DType::kF32));
+    const auto layout = nn::DecoderModel::param_layout(cfg, 1, 0, false);
+    ASSERT_EQ(got.grads.size(), layout.size());
+    double err = 0, f32_err = 0;
+    for (size_t i = 0; i < layout.size(); ++i) {
+      EXPECT_TRUE(close_to_reference(v.name + " grad " + layout[i].name, got.grads[i], ref.grads[i],
+                                     to_double(naive.grads[i]), layout[i].full_shape, TolOp::kDecoderStack,
+                                     DType::kF32));
+      err = std::max(err, max_abs_diff(got.grads[i], ref.grads[i]));
+      f32_err = std::max(f32_err, max_abs_diff(to_double(f32_naive.grads[i]), ref.grads[i]));
+    }
+    EXPECT_GT(err, 100 * f32_err) << "the bf16 run is as exact as f32: its activations are not bf16";
+  }
+}
+
 // The fp64 reference backward itself, against central differences of its forward, on a few tensors per variant:
 // embedding (tied: both of its uses), layer-0 input norm, q, k, q_norm, k_norm; layer-1 o, gate/up, down; final
 // norm, LM head.

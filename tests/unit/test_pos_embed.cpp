@@ -286,12 +286,45 @@ TEST(PosEmbed, BadInputsNameTheProblem) {
   EXPECT_NE(msg(small_grid, pe, table).find("pe must be [16, 4]"), std::string::npos);
   const Tensor small = random_tensor(a, {kSide * kSide - 1, 4}, DType::kF32, 62);
   EXPECT_NE(msg(ok, pe, small).find("table must be [64, 4]"), std::string::npos);
-  const Tensor bf = random_tensor(a, {kSide * kSide, 4}, DType::kBF16, 63);
-  EXPECT_NE(msg(ok, pe, bf).find("must be f32"), std::string::npos);
+  const Tensor i32 = Tensor::zeros(a, {kSide * kSide, 4}, DType::kI32).value();
+  EXPECT_NE(msg(ok, pe, i32).find("table must be f32, bf16 or f16"), std::string::npos);
   Tensor dt = Tensor::zeros(a, {kSide * kSide, 4}, DType::kF32).value();
   const std::vector<VisionGrid> grids(1, ok);
+  Tensor dt16 = Tensor::zeros(a, {kSide * kSide, 4}, DType::kBF16).value();
+  EXPECT_NE(pos_embed_backward(ctx, dt16, pe, grids, d).message().find("dtable must be f32 (gradients"),
+            std::string::npos);
   const Status s = pos_embed_backward(ctx, dt, pe.view().slice(0, 0, 20), grids, d);
   EXPECT_NE(s.message().find("dpe must be [24, 4]"), std::string::npos) << s.message();
+}
+
+// A bf16 table and output: the f32 interpolation of the widened table, rounded once; the backward from a bf16 dpe
+// equals the f32 backward from the widened dpe. Bitwise (both do the same f32 arithmetic).
+TEST(PosEmbed, Bf16IsTheRoundedF32Interpolation) {
+  Allocator a;
+  const Context ctx = test_ctx(2);
+  PosEmbedDesc d;
+  d.side = kSide;
+  d.merge = 2;
+  const std::vector<VisionGrid> grids = {{2, 4, 6}, {1, 10, 8}};
+  const int64_t np = 2 * 24 + 80, hv = 6;
+  const Tensor table = random_tensor(a, {kSide * kSide, hv}, DType::kBF16, 3);
+  Tensor wide = Tensor::empty(a, table.shape(), DType::kF32).value();
+  ASSERT_TRUE(convert_(wide, table).ok());
+  Tensor pe = Tensor::empty(a, {np, hv}, DType::kBF16).value();
+  Tensor pe32 = Tensor::empty(a, {np, hv}, DType::kF32).value();
+  ASSERT_TRUE(pos_embed_forward(ctx, pe, table, grids, d).ok());
+  ASSERT_TRUE(pos_embed_forward(ctx, pe32, wide, grids, d).ok());
+  Tensor want = Tensor::empty(a, {np, hv}, DType::kBF16).value();
+  ASSERT_TRUE(convert_(want, pe32).ok());
+  EXPECT_TRUE(bitwise_equal("bf16 pe", pe, want));
+  const Tensor dpe = random_tensor(a, {np, hv}, DType::kBF16, 4);
+  Tensor dpe32 = Tensor::empty(a, {np, hv}, DType::kF32).value();
+  ASSERT_TRUE(convert_(dpe32, dpe).ok());
+  Tensor dt = Tensor::zeros(a, table.shape(), DType::kF32).value();
+  Tensor dt32 = Tensor::zeros(a, table.shape(), DType::kF32).value();
+  ASSERT_TRUE(pos_embed_backward(ctx, dt, dpe, grids, d).ok());
+  ASSERT_TRUE(pos_embed_backward(ctx, dt32, dpe32, grids, d).ok());
+  EXPECT_TRUE(bitwise_equal("dtable from a bf16 dpe", dt, dt32));
 }
 
 }  // namespace

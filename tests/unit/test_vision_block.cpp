@@ -335,7 +335,8 @@ TEST(VisionBlock, BadWeightsAndStashNameTheProblem) {
   w.qkv_w = p.w[p0 + 4].view();  // proj weight [Hv, Hv] where qkv [3Hv, Hv] belongs
   nn::VisionBlockStash st;
   Status s = nn::VisionBlock(cfg, w, {}).forward(ctx, out, x, seq, st);
-  EXPECT_NE(s.message().find("qkv weight is f32[16, 16] cpu but must be a contiguous f32 [48, 16]"), std::string::npos)
+  EXPECT_NE(s.message().find("qkv weight is f32[16, 16] cpu but must be a contiguous f32 or bf16 [48, 16]"),
+            std::string::npos)
       << s.message();
   nn::VisionBlockWeights g = block_views(p.g, p0);
   g.fc1_w = p.g[p0 + 10].view();  // fc2's gradient buffer [Hv, Iv] for fc1 [Iv, Hv]

@@ -4,9 +4,11 @@
 # then held-out accuracy by greedy decoding from the checkpoint. Passes when accuracy >= chance + 0.20 (chance is
 # 0.458 on these questions; 120 random answers reach chance + 0.20 with probability < 1e-5: binomial tail).
 # Exit 77 (ctest: Skipped) when the photographs package is not installed (scripts/install_deps.sh installs it).
-# Usage: demo_short.sh VLPAR_DATA QWEN3VL_TRAIN QWEN3VL_GENERATE SOURCE_DIR WORK_DIR
+# Usage: demo_short.sh VLPAR_DATA QWEN3VL_TRAIN QWEN3VL_GENERATE SOURCE_DIR WORK_DIR [--section.key=value ...]
+# (the overrides go to qwen3vl-train: qwen3vl_demo_short_bf16 passes --training.dtype=bf16)
 set -euo pipefail
 data_tool=$1 train=$2 generate=$3 src=$4 work=$5
+shift 5
 photos=$(dpkg -L lomiri-wallpapers-16.04 2>/dev/null | grep -iE '\.(jpe?g|png)$' || true)
 if [ -z "$photos" ]; then
   echo "SKIPPED: lomiri-wallpapers-16.04 is not installed (scripts/install_deps.sh installs it)"
@@ -19,7 +21,7 @@ echo "$photos" | LC_ALL=C sort > "$work/photos.txt"
 cd "$src"
 "$train" --config examples/qwen3vl/configs/demo.toml --data.train="$work/data" --data.eval="$work/data" \
   --training.steps=150 --schedule.warmup_steps=10 --checkpoint.dir="$work/ckpt" --checkpoint.interval=0 \
-  --metrics.dir="$work/metrics" --metrics.log_interval=50 --metrics.trace=false --metrics.tensorboard=false \
+  --metrics.dir="$work/metrics" --metrics.log_interval=50 --metrics.trace=false --metrics.tensorboard=false "$@" \
   > "$work/train.log" 2>&1 || { tail -20 "$work/train.log"; exit 1; }
 grep '^step' "$work/train.log" | tail -3
 "$generate" --checkpoint "$work/ckpt" --eval --threads 2 | tee "$work/eval.txt"

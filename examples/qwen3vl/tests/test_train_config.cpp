@@ -99,7 +99,10 @@ TEST(TrainConfig, ErrorsNameFileLineAndKey) {
 
 TEST(TrainConfig, ValidationIsOneSentenceNamingTheKey) {
   expect_error("", {"--training.recompute=some"}, "training.recompute must be none, selective or full");
-  expect_error("", {"--training.dtype=bf16"}, "training.dtype 'bf16' is not supported");
+  expect_error("", {"--training.dtype=f16"}, "training.dtype must be f32 or bf16, got 'f16'");
+  expect_error("", {"--checkpoint.export_dtype=f64"}, "checkpoint.export_dtype must be f32 or bf16, got 'f64'");
+  const std::vector<std::string> bf16 = {"--training.dtype=bf16", "--checkpoint.export_dtype=bf16"};
+  EXPECT_TRUE(parse_train_config("", "ok.toml", bf16).ok());
   expect_error("", {"--schedule.warmup_steps=500", "--training.steps=100"}, "schedule.warmup_steps 500");
   expect_error("", {"--data.mode=chat"}, "data.mode must be sft or caption");
   expect_error("", {"--model.hf_dir=a", "--model.config_json=b"}, "at most one of model.hf_dir");

@@ -104,6 +104,93 @@ TEST(Trainer, ResumeIsBitExact) {
   fs::remove_all(b);
 }
 
+/// Every parameter value's bytes, in registry order (any dtype).
+std::vector<std::vector<char>> value_bytes(const Trainer& t) {
+  std::vector<std::vector<char>> out;
+  const nn::ParamRegistry& reg = t.model().registry();
+  for (size_t i = 0; i < reg.size(); ++i) {
+    const char* p = static_cast<const char*>(reg.value(i).data);
+    out.emplace_back(p, p + reg.value(i).nbytes());
+  }
+  return out;
+}
+
+// bf16 training (bf16 values and activations; f32 gradients, masters and Adam state): the model stores bf16, a
+// resumed run is bit for bit the uninterrupted one (checkpoints hold the f32 masters), the losses follow the f32
+// run's (a sanity band: 5 %), and the bf16 run's checkpoint loads into an f32 run as the masters, whose bf16
+// rounding is the bf16 run's values while they carry more precision than bf16.
+TEST(Trainer, Bf16ResumesBitExactAndItsCheckpointLoadsInF32) {
+  const std::string a = tmp("bf16a"), b = tmp("bf16b"), f = tmp("bf16f"), g = tmp("bf16g");
+  auto bf16 = [](TrainConfig c) {
+    c.training.dtype = "bf16";
+    return c;
+  };
+  TrainConfig ca = bf16(config(a, 6));
+  ca.checkpoint.interval = 3;
+  auto ta = make(ca);
+  Result<TrainSummary> ra = ta->run();
+  ASSERT_TRUE(ra.ok()) << ra.status().message();
+  const nn::ParamRegistry& reg = ta->model().registry();
+  for (size_t i = 0; i < reg.size(); ++i) ASSERT_EQ(reg.value(i).dtype, vlpar::DType::kBF16) << reg.name(i);
+  TrainConfig cb = bf16(config(b, 6));
+  cb.checkpoint.interval = 3;
+  ASSERT_TRUE(make(cb)->run().ok());
+  fs::remove_all(b + "/ckpt/step-6");
+  { std::ofstream(b + "/ckpt/latest") << "step-3\n"; }
+  auto tb = make(cb);
+  Result<TrainSummary> rb = tb->run();
+  ASSERT_TRUE(rb.ok()) << rb.status().message();
+  ASSERT_EQ(rb.value().losses.size(), 3u);
+  for (size_t i = 0; i < 3; ++i) {
+    EXPECT_EQ(rb.value().losses[i], ra.value().losses[3 + i]) << "step " << 4 + i;
+    EXPECT_EQ(rb.value().grad_norms[i], ra.value().grad_norms[3 + i]) << "step " << 4 + i;
+  }
+  EXPECT_TRUE(value_bytes(*tb) == value_bytes(*ta)) << "the resumed bf16 run's parameters differ";
+  Result<TrainSummary> rf = make(config(f, 6))->run();
+  ASSERT_TRUE(rf.ok());
+  for (size_t i = 0; i < 6; ++i)
+    EXPECT_NEAR(ra.value().losses[i], rf.value().losses[i], 0.05 * rf.value().losses[i]) << "step " << i + 1;
+  // The f32 run resumes from the bf16 run's final checkpoint (nothing left to train: it only loads).
+  fs::create_directories(g);
+  fs::copy(a + "/ckpt", g + "/ckpt", fs::copy_options::recursive);
+  auto tg = make(config(g, 6));
+  const Result<TrainSummary> rg_run = tg->run();
+  ASSERT_TRUE(rg_run.ok()) << rg_run.status().message();
+  const nn::ParamRegistry& rg = tg->model().registry();
+  bool finer = false;  // some master is not a bf16 number
+  for (size_t i = 0; i < rg.size(); ++i) {
+    ASSERT_EQ(rg.value(i).dtype, vlpar::DType::kF32);
+    const float* m = rg.value(i).ptr<float>();
+    const vlpar::bf16* v = reg.value(i).ptr<vlpar::bf16>();
+    for (int64_t k = 0; k < rg.value(i).numel(); ++k) {
+      ASSERT_EQ(vlpar::float_to_bf16(m[k]).bits, v[k].bits) << rg.name(i) << " element " << k;
+      finer = finer || vlpar::bf16_to_float(v[k]) != m[k];
+    }
+  }
+  EXPECT_TRUE(finer) << "the checkpoint held the bf16 values, not the f32 masters";
+  for (const std::string& d : {a, b, f, g}) fs::remove_all(d);
+}
+
+// The MoE model in bf16 (grouped GEMMs and the token path on bf16 rows, f32 router and expert biases, the
+// balancing update on): four steps follow the f32 run's losses within the same sanity band.
+TEST(Trainer, Bf16MoeFollowsF32) {
+  const std::string a = tmp("bf16moe"), f = tmp("f32moe");
+  auto moe = [](TrainConfig c, const char* dtype) {
+    c.model.config_json = test::fixture("moe") + "/config.json";
+    c.moe.expert_bias_rate = 1e-3;
+    c.training.dtype = dtype;
+    return c;
+  };
+  const std::vector<std::string> files(1, test::fixture("moe") + "/batch.safetensors");
+  Result<TrainSummary> ra = make(moe(config(a, 4), "bf16"), files)->run();
+  Result<TrainSummary> rf = make(moe(config(f, 4), "f32"), files)->run();
+  ASSERT_TRUE(ra.ok() && rf.ok()) << ra.status().message() << rf.status().message();
+  for (size_t i = 0; i < 4; ++i)
+    EXPECT_NEAR(ra.value().losses[i], rf.value().losses[i], 0.05 * rf.value().losses[i]) << "step " << i + 1;
+  fs::remove_all(a);
+  fs::remove_all(f);
+}
+
 TEST(Trainer, NonFiniteStepsAreSkippedAndKInARowAbort) {
   const std::string d = tmp("nan");
   // A batch whose pixels are NaN poisons exactly the steps that use it.

@@ -40,7 +40,9 @@
 // and consistent, every rank file present with the size meta.json recorded, each loaded tensor's pieces tile its full
 // shape exactly once (identical pieces on several ranks are replicas: one copy is read, optionally compared; boxes
 // of a two-dim split must be pairwise disjoint and cover the full area),
-// dtype and full shape equal the destination's. Every error names the checkpoint directory, and the file and tensor.
+// full shape equal to the destination's, and its dtype too, except that a float tensor loads into another float dtype
+// (converted: an f32 master into a bf16 value, a bf16 value into an f32 one). Every error names the checkpoint
+// directory, and the file and tensor.
 //
 // Test: tests/unit/test_checkpoint.cpp (round trips, resharding with simulated ranks, corrupt checkpoints, crash
 // points, SIGKILL during saves), tests/mpi/test_checkpoint_reshard.cpp (mpirun -np 4: TP2×DP2 → TP1 / TP4).

@@ -29,7 +29,9 @@
 // are bitwise identical for any num_threads. No float atomics. grouped_gemm pads a partial tile's rows to a
 // multiple of 48 so that every row takes Eigen's widest micro-kernel: a row's result depends only on that row and
 // the weights, not on the group's size or the row's place in it (expert parallelism moves rows between tiles).
-// Storage: f32 on the CPU (other dtypes and devices return kNotSupported naming the argument). CUDA views
+// Storage on the CPU: f32, bf16 or f16 rows and matrices (f32 arithmetic: 16-bit operands are widened exactly into
+// f32 copies and a 16-bit result is rounded once, so a row's result is the f32 path's on the same values), routing
+// weights, dweights and dw f32; other dtypes and devices return kNotSupported naming the argument. CUDA views
 // (src/kernels/cuda/moe_ops.cu): grouped_gemm (grouped_gemm_kernel.cuh: bf16/f16 a and b, c in their dtype or f32,
 // N, Kd and the row strides multiples of 8 elements, offsets in host memory; tiles of 128 × 128 over a persistent
 // grid, fixed k order per output element, bitwise reproducible) and grouped_weight_grad (the same tiles, dw f32);
@@ -134,44 +136,44 @@ inline Result<int64_t> moe_capacity_plan(MoeDispatch& plan, int64_t capacity) {
 /// @param indices [T, K] i32, contiguous; every id in [0, E), the K ids of a row distinct.
 Status moe_dispatch_plan(const Context& ctx, MoeDispatch& plan, TensorView indices, int num_experts);
 
-/// Row ops: f32 rows on the CPU; bf16, f16 or f32 rows (one dtype per call) with f32 weights on CUDA.
+/// Row ops: bf16, f16 or f32 rows (one dtype per call) with f32 weights, on the CPU and CUDA.
 /// @brief out[r] = w[a(r)] · in[t(r)], or in[t(r)] when weights is empty.
-/// @param out     [R, F] f32 written
-/// @param in      [T, F] f32
+/// @param out     [R, F] written, in's dtype
+/// @param in      [T, F]
 /// @param weights [T, K] f32 or an empty view
 Status moe_permute(const Context& ctx, TensorView out, TensorView in, TensorView weights, const MoeDispatch& plan);
 
 /// @brief out[t] = Σ over t's rows in ascending expert order of w[t, k] · rows[row(t, k)] (1 when weights empty),
 /// starting from 0 (out is overwritten).
-/// @param out     [T, F] f32 written
-/// @param rows    [R, F] f32
+/// @param out     [T, F] written, rows' dtype (the sum in f32, rounded once)
+/// @param rows    [R, F]
 /// @param weights [T, K] f32 or an empty view
 Status moe_unpermute(const Context& ctx, TensorView out, TensorView rows, TensorView weights,
                      const MoeDispatch& plan);
 
 /// @brief dweights[t, k] = Σ_f a[r, f] · b[r, f] with r = row(t, k) (fp32, ascending f).
 /// @param dweights [T, K] f32 written
-/// @param a, b     [R, F] f32
+/// @param a, b     [R, F] of one dtype
 Status moe_row_dot(const Context& ctx, TensorView dweights, TensorView a, TensorView b, const MoeDispatch& plan);
 
 /// @brief rows[r] *= weights[a(r)] in place (a padding row of a padded plan becomes zero).
-/// @param rows    [R, F] f32
+/// @param rows    [R, F]
 /// @param weights [T, K] f32
 Status moe_scale_rows(const Context& ctx, TensorView rows, TensorView weights, const MoeDispatch& plan);
 
 /// @brief Grouped GEMM over row groups: for every g, rows [offsets[g], offsets[g+1]) of c and a use b[g]
 /// (b[0] for every group when b has batch 1). Rows outside [offsets[0], offsets[G]) are not touched.
-/// @param c       [R, N] f32
-/// @param a       [R, Kd] f32 (trans_a must be false)
-/// @param b       [G or 1, Kd, N] f32, or [G or 1, N, Kd] with desc.trans_b
+/// @param c       [R, N]
+/// @param a       [R, Kd] (trans_a must be false)
+/// @param b       [G or 1, Kd, N], or [G or 1, N, Kd] with desc.trans_b
 /// @param offsets G + 1 non-decreasing row offsets within [0, R]
 Status grouped_gemm(const Context& ctx, TensorView c, TensorView a, TensorView b, std::span<const int64_t> offsets,
                     GemmDesc desc);
 
 /// @brief Grouped weight gradient: dw[g] += a[rows of g]ᵀ · dc[rows of g] (a group with no rows adds nothing).
 /// @param dw      [G, Kd, N] f32 accumulated
-/// @param a       [R, Kd] f32
-/// @param dc      [R, N] f32
+/// @param a       [R, Kd]
+/// @param dc      [R, N]
 /// @param offsets G + 1 non-decreasing row offsets within [0, R]
 Status grouped_weight_grad(const Context& ctx, TensorView dw, TensorView a, TensorView dc,
                            std::span<const int64_t> offsets);

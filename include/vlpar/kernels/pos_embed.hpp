@@ -12,7 +12,8 @@
 //   hi = linspace(0, G−1, h) in fp32 with torch's CPU rounding (LinspaceRounding), f = trunc(hi),
 //   c = min(f+1, G−1), dh = hi − f; same for columns; corners (f_h,f_w), (f_h,c_w), (c_h,f_w), (c_h,c_w) with
 //   weights (1−dh)(1−dw), (1−dh)dw, dh(1−dw), dh·dw, each an fp32 product.
-// Storage: f32 only (the v4.57 bf16 path rounds the weights and the sum to bf16; not implemented here).
+// Storage: table and pe f32, bf16 or f16, the arithmetic f32 in HF's order (a 16-bit table widened exactly, a 16-bit
+// pe rounded once; HF v4.57's bf16 path would round the weights and every step to bf16), dtable f32.
 // The backward is deterministic: threads own column ranges of dT and add patches in a fixed order.
 // Reference: include/vlpar/reference/pos_embed.hpp. Test: tests/unit/test_pos_embed.cpp (fixture
 // tests/fixtures/vision/pos_embed_interp.txt from HF, made by make_pos_embed_fixture.py next to it).
@@ -124,7 +125,7 @@ Status check_vision_grids(const char* who, std::span<const VisionGrid> grids, in
 
 /// @brief pe = interpolated table rows for every patch of `grids` (see the file comment).
 /// @param pe    [Np, Hv] f32 written, Np = Σ t·h·w
-/// @param table [G², Hv] f32 (pos_embed.weight)
+/// @param table [G², Hv] f32, bf16 or f16 (pos_embed.weight)
 Status pos_embed_forward(const Context& ctx, TensorView pe, TensorView table, std::span<const VisionGrid> grids,
                          const PosEmbedDesc& desc);
 

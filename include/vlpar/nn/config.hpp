@@ -9,6 +9,7 @@
 #include <array>
 #include <cstdint>
 
+#include "vlpar/core/dtype.hpp"
 #include "vlpar/core/status.hpp"
 
 namespace vlpar::nn {
@@ -41,6 +42,9 @@ struct TransformerConfig {
   std::array<int, 3> mrope_section = {24, 20, 20};
   /// The LM head weight IS the embedding table (one parameter; both uses add their gradients into it).
   bool tie_word_embeddings = false;
+  /// Activations, their gradients and the stashes: f32 or bf16 (DESIGN §6). Parameters may be stored in either
+  /// (the blocks check each weight's dtype, the ops accumulate in f32); parameter gradients are always f32.
+  DType activation = DType::kF32;
 
   /// @brief Checks the sizes themselves ("kv_heads 3 does not divide heads 4").
   Status validate() const;

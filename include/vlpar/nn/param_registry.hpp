@@ -1,8 +1,9 @@
 #pragma once
 // The one parameter registry (DESIGN §2): every parameter of a model is registered once, with its HF-compatible
 // dotted name, full logical shape and this rank's shard (ParamShard: shard dim, pieces, Philox id, init rule),
-// storage dtype, freeze group and frozen flag. materialize() then allocates each value and — for trainable
-// parameters only — a zeroed gradient, and initialises the values layout-invariantly (init_param_shard).
+// storage dtype (f32 or bf16), freeze group and frozen flag. materialize() then allocates each value and — for
+// trainable parameters only — a zeroed f32 gradient (DESIGN §6: gradients accumulate in f32 over micro-batches),
+// and initialises the values layout-invariantly (init_param_shard; a bf16 value is the f32 init rounded once).
 // Initialisation, HF import/export, checkpoints, gradient reduction, the optimizer, freezing and memory reports
 // read this registry; none keeps its own list. Order = registration order (the model-wide param index).
 //
@@ -28,7 +29,7 @@ namespace vlpar::nn {
 struct ParamEntry {
   ParamShard shard;          // name, full shape, this rank's pieces, Philox id, init rule
   std::string group;         // freeze unit, e.g. "vision", "merger", "language_model"
-  DType dtype = DType::kF32;  // storage dtype of value and grad
+  DType dtype = DType::kF32;  // storage dtype of the value (f32 or bf16); the gradient is always f32
   bool frozen = false;
   Tensor value;  // local shard, shaped shard.local_shape()
   Tensor grad;   // same shape; empty when frozen

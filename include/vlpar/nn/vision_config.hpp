@@ -34,6 +34,8 @@ struct VisionConfig {
   // How the pos-embed interpolation rounds torch's CPU linspace (kernels/pos_embed.hpp): kFused reproduces HF
   // run on AVX2/AVX512 CPUs (every current x86 machine), kSeparate HF under ATEN_CPU_CAPABILITY=default.
   LinspaceRounding pos_embed_linspace = LinspaceRounding::kFused;
+  /// Activations, their gradients and the stashes of the tower: f32 or bf16 (DESIGN §6; see TransformerConfig).
+  DType activation = DType::kF32;
 
   /// C·Tp·P·P, the length of one pixel-patch row (1536).
   int64_t patch_dim() const { return int64_t(in_channels) * temporal_patch * patch * patch; }

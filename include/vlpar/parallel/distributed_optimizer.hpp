@@ -5,9 +5,10 @@
 //
 //   replicated (zero1 = false)            ZeRO-1 (zero1 = true)
 //   buckets all-reduced into the grads    buckets reduce-scattered: rank r gets slice r of every bucket
-//   m, v per parameter (3 × P fp32)        fp32 master, m, v of this rank's slices only (3 × P / dp)
-//   AdamW in place on the f32 values      AdamW on the slices, then the slices are all-gathered into the
-//                                          bucket buffers and unpacked into the values (any float dtype)
+//   m, v per parameter (2-3 × P fp32)      fp32 master, m, v of this rank's slices only (3 × P / dp)
+//   AdamW in place on f32 values, on an   AdamW on the slices, then the slices are all-gathered into the
+//   fp32 master of bf16 values (rounded    bucket buffers and unpacked into the values (any float dtype)
+//   into the value after each step)
 // Parameters are grouped by their replica group (OptimParam::replica: dense, expert, vision; optimizer_groups.hpp):
 // each group has its own buckets over its own replicas communicator (and its own ZeRO-1 shards), so expert weights
 // reduce over expert-dp and the vision tower over vision-dp while dense weights reduce over dp.
@@ -20,11 +21,12 @@
 // call grad_ready(i) from the backward of the step's last micro-batch (earlier micro-batches only accumulate),
 // then step(ctx, lr). Without grad_ready calls every bucket is reduced inside step() (no overlap, same result).
 //
-// Checkpoints: state(gathered) returns m and v per parameter, shaped like the parameter, named by the caller
-// (`optim.m.<name>` in the trainer) — the same tensors in both modes, so a checkpoint written with ZeRO-1 loads
+// Checkpoints: state(gathered) returns m, v and (bf16 values) the fp32 master per parameter, shaped like the
+// parameter, named by the caller (`optim.m.<name>`; the trainer saves a master as the parameter) — the same
+// tensors in both modes, so a checkpoint written with ZeRO-1 loads
 // without it and the other way round, at any dp. In ZeRO mode state(true) all-gathers (collective over dp) into
 // staging tensors; for a load, state(false) gives staging to fill and load_state() takes this rank's slices and
-// re-reads the fp32 master from the (just loaded) values.
+// the given masters (rounding them into the values), or re-reads the fp32 master from the (just loaded) values.
 // Tests: tests/mpi/test_distributed_optimizer.cpp (np 2, 4: both modes vs plain per-tensor AdamW, clipping,
 // odd sizes, frozen parameters, state round trip across modes, two replica groups over different communicators),
 // tests/mpi/test_data_parallel.cpp.
@@ -66,9 +68,11 @@ struct StepReport {
   bool applied = false;    // false: non-finite norm, nothing was updated
 };
 
-/// m and v per parameter, in the optimizer's parameter order; views into live state or into `staging`.
+/// m and v per parameter, in the optimizer's parameter order; views into live state or into `staging`. `master`:
+/// the fp32 master weights of parameters stored in a lower precision (an empty view for an f32 parameter, whose
+/// value is its master); load_state accepts an empty `master` (masters read from the values).
 struct OptimizerState {
-  std::vector<TensorView> m, v;
+  std::vector<TensorView> m, v, master;
   std::vector<Tensor> staging;  // owns the gathered / to-be-loaded copies in ZeRO mode
 };
 
@@ -138,6 +142,7 @@ class DistributedOptimizer {
   comm::Communicator* stages_ = nullptr;         // OptimizerGroups::stages
   std::vector<std::pair<size_t, size_t>> slot_;  // parameter → (its group in groups_, its index in members)
   std::vector<Tensor> m_, v_;                    // replicated mode: per parameter
+  std::vector<Tensor> master_;                   // replicated mode: f32 masters of non-f32 values (else undefined)
   std::vector<int64_t> bucket_offset_;           // ZeRO: element offset of each parameter in its bucket's buffer
   int64_t step_ = 0;
 };

@@ -7,26 +7,62 @@
 #include <vector>
 
 #include "gemm_f32.hpp"
+#include "vlpar/core/dispatch.hpp"
 
 #include "isa_namespace.hpp"
 
 namespace vlpar::VLPAR_CPU_ISA_NAMESPACE {
 namespace {
 
-/// A row-major f32 CPU matrix with a contiguous last dim (rows may be strided, e.g. a column slice).
-struct F32Rows {
-  float* data = nullptr;
+/// A row-major CPU matrix of T with a contiguous last dim (rows may be strided, e.g. a column slice).
+template <class T>
+struct Rows {
+  T* data = nullptr;
   int64_t rows = 0, cols = 0, ld = 0;
-  float* row(int64_t r) const { return data + r * ld; }
+  T* row(int64_t r) const { return data + r * ld; }
 };
+using F32Rows = Rows<float>;
 
 /// The rows of a checked view (src/kernels/ops/moe.cpp checked shape, dtype and layout).
-F32Rows rows_of(const TensorView& v) {
-  return F32Rows{v.ptr<float>(), v.size(0), v.size(1), v.size(0) <= 1 ? v.size(1) : v.stride(0)};
+template <class T = float>
+Rows<T> rows_of(const TensorView& v) {
+  return Rows<T>{v.ptr<T>(), v.size(0), v.size(1), v.size(0) <= 1 ? v.size(1) : v.stride(0)};
 }
 
 /// The optional [T, K] routing weights: nullptr when empty.
 const float* weights_of(const TensorView& w) { return w.empty() ? nullptr : w.ptr<float>(); }
+
+/// f32 rows of a float view for the GEMMs: the view itself when it is f32, else a dense converted copy held in
+/// `store` (exact: every 16-bit float is an f32); `load` false leaves the copy uninitialised (an output).
+Result<F32Rows> f32_rows(const Context& ctx, const TensorView& v, std::vector<float>& store, bool load = true) {
+  if (v.dtype == DType::kF32) return rows_of<float>(v);
+  const F32Rows out{nullptr, v.size(0), v.size(1), v.size(1)};
+  store.resize(size_t(out.rows * out.cols));
+  F32Rows dense = out;
+  dense.data = store.data();
+  if (!load) return dense;
+  VLPAR_FLOAT_SWITCH(v.dtype, T, "moe f32 rows", {
+    const Rows<T> src = rows_of<T>(v);
+    parallel_for(ctx, dense.rows, dense.cols, [&](int64_t b, int64_t e) {
+      for (int64_t r = b; r < e; ++r)
+        for (int64_t c = 0; c < dense.cols; ++c) dense.row(r)[c] = to_float(src.row(r)[c]);
+    });
+  });
+  return dense;
+}
+
+/// Writes f32 rows back into a view of another float dtype (one rounding per element); nothing for an f32 view.
+Status store_rows(const Context& ctx, const F32Rows& from, const TensorView& v) {
+  if (v.dtype == DType::kF32) return Status::Ok();
+  VLPAR_FLOAT_SWITCH(v.dtype, T, "moe f32 rows", {
+    const Rows<T> dst = rows_of<T>(v);
+    parallel_for(ctx, from.rows, from.cols, [&](int64_t b, int64_t e) {
+      for (int64_t r = b; r < e; ++r)
+        for (int64_t c = 0; c < from.cols; ++c) dst.row(r)[c] = from_float<T>(from.row(r)[c]);
+    });
+  });
+  return Status::Ok();
+}
 
 /// One output tile of a grouped GEMM: group g, rows [m0, m0 + m) of the group's output, columns [n0, n0 + n).
 struct Tile {
@@ -73,95 +109,110 @@ Status moe_dispatch_plan(const Context&, MoeDispatch& plan, TensorView indices, 
   return Status::Ok();
 }
 
-Status moe_permute(const Context& ctx, TensorView out, TensorView in, TensorView weights, const MoeDispatch& plan) {
-  const F32Rows x = rows_of(in);
-  const F32Rows y = rows_of(out);
-  const float* w = weights_of(weights);
+namespace {
+
+template <class T>
+void permute_rows(const Context& ctx, const Rows<T>& y, const Rows<T>& x, const float* w, const MoeDispatch& plan) {
   const int64_t K = plan.top_k, F = x.cols;
   parallel_for(ctx, y.rows, y.cols * 2, [&](int64_t begin, int64_t end) {
     for (int64_t r = begin; r < end; ++r) {
       const int32_t a = plan.row_assignment[size_t(r)];
-      float* dst = y.row(r);
+      T* dst = y.row(r);
       if (a < 0) {  // a padding row (moe_pad_plan)
-        std::fill(dst, dst + F, 0.f);
+        std::fill(dst, dst + F, from_float<T>(0.f));
         continue;
       }
-      const float* src = x.row(a / K);
+      const T* src = x.row(a / K);
       if (w) {
         const float s = w[a];
-        for (int64_t f = 0; f < F; ++f) dst[f] = s * src[f];
+        for (int64_t f = 0; f < F; ++f) dst[f] = from_float<T>(s * to_float(src[f]));
       } else {
         std::copy(src, src + F, dst);
       }
     }
   });
+}
+
+template <class T>
+void unpermute_rows(const Context& ctx, const Rows<T>& o, const Rows<T>& y, const float* w, const MoeDispatch& plan) {
+  const int64_t K = plan.top_k, F = y.cols;
+  parallel_for(ctx, o.rows, K * F * 2, [&](int64_t begin, int64_t end) {
+    std::vector<int32_t> mine(static_cast<size_t>(K));
+    std::vector<float> acc(static_cast<size_t>(F));  // the token's sum in f32, rounded once into its row
+    for (int64_t t = begin; t < end; ++t) {
+      // Rows are grouped by ascending expert, so ascending row = ascending expert (HF's index_add_ order).
+      for (int64_t k = 0; k < K; ++k) mine[size_t(k)] = plan.assignment_row[size_t(t * K + k)];
+      std::sort(mine.begin(), mine.end());
+      std::fill(acc.begin(), acc.end(), 0.f);
+      for (const int32_t r : mine) {
+        if (r < 0) continue;  // dropped (capacity): not part of the sum
+        const T* src = y.row(r);
+        const float s = w ? w[plan.row_assignment[size_t(r)]] : 1.f;
+        if (w) {
+          for (int64_t f = 0; f < F; ++f) acc[size_t(f)] += s * to_float(src[f]);
+        } else {
+          for (int64_t f = 0; f < F; ++f) acc[size_t(f)] += to_float(src[f]);
+        }
+      }
+      T* dst = o.row(t);
+      for (int64_t f = 0; f < F; ++f) dst[f] = from_float<T>(acc[size_t(f)]);
+    }
+  });
+}
+
+}  // namespace
+
+Status moe_permute(const Context& ctx, TensorView out, TensorView in, TensorView weights, const MoeDispatch& plan) {
+  VLPAR_FLOAT_SWITCH(in.dtype, T, "moe_permute",
+                     { permute_rows<T>(ctx, rows_of<T>(out), rows_of<T>(in), weights_of(weights), plan); });
   return Status::Ok();
 }
 
 Status moe_unpermute(const Context& ctx, TensorView out, TensorView rows, TensorView weights,
                      const MoeDispatch& plan) {
-  const F32Rows y = rows_of(rows);
-  const F32Rows o = rows_of(out);
-  const float* w = weights_of(weights);
-  const int64_t K = plan.top_k, F = y.cols;
-  parallel_for(ctx, o.rows, K * F * 2, [&](int64_t begin, int64_t end) {
-    std::vector<int32_t> mine(static_cast<size_t>(K));
-    for (int64_t t = begin; t < end; ++t) {
-      // Rows are grouped by ascending expert, so ascending row = ascending expert (HF's index_add_ order).
-      for (int64_t k = 0; k < K; ++k) mine[size_t(k)] = plan.assignment_row[size_t(t * K + k)];
-      std::sort(mine.begin(), mine.end());
-      float* dst = o.row(t);
-      std::fill(dst, dst + F, 0.f);
-      for (const int32_t r : mine) {
-        if (r < 0) continue;  // dropped (capacity): not part of the sum
-        const float* src = y.row(r);
-        if (w) {
-          const float s = w[plan.row_assignment[size_t(r)]];
-          for (int64_t f = 0; f < F; ++f) dst[f] += s * src[f];
-        } else {
-          for (int64_t f = 0; f < F; ++f) dst[f] += src[f];
-        }
-      }
-    }
-  });
+  VLPAR_FLOAT_SWITCH(rows.dtype, T, "moe_unpermute",
+                     { unpermute_rows<T>(ctx, rows_of<T>(out), rows_of<T>(rows), weights_of(weights), plan); });
   return Status::Ok();
 }
 
 Status moe_row_dot(const Context& ctx, TensorView dweights, TensorView a, TensorView b, const MoeDispatch& plan) {
-  const F32Rows ra = rows_of(a);
-  const F32Rows rb = rows_of(b);
-  const F32Rows dw = rows_of(dweights);
-  const int64_t K = plan.top_k, F = ra.cols;
-  parallel_for(ctx, plan.num_tokens, K * F * 2, [&](int64_t begin, int64_t end) {
-    for (int64_t t = begin; t < end; ++t)
-      for (int64_t k = 0; k < K; ++k) {
-        const int32_t r = plan.assignment_row[size_t(t * K + k)];
-        if (r < 0) {  // dropped (capacity): its weight does not enter the output
-          dw.row(t)[k] = 0.f;
-          continue;
+  const F32Rows dw = rows_of<float>(dweights);
+  const int64_t K = plan.top_k, F = a.size(1);
+  VLPAR_FLOAT_SWITCH(a.dtype, T, "moe_row_dot", {
+    const Rows<T> ra = rows_of<T>(a), rb = rows_of<T>(b);
+    parallel_for(ctx, plan.num_tokens, K * F * 2, [&](int64_t begin, int64_t end) {
+      for (int64_t t = begin; t < end; ++t)
+        for (int64_t k = 0; k < K; ++k) {
+          const int32_t r = plan.assignment_row[size_t(t * K + k)];
+          if (r < 0) {  // dropped (capacity): its weight does not enter the output
+            dw.row(t)[k] = 0.f;
+            continue;
+          }
+          const T *pa = ra.row(r), *pb = rb.row(r);
+          float acc = 0.f;
+          for (int64_t f = 0; f < F; ++f) acc += to_float(pa[f]) * to_float(pb[f]);
+          dw.row(t)[k] = acc;
         }
-        const float *pa = ra.row(r), *pb = rb.row(r);
-        float acc = 0.f;
-        for (int64_t f = 0; f < F; ++f) acc += pa[f] * pb[f];
-        dw.row(t)[k] = acc;
-      }
+    });
   });
   return Status::Ok();
 }
 
 Status moe_scale_rows(const Context& ctx, TensorView rows, TensorView weights, const MoeDispatch& plan) {
-  const F32Rows y = rows_of(rows);
   const float* w = weights_of(weights);
-  parallel_for(ctx, y.rows, y.cols * 2, [&](int64_t begin, int64_t end) {
-    for (int64_t r = begin; r < end; ++r) {
-      const int32_t a = plan.row_assignment[size_t(r)];
-      float* p = y.row(r);
-      if (a < 0) {  // a padding row becomes zero, as on CUDA
-        std::fill(p, p + y.cols, 0.f);
-        continue;
+  VLPAR_FLOAT_SWITCH(rows.dtype, T, "moe_scale_rows", {
+    const Rows<T> y = rows_of<T>(rows);
+    parallel_for(ctx, y.rows, y.cols * 2, [&](int64_t begin, int64_t end) {
+      for (int64_t r = begin; r < end; ++r) {
+        const int32_t a = plan.row_assignment[size_t(r)];
+        T* p = y.row(r);
+        if (a < 0) {  // a padding row becomes zero, as on CUDA
+          std::fill(p, p + y.cols, from_float<T>(0.f));
+          continue;
+        }
+        for (int64_t f = 0; f < y.cols; ++f) p[f] = from_float<T>(to_float(p[f]) * w[a]);
       }
-      for (int64_t f = 0; f < y.cols; ++f) p[f] *= w[a];
-    }
+    });
   });
   return Status::Ok();
 }
@@ -197,18 +248,33 @@ void gemm_rows_padded(cpu::GemmF32 g) {
 }
 }  // namespace
 
+// The grouped GEMMs compute in f32: bf16/f16 operands are converted (exactly) into dense f32 copies first, a
+// bf16/f16 C is computed in f32 and rounded once at the end, so a row's result is the f32 path's on the same values.
 Status grouped_gemm(const Context& ctx, TensorView c, TensorView a, TensorView b, std::span<const int64_t> offsets,
                     GemmDesc desc) {
-  const F32Rows ma = rows_of(a);
-  const F32Rows mc = rows_of(c);
+  std::vector<float> a_store, b_store, c_store;
+  VLPAR_ASSIGN_OR_RETURN(const F32Rows ma, f32_rows(ctx, a, a_store));
+  VLPAR_ASSIGN_OR_RETURN(const F32Rows mc, f32_rows(ctx, c, c_store, desc.beta != 0.f));
   const int64_t G = int64_t(offsets.size()) - 1, Kd = ma.cols, N = mc.cols;
-  const int64_t ldb = std::max(b.stride(1), b.size(2)), b_batch = b.size(0) == 1 ? 0 : b.stride(0);
+  int64_t ldb = std::max(b.stride(1), b.size(2)), b_batch = b.size(0) == 1 ? 0 : b.stride(0);
+  const float* bdata = b.dtype == DType::kF32 ? b.ptr<float>() : nullptr;
+  if (bdata == nullptr) {  // [G_b, r, c] → a dense f32 copy
+    const TensorView b2(b.data, b.dtype, Shape{b.size(0) * b.size(1), b.size(2)});
+    TensorView strided = b2;
+    strided.strides[0] = ldb;
+    VLPAR_CHECK(b.size(0) == 1 || b.stride(0) == b.size(1) * ldb, "grouped_gemm: b {} has a gap between groups",
+                b.to_string());
+    VLPAR_ASSIGN_OR_RETURN(const F32Rows mb, f32_rows(ctx, strided, b_store));
+    bdata = mb.data;
+    ldb = mb.ld;
+    b_batch = b.size(0) == 1 ? 0 : b.size(1) * ldb;
+  }
   const std::vector<Tile> tiles =
       make_tiles(G, [&](int64_t g) { return offsets[size_t(g) + 1] - offsets[size_t(g)]; }, N);
   parallel_for_dynamic(ctx, int64_t(tiles.size()), [&](int64_t i) {
     const Tile& t = tiles[size_t(i)];
     const int64_t row0 = offsets[size_t(t.g)] + t.m0;
-    const float* bg = b.ptr<float>() + t.g * b_batch;
+    const float* bg = bdata + t.g * b_batch;
     cpu::GemmF32 gm;
     gm.M = t.m;
     gm.N = t.n;
@@ -225,13 +291,14 @@ Status grouped_gemm(const Context& ctx, TensorView c, TensorView a, TensorView b
     if (t.m % kRowQuantum != 0) return gemm_rows_padded(gm);
     cpu::gemm_f32_serial(gm);
   });
-  return Status::Ok();
+  return store_rows(ctx, mc, c);
 }
 
 Status grouped_weight_grad(const Context& ctx, TensorView dw, TensorView a, TensorView dc,
                            std::span<const int64_t> offsets) {
-  const F32Rows ma = rows_of(a);
-  const F32Rows mdc = rows_of(dc);
+  std::vector<float> a_store, dc_store;  // bf16/f16 operands as dense f32 copies; dw is f32
+  VLPAR_ASSIGN_OR_RETURN(const F32Rows ma, f32_rows(ctx, a, a_store));
+  VLPAR_ASSIGN_OR_RETURN(const F32Rows mdc, f32_rows(ctx, dc, dc_store));
   const int64_t G = int64_t(offsets.size()) - 1, Kd = ma.cols, N = mdc.cols;
   // Tiles of the output dw[g] [Kd, N]; each one reduces over all of the group's rows in one serial GEMM (fixed
   // K order), and groups without rows get no tile.

@@ -9,6 +9,8 @@
 #include <vector>
 
 
+#include "vlpar/core/dispatch.hpp"
+
 #include "isa_namespace.hpp"
 
 namespace vlpar::VLPAR_CPU_ISA_NAMESPACE {
@@ -34,12 +36,14 @@ std::vector<PosEmbedCorners> frame_corners(std::span<const VisionGrid> grids, co
 
 }  // namespace
 
-Status pos_embed_forward(const Context& ctx, TensorView pe, TensorView table, std::span<const VisionGrid> grids,
-                         const PosEmbedDesc& desc) {
-  const int64_t hv = table.size(1);
-  const std::vector<PosEmbedCorners> corners = frame_corners(grids, desc);
-  const float* T = table.ptr<float>();
-  float* out = pe.ptr<float>();
+namespace {
+
+// T: the table's dtype, P: the output's (each f32, bf16 or f16). The products and sums are f32 in HF's order; a
+// 16-bit table is widened exactly and a 16-bit output rounded once (HF's bf16 path would round the weights and each
+// step to bf16: vlpar keeps the f32 arithmetic for every storage dtype).
+template <class T, class P>
+void interpolate(const Context& ctx, const T* table, P* out, int64_t hv, std::span<const VisionGrid> grids,
+                 const std::vector<PosEmbedCorners>& corners) {
   int64_t row0 = 0;    // first output row of the grid
   size_t corner0 = 0;  // first corner entry of the grid
   for (const VisionGrid& g : grids) {
@@ -47,33 +51,31 @@ Status pos_embed_forward(const Context& ctx, TensorView pe, TensorView table, st
     parallel_for(ctx, hw, 8 * hv, [&](int64_t begin, int64_t end) {
       for (int64_t q = begin; q < end; ++q) {
         const PosEmbedCorners& k = corners[corner0 + size_t(q)];
-        const float* t0 = T + int64_t(k.index[0]) * hv;
-        const float* t1 = T + int64_t(k.index[1]) * hv;
-        const float* t2 = T + int64_t(k.index[2]) * hv;
-        const float* t3 = T + int64_t(k.index[3]) * hv;
-        float* y = out + (row0 + q) * hv;
+        const T* t0 = table + int64_t(k.index[0]) * hv;
+        const T* t1 = table + int64_t(k.index[1]) * hv;
+        const T* t2 = table + int64_t(k.index[2]) * hv;
+        const T* t3 = table + int64_t(k.index[3]) * hv;
+        P* y = out + (row0 + q) * hv;
         for (int64_t c = 0; c < hv; ++c) {
           // HF order: four products, then ((p0 + p1) + p2) + p3, every step rounded to fp32.
-          y[c] = ((f32_mul(k.weight[0], t0[c]) + f32_mul(k.weight[1], t1[c])) + f32_mul(k.weight[2], t2[c])) +
-                 f32_mul(k.weight[3], t3[c]);
+          const float v = ((f32_mul(k.weight[0], to_float(t0[c])) + f32_mul(k.weight[1], to_float(t1[c]))) +
+                           f32_mul(k.weight[2], to_float(t2[c]))) +
+                          f32_mul(k.weight[3], to_float(t3[c]));
+          y[c] = from_float<P>(v);
         }
       }
     });
     // Every frame of a grid has the same embedding (HF: pos_embed.repeat(t, 1)).
     for (int64_t f = 1; f < g.t; ++f)
-      std::memcpy(out + (row0 + f * hw) * hv, out + row0 * hv, size_t(hw * hv) * sizeof(float));
+      std::memcpy(out + (row0 + f * hw) * hv, out + row0 * hv, size_t(hw * hv) * sizeof(P));
     row0 += g.patches();
     corner0 += size_t(hw);
   }
-  return Status::Ok();
 }
 
-Status pos_embed_backward(const Context& ctx, TensorView dtable, TensorView dpe, std::span<const VisionGrid> grids,
-                          const PosEmbedDesc& desc) {
-  const int64_t hv = dtable.size(1);
-  const std::vector<PosEmbedCorners> corners = frame_corners(grids, desc);
-  float* dT = dtable.ptr<float>();
-  const float* dy = dpe.ptr<float>();
+template <class P>
+void scatter_grads(const Context& ctx, float* dT, const P* dy, int64_t hv, std::span<const VisionGrid> grids,
+                   const std::vector<PosEmbedCorners>& corners) {
   parallel_for(ctx, hv, [&](int64_t c0, int64_t c1) {
     int64_t row0 = 0;
     size_t corner0 = 0;
@@ -82,17 +84,36 @@ Status pos_embed_backward(const Context& ctx, TensorView dtable, TensorView dpe,
       for (int64_t f = 0; f < g.t; ++f)
         for (int64_t q = 0; q < hw; ++q) {
           const PosEmbedCorners& k = corners[corner0 + size_t(q)];
-          const float* src = dy + (row0 + f * hw + q) * hv;
+          const P* src = dy + (row0 + f * hw + q) * hv;
           for (int j = 0; j < 4; ++j) {
             float* dst = dT + int64_t(k.index[j]) * hv;
             const float w = k.weight[j];
-            for (int64_t c = c0; c < c1; ++c) dst[c] += w * src[c];
+            for (int64_t c = c0; c < c1; ++c) dst[c] += w * to_float(src[c]);
           }
         }
       row0 += g.patches();
       corner0 += size_t(hw);
     }
   });
+}
+
+}  // namespace
+
+Status pos_embed_forward(const Context& ctx, TensorView pe, TensorView table, std::span<const VisionGrid> grids,
+                         const PosEmbedDesc& desc) {
+  const std::vector<PosEmbedCorners> corners = frame_corners(grids, desc);
+  VLPAR_FLOAT_SWITCH(table.dtype, T, "pos_embed_forward", {
+    VLPAR_FLOAT_SWITCH(pe.dtype, P, "pos_embed_forward",
+                       { interpolate<T, P>(ctx, table.ptr<T>(), pe.ptr<P>(), table.size(1), grids, corners); });
+  });
+  return Status::Ok();
+}
+
+Status pos_embed_backward(const Context& ctx, TensorView dtable, TensorView dpe, std::span<const VisionGrid> grids,
+                          const PosEmbedDesc& desc) {
+  const std::vector<PosEmbedCorners> corners = frame_corners(grids, desc);
+  VLPAR_FLOAT_SWITCH(dpe.dtype, P, "pos_embed_backward",
+                     { scatter_grads<P>(ctx, dtable.ptr<float>(), dpe.ptr<P>(), dtable.size(1), grids, corners); });
   return Status::Ok();
 }
 

@@ -24,14 +24,31 @@ Status check_f32_cpu(const char* op, const char* name, const TensorView& v) {
   return Status::Ok();
 }
 
+/// A float (f32, bf16, f16) view in host memory: the CPU kernels' rows (f32 arithmetic, one rounding per result).
+Status check_float_cpu(const char* op, const char* name, const TensorView& v) {
+  VLPAR_CHECK_CODE(v.dtype == DType::kF32 || v.dtype == DType::kBF16 || v.dtype == DType::kF16,
+                   StatusCode::kNotSupported, "{}: {} must be f32, bf16 or f16, got {}", op, name, v.to_string());
+  VLPAR_CHECK_CODE(v.device.is_cpu(), StatusCode::kNotSupported, "{}: {} must be on the CPU, got {}", op, name,
+                   v.to_string());
+  return Status::Ok();
+}
+
+/// (CPU; cuda_impl checks its operands itself.)
+Status check_same_dtype(const char* op, const char* a_name, const TensorView& a, const char* b_name,
+                        const TensorView& b) {
+  VLPAR_CHECK(a.dtype == b.dtype, "{}: {} {} and {} {} differ in dtype", op, a_name, a.to_string(), b_name,
+              b.to_string());
+  return Status::Ok();
+}
+
 /// [rows, cols] (either may be -1 = any) with a contiguous last dim and non-overlapping rows: its shape. With
-/// f32_cpu, also f32 in host memory (the CPU kernels).
+/// cpu, also a float dtype in host memory (the CPU kernels).
 Result<std::pair<int64_t, int64_t>> check_rows(const char* op, const char* name, const TensorView& v, int64_t rows,
-                                               int64_t cols, bool f32_cpu = true) {
+                                               int64_t cols, bool cpu = true) {
   VLPAR_CHECK(v.ndim() == 2, "{}: {} must be 2D [{}, {}], got {}", op, name, rows, cols, v.to_string());
   VLPAR_CHECK((rows < 0 || v.size(0) == rows) && (cols < 0 || v.size(1) == cols), "{}: {} must be [{}, {}], got {}",
               op, name, rows < 0 ? v.size(0) : rows, cols < 0 ? v.size(1) : cols, v.to_string());
-  if (f32_cpu) VLPAR_RETURN_IF_ERROR(check_f32_cpu(op, name, v));
+  if (cpu) VLPAR_RETURN_IF_ERROR(check_float_cpu(op, name, v));
   VLPAR_CHECK((v.stride(1) == 1 || v.size(1) <= 1) && (v.size(0) <= 1 || v.stride(0) >= v.size(1)),
               "{}: {} must have a contiguous last dim and non-overlapping rows, got {}", op, name, v.to_string());
   return std::pair<int64_t, int64_t>{v.size(0), v.size(1)};
@@ -105,6 +122,7 @@ Status moe_permute(const Context& ctx, TensorView out, TensorView in, TensorView
   const bool cuda = any_cuda({&out, &in, &weights});
   VLPAR_ASSIGN_OR_RETURN(const auto x, check_rows(op, "in", in, plan.num_tokens, -1, !cuda));
   VLPAR_RETURN_IF_ERROR(check_rows(op, "out", out, plan.num_rows(), x.second, !cuda).status());
+  if (!cuda) VLPAR_RETURN_IF_ERROR(check_same_dtype(op, "out", out, "in", in));
   VLPAR_RETURN_IF_ERROR(check_weights(op, weights, plan, cuda));
   if (cuda) return cuda_impl::moe_permute(ctx, out, in, weights, plan);
   return cpu_impl::moe_permute(ctx, out, in, weights, plan);
@@ -117,6 +135,7 @@ Status moe_unpermute(const Context& ctx, TensorView out, TensorView rows, Tensor
   const bool cuda = any_cuda({&out, &rows, &weights});
   VLPAR_ASSIGN_OR_RETURN(const auto y, check_rows(op, "rows", rows, plan.num_rows(), -1, !cuda));
   VLPAR_RETURN_IF_ERROR(check_rows(op, "out", out, plan.num_tokens, y.second, !cuda).status());
+  if (!cuda) VLPAR_RETURN_IF_ERROR(check_same_dtype(op, "out", out, "rows", rows));
   VLPAR_RETURN_IF_ERROR(check_weights(op, weights, plan, cuda));
   if (cuda) return cuda_impl::moe_unpermute(ctx, out, rows, weights, plan);
   return cpu_impl::moe_unpermute(ctx, out, rows, weights, plan);
@@ -129,6 +148,8 @@ Status moe_row_dot(const Context& ctx, TensorView dweights, TensorView a, Tensor
   VLPAR_ASSIGN_OR_RETURN(const auto ra, check_rows(op, "a", a, plan.num_rows(), -1, !cuda));
   VLPAR_RETURN_IF_ERROR(check_rows(op, "b", b, plan.num_rows(), ra.second, !cuda).status());
   VLPAR_RETURN_IF_ERROR(check_rows(op, "dweights", dweights, plan.num_tokens, plan.top_k, !cuda).status());
+  if (!cuda) VLPAR_RETURN_IF_ERROR(check_same_dtype(op, "a", a, "b", b));
+  if (!cuda) VLPAR_RETURN_IF_ERROR(check_f32_cpu(op, "dweights", dweights));
   if (cuda) return cuda_impl::moe_row_dot(ctx, dweights, a, b, plan);
   return cpu_impl::moe_row_dot(ctx, dweights, a, b, plan);
 }
@@ -159,7 +180,7 @@ Status grouped_gemm(const Context& ctx, TensorView c, TensorView a, TensorView b
   VLPAR_CHECK(b.size(1) == (desc.trans_b ? N : Kd) && b.size(2) == (desc.trans_b ? Kd : N),
               "{}: b must be [{}, {}, {}]{} for a {} and c {}, got {}", op, b.size(0), desc.trans_b ? N : Kd,
               desc.trans_b ? Kd : N, desc.trans_b ? " (trans_b)" : "", a.to_string(), c.to_string(), b.to_string());
-  if (!cuda) VLPAR_RETURN_IF_ERROR(check_f32_cpu(op, "b", b));
+  if (!cuda) VLPAR_RETURN_IF_ERROR(check_float_cpu(op, "b", b));
   VLPAR_CHECK((b.stride(2) == 1 || b.size(2) <= 1) && b.stride(1) >= b.size(2),
               "{}: b must have a contiguous last dim and non-overlapping rows, got {}", op, b.to_string());
   if (cuda) return cuda_impl::grouped_gemm(ctx, c, a, b, offsets, desc);

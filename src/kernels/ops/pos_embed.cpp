@@ -5,6 +5,7 @@
 #include <fmt/core.h>
 
 #include <limits>
+#include <string_view>
 
 #include "../cpu_impl.hpp"
 #include "vlpar/core/checks.hpp"
@@ -12,11 +13,13 @@
 namespace vlpar {
 namespace {
 
-Status check_matrix(const char* op, const char* name, const TensorView& v, int64_t rows, int64_t cols) {
+/// f32: the view must be f32 (a gradient); else any of f32, bf16, f16.
+Status check_matrix(const char* op, const char* name, const TensorView& v, int64_t rows, int64_t cols, bool f32) {
   VLPAR_CHECK(v.ndim() == 2 && v.size(0) == rows && v.size(1) == cols, "{}: {} must be [{}, {}], got {}", op, name,
               rows, cols, v.to_string());
-  VLPAR_CHECK(v.dtype == DType::kF32, "{}: {} must be f32 (the bf16 interpolation of HF v4.57 is not implemented), "
-              "got {}", op, name, v.to_string());
+  VLPAR_CHECK(v.dtype == DType::kF32 || (!f32 && (v.dtype == DType::kBF16 || v.dtype == DType::kF16)),
+              "{}: {} must be {}, got {}", op, name, f32 ? "f32 (gradients accumulate in f32)" : "f32, bf16 or f16",
+              v.to_string());
   VLPAR_CHECK(v.is_contiguous(), "{}: {} must be contiguous, got {}", op, name, v.to_string());
   VLPAR_CHECK_CODE(v.device.is_cpu(), StatusCode::kNotSupported, "{}: {} is on {} but there is no CUDA kernel yet",
                    op, name, v.device.to_string());
@@ -35,8 +38,9 @@ Status check_args(const char* op, const char* pe_name, const TensorView& pe, con
   int64_t np = 0;
   for (const VisionGrid& g : grids) np += g.patches();
   const int64_t hv = table.size(1);
-  VLPAR_RETURN_IF_ERROR(check_matrix(op, table_name, table, d.side * d.side, hv));
-  return check_matrix(op, pe_name, pe, np, hv);
+  const bool backward = std::string_view(op) == "pos_embed_backward";  // dtable accumulates in f32
+  VLPAR_RETURN_IF_ERROR(check_matrix(op, table_name, table, d.side * d.side, hv, backward));
+  return check_matrix(op, pe_name, pe, np, hv, false);
 }
 
 }  // namespace
