@@ -101,8 +101,10 @@ Status load_hf_weights(Model& model, const std::string& dir, vlpar::obs::Progres
   return Status::Ok();
 }
 
-Result<Model> load_hf_model(const Context& ctx, const std::string& dir, const Freeze& freeze, Allocator& alloc) {
+Result<Model> load_hf_model(const Context& ctx, const std::string& dir, const Freeze& freeze, Allocator& alloc,
+                            vlpar::DType dtype) {
   VLPAR_ASSIGN_OR_RETURN(Config cfg, load_hf_config(dir));
+  cfg.dtype = dtype;
   VLPAR_ASSIGN_OR_RETURN(Model model, Model::create(ctx, cfg, freeze, std::nullopt, alloc));
   VLPAR_RETURN_IF_ERROR(load_hf_weights(model, dir));
   return model;

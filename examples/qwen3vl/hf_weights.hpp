@@ -57,7 +57,9 @@ Result<std::vector<vlpar::TensorView>> gather_experts(const Model& model, const 
 Status load_hf_weights(Model& model, const std::string& dir, vlpar::obs::ProgressBar* progress = nullptr);
 
 /// @brief load_hf_config(dir) + Model::create + load_hf_weights.
-Result<Model> load_hf_model(const Context& ctx, const std::string& dir, const Freeze& freeze, Allocator& alloc);
+/// `dtype`: the model's training precision (Config::dtype); the file's weights are converted to it.
+Result<Model> load_hf_model(const Context& ctx, const std::string& dir, const Freeze& freeze, Allocator& alloc,
+                            vlpar::DType dtype = vlpar::DType::kF32);
 
 /// @brief Writes config.json and the weights of `model` (tp 1) into `dir` with storage dtype `dtype`
 /// (F32, BF16 or F16); shards above max_shard_bytes with an index, as save_pretrained does. `progress` (optional)

@@ -1,6 +1,7 @@
 // qwen3vl-bench: training-step throughput of a Qwen3-VL model on CPU: forward + backward over one packed batch,
 // repeated, with the allocator's peak memory and the FLOP rate of the step (flops.hpp, spec §8 convention).
-//   qwen3vl-bench --model DIR --input BATCH.safetensors [--steps 5] [--warmup 1] [--threads N] [--json]
+//   qwen3vl-bench --model DIR --input BATCH.safetensors [--steps 5] [--warmup 1] [--threads N] [--dtype f32|bf16]
+//                 [--json]
 // The model directory may be an HF export or a random model made by tools/bench/qwen3vl_step_vs_torch.py, which
 // also times the same step in PyTorch/transformers and prints the ratio. Output: one line per measured step and a
 // summary (median step time, real tokens/s, patches/s, GFLOP/s, peak MiB); --json prints the summary as JSON (with
@@ -24,6 +25,7 @@ namespace {
 struct Args {
   std::string model, input;
   int steps = 5, warmup = 1, threads = 0;
+  std::string dtype = "f32";
   bool json = false;
 };
 
@@ -34,6 +36,7 @@ vlpar::cli::Parser parser(Args& a) {
   p.add("steps", &a.steps, "measured steps (> 0)");
   p.add("warmup", &a.warmup, "unmeasured steps first (>= 0)");
   p.add("threads", &a.threads, "CPU threads (0 = every hardware thread)");
+  p.add("dtype", &a.dtype, "training precision: f32, or bf16 (bf16 parameters and activations)");
   p.add("json", &a.json, "print the summary as JSON");
   return p;
 }
@@ -45,7 +48,10 @@ vlpar::Status run(const Args& args) {
   vlpar::Context ctx = vlpar::Context::cpu_default();
   if (args.threads > 0) ctx.num_threads = args.threads;
   ctx.allocator = &alloc;
-  VLPAR_ASSIGN_OR_RETURN(qwen3vl::Model model, qwen3vl::load_hf_model(ctx, args.model, qwen3vl::Freeze{}, alloc));
+  VLPAR_CHECK(args.dtype == "f32" || args.dtype == "bf16", "--dtype must be f32 or bf16, got '{}'", args.dtype);
+  const vlpar::DType dtype = args.dtype == "bf16" ? vlpar::DType::kBF16 : vlpar::DType::kF32;
+  VLPAR_ASSIGN_OR_RETURN(qwen3vl::Model model,
+                         qwen3vl::load_hf_model(ctx, args.model, qwen3vl::Freeze{}, alloc, dtype));
   VLPAR_ASSIGN_OR_RETURN(const vlpar::data::PackedBatch pack,
                          qwen3vl::load_batch(args.input, model.config().mrope_desc()));
   VLPAR_RETURN_IF_ERROR(qwen3vl::check_model_inputs(pack, model.config().text.vocab, "qwen3vl-bench"));
@@ -81,10 +87,11 @@ vlpar::Status run(const Args& args) {
   if (args.json) {
     fmt::print("{{\"step_s\": {:.6f}, \"tokens\": {}, \"patches\": {}, \"tokens_per_s\": {:.2f}, \"train_flops\": {:.6e}, "
                "\"gflops_per_s\": {:.3f}, \"peak_mib\": {:.2f}, \"activation_peak_mib\": {:.2f}, \"params\": {}, "
-               "\"loss\": {:.7f}, \"threads\": {}, \"step_mean_s\": {:.6f}, \"step_max_s\": {:.6f}}}\n",
+               "\"loss\": {:.7f}, \"threads\": {}, \"step_mean_s\": {:.6f}, \"step_max_s\": {:.6f}, "
+               "\"dtype\": \"{}\"}}\n",
                med, flops.tokens, flops.patches, double(flops.tokens) / med, flops.train(), flops.train() / med * 1e-9,
                double(mem.peak_bytes) * mib, double(mem.peak_bytes - base) * mib, pc.full_params, loss, ctx.num_threads,
-               mean, seconds.back());
+               mean, seconds.back(), args.dtype);
   } else {
     fmt::print("median step {:.1f} ms over {} steps ({} threads): {:.1f} tokens/s, {:.1f} patches/s, {:.2f} GFLOP/s "
                "(train FLOPs {:.3e}: vision {:.1f}%, decoder {:.1f}%, LM head {:.1f}%); peak {:.1f} MiB ({:.1f} MiB "

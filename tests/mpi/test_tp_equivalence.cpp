@@ -167,6 +167,17 @@ TEST(TpEquivalence, Qwen3TextMatchesSingleProcess) {
   run_tp_equivalence(true, tiny_qwen3_config(false), true);
 }
 
+// bf16 (parameters and activations; gradients f32) under TP and TP + SP against the single-process bf16 run: the
+// same triangle rule (kParallelEquivalence) with the single run's own bf16-level error against fp64 as the scale.
+// TP moves bf16 roundings (each rank's partial sum is stored in bf16 before the f32 all-reduce rounds once more), so
+// the runs differ at that level; a missing reduction or a wrong shard is O(|ref|).
+TEST(TpEquivalence, Bf16MatchesSingleProcess) {
+  nn::TransformerConfig cfg = tiny_qwen3_config(true);
+  cfg.activation = DType::kBF16;
+  run_tp_equivalence(false, cfg, true);
+  run_tp_equivalence(true, cfg, true);
+}
+
 // ---- vision tensor parallelism ----------------------------------------------------------------------------------
 
 // One vision block (8 heads of 8, MLP 48, three images as segments) with its shards on each rank: out and dx are
