@@ -44,7 +44,9 @@ Status check_fits_in_memory(const nn::ParamRegistry& reg) {
   int64_t bytes = 0, largest = 0;
   size_t big = 0;
   for (size_t i = 0; i < reg.size(); ++i) {
-    const int64_t b = reg.entry(i).shard.local_shape().numel() * 4 * (reg.frozen(i) ? 1 : 2);
+    // The value in its dtype, an f32 gradient and (bf16 values) the optimizer's f32 master when trainable.
+    const int64_t value = int64_t(vlpar::dtype_size(reg.entry(i).dtype)), extra = value == 4 ? 4 : 8;
+    const int64_t b = reg.entry(i).shard.local_shape().numel() * (value + (reg.frozen(i) ? 0 : extra));
     bytes += b;
     if (b > largest) largest = b, big = i;
   }

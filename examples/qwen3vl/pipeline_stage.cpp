@@ -7,6 +7,7 @@
 #include <cmath>
 #include <limits>
 
+#include "vlpar/core/dispatch.hpp"
 #include "vlpar/core/log.hpp"
 
 namespace qwen3vl {
@@ -31,12 +32,15 @@ void encode_aux(TensorView out, const vlpar::RouterAuxStats& s, int64_t E) {
 /// A poisoned micro-batch's statistics (and gradient) are NaN: the marker a stage checks first.
 bool poisoned_aux(TensorView in, int64_t E) { return std::isnan(in.ptr<double>()[2 * E]); }
 
+/// NaN in every element of a host tensor of any float dtype (a boundary is f32 or bf16, the statistics f64).
 Status fill_nan(TensorView t) {
   if (t.dtype == DType::kF64) {
     std::fill(t.ptr<double>(), t.ptr<double>() + t.numel(), std::numeric_limits<double>::quiet_NaN());
-  } else {
-    std::fill(t.ptr<float>(), t.ptr<float>() + t.numel(), std::numeric_limits<float>::quiet_NaN());
+    return Status::Ok();
   }
+  VLPAR_FLOAT_SWITCH(t.dtype, T, "fill_nan", {
+    std::fill(t.ptr<T>(), t.ptr<T>() + t.numel(), vlpar::from_float<T>(std::numeric_limits<float>::quiet_NaN()));
+  });
   return Status::Ok();
 }
 
@@ -128,7 +132,7 @@ int64_t PipelineStage::stash_bytes(int j) const {
   const int64_t layers = model_->decoder_layers(first_, last_, vlpar::nn::MoeLoss{}).stash_bytes(N);
   // Stage 0 keeps the whole embeddings [N, H] (layer 0's input is its tp rank's rows of them under SP).
   const int64_t rows = stage_ == 0 ? N : model_->tensor_parallel().local_tokens(N);
-  return layers + rows * model_->config().text.hidden * 4;
+  return layers + rows * model_->config().text.hidden * int64_t(vlpar::dtype_size(model_->config().dtype));
 }
 
 Status PipelineStage::forward(const Context& ctx, std::span<const TensorView> out, std::span<const TensorView> in,

@@ -79,7 +79,7 @@ Status share_rows(const VisionSlots& s, const std::vector<int64_t>& tokens, Tens
                   all.is_contiguous() && mine.is_contiguous() && mine.ndim() == 2 && all.device.is_cpu() &&
                   mine.device.is_cpu() &&
                   mine.size(0) == tokens[size_t(s.slot()) + 1] - tokens[size_t(s.slot())] &&
-                  mine.size(1) == all.size(1),
+                  mine.size(1) == all.size(1) && mine.dtype == all.dtype,
               "share_rows: [{}, D] rows of every slot from this slot's {} and {} slot bounds", all.size(0),
               mine.to_string(), tokens.size());
   for (int k = 0; k < m; ++k) {

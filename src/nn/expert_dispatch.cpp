@@ -324,7 +324,7 @@ Status reduce_scatter_expert_rows(const Context& ctx, comm::Communicator* etp, c
               "{}: f32 or bf16 rows of one dtype only, got {} and {}", op, out.to_string(), in.to_string());
   if (g.etp == 1) return copy_(out, in);
   // Every rank's partial result of this rank's rows, in etp-rank order: [P · R, F]; then the sum in that order,
-  // in f32 (bf16 rows are rounded once, at the end).
+  // in f32 and rounded once (bf16 partials were each rounded already, so bf16 etp > 1 is not bitwise etp 1).
   const int64_t F = in.size(1);
   VLPAR_ASSIGN_OR_RETURN(Tensor parts, Tensor::empty(*ctx.allocator, Shape{int64_t(g.etp) * R, F}, in.dtype));
   const std::vector<int64_t> recv(size_t(g.etp), R);

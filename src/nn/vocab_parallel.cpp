@@ -20,6 +20,13 @@ Result<int64_t> count_ids(const char* op, const char* what, const TensorView& id
 }
 
 VocabBlock vocab_block(Range block, int64_t vocab) { return VocabBlock{block.begin, vocab}; }
+
+/// An activation view's dtype: f32 or bf16 (the blocks' activation dtypes, nn/config.hpp).
+Result<DType> activation_of(const char* op, const char* what, const TensorView& v) {
+  VLPAR_CHECK(v.dtype == DType::kF32 || v.dtype == DType::kBF16, "{}: {} is {} but activations are f32 or bf16", op,
+              what, v.to_string());
+  return v.dtype;
+}
 }  // namespace
 
 Status vocab_parallel_embedding_forward(const Context& ctx, const TensorParallel& tp, TensorView out,
@@ -28,7 +35,8 @@ Status vocab_parallel_embedding_forward(const Context& ctx, const TensorParallel
   VLPAR_ASSIGN_OR_RETURN(const int64_t N, count_ids(kName, "ids", ids));
   const int64_t H = table.size(-1);
   VLPAR_RETURN_IF_ERROR(check_weight(kName, "table", table, {block.size(), H}));
-  VLPAR_RETURN_IF_ERROR(check_shape(kName, "out", out, {tp.local_tokens(N), H}, out.dtype));
+  VLPAR_ASSIGN_OR_RETURN(const DType act, activation_of(kName, "out", out));
+  VLPAR_RETURN_IF_ERROR(check_shape(kName, "out", out, {tp.local_tokens(N), H}, act));
   VLPAR_ASSIGN_OR_RETURN(Tensor partial, scratch(ctx, {N, H}, out.dtype));
   VLPAR_RETURN_IF_ERROR(embedding_forward(ctx, partial, table, ids, vocab_block(block, vocab)));
   return region_exit_forward(tp, out, partial);
@@ -42,7 +50,8 @@ Status vocab_parallel_embedding_backward(const Context& ctx, const TensorParalle
   VLPAR_ASSIGN_OR_RETURN(const int64_t N, count_ids(kName, "ids", ids));
   const int64_t H = dtable.size(-1);
   VLPAR_RETURN_IF_ERROR(check_shape(kName, "dtable", dtable, {block.size(), H}, DType::kF32));
-  VLPAR_RETURN_IF_ERROR(check_shape(kName, "dout", dout, {tp.local_tokens(N), H}, dout.dtype));
+  VLPAR_ASSIGN_OR_RETURN(const DType act, activation_of(kName, "dout", dout));
+  VLPAR_RETURN_IF_ERROR(check_shape(kName, "dout", dout, {tp.local_tokens(N), H}, act));
   if (!overwritten.empty()) {
     VLPAR_ASSIGN_OR_RETURN(const int64_t n_skip, count_ids(kName, "overwritten", overwritten));
     VLPAR_CHECK(n_skip == N, "{}: overwritten has {} entries but there are {} tokens", kName, n_skip, N);
@@ -97,7 +106,8 @@ Result<CrossEntropyResult> lm_head_loss_forward(const Context& ctx, const Tensor
                                                 int64_t ignore_index, LmHeadLossStash& st) {
   const char* kName = "lm_head_loss_forward";
   const int64_t N = labels.numel(), H = x.size(-1);
-  VLPAR_RETURN_IF_ERROR(check_shape(kName, "x", x, {tp.local_tokens(N), H}, x.dtype));
+  VLPAR_ASSIGN_OR_RETURN(const DType act, activation_of(kName, "x", x));
+  VLPAR_RETURN_IF_ERROR(check_shape(kName, "x", x, {tp.local_tokens(N), H}, act));
   VLPAR_RETURN_IF_ERROR(check_weight(kName, "weight", weight, {block.size(), H}));
   // Logits, their gradient (in place) and lse in f32 whatever the activation dtype (HF upcasts logits for the loss).
   VLPAR_ASSIGN_OR_RETURN(st.h, scratch(ctx, {N, H}, x.dtype));
@@ -115,7 +125,8 @@ Status lm_head_loss_backward(const Context& ctx, const TensorParallel& tp, Tenso
                              TensorView weight, TensorView labels, Range block, int64_t ignore_index,
                              LmHeadLossStash& st, float grad_loss) {
   const int64_t N = labels.numel(), H = weight.size(-1);
-  VLPAR_RETURN_IF_ERROR(check_shape("lm_head_loss_backward", "dx", dx, {tp.local_tokens(N), H}, dx.dtype));
+  VLPAR_ASSIGN_OR_RETURN(const DType act, activation_of("lm_head_loss_backward", "dx", dx));
+  VLPAR_RETURN_IF_ERROR(check_shape("lm_head_loss_backward", "dx", dx, {tp.local_tokens(N), H}, act));
   VLPAR_CHECK(st.logits.defined() && st.logits.shape() == Shape({N, block.size()}) && st.h.dtype() == dx.dtype,
               "lm_head_loss_backward: the stash does not come from a forward over {} tokens", N);
   VLPAR_RETURN_IF_ERROR(vocab_parallel_cross_entropy_backward(ctx, tp, st.logits, st.logits, labels, st.lse, block,

@@ -313,18 +313,28 @@ Status DistributedOptimizer::load_state(const OptimizerState& s) {
   VLPAR_CHECK(s.m.size() == params_.size() && s.v.size() == params_.size() &&
                   (s.master.empty() || s.master.size() == params_.size()),
               "optimizer: load_state got state for {} parameters, the optimizer has {}", s.m.size(), params_.size());
-  // A given master of a low-precision value is the truth: the value becomes its rounding. Without one the master
-  // is read from the (just loaded) value.
+  // Every check before anything changes: a bad state leaves the parameters and the optimizer as they were.
   auto master_of = [&](size_t i) { return s.master.empty() ? TensorView{} : s.master[i]; };
   for (size_t i = 0; i < params_.size(); ++i) {
+    const OptimParam& p = params_[i];
+    for (const TensorView& t : {s.m[i], s.v[i]})
+      VLPAR_CHECK(t.data != nullptr && t.dtype == DType::kF32 && t.is_contiguous() && t.numel() == p.value.numel(),
+                  "optimizer: load_state: the state of parameter {} '{}' is {}, expected a contiguous f32 tensor of {} "
+                  "elements", i, p.name, t.to_string(), p.value.numel());
     const TensorView mi = master_of(i);
     if (mi.empty()) continue;
-    VLPAR_CHECK(mi.dtype == DType::kF32 && mi.is_contiguous() && mi.numel() == params_[i].value.numel(),
+    VLPAR_CHECK(p.value.dtype != DType::kF32, "optimizer: load_state: parameter {} '{}' is f32, its own master, but "
+                "a separate master {} was given (load it into the value)", i, p.name, mi.to_string());
+    VLPAR_CHECK(mi.dtype == DType::kF32 && mi.is_contiguous() && mi.numel() == p.value.numel(),
                 "optimizer: load_state: the master of parameter {} '{}' is {}, expected a contiguous f32 tensor of {} "
-                "elements", i, params_[i].name, mi.to_string(), params_[i].value.numel());
-    if (params_[i].value.dtype != DType::kF32)
-      VLPAR_RETURN_IF_ERROR(convert_(TensorView(params_[i].value.data, params_[i].value.dtype, mi.shape), mi));
+                "elements", i, p.name, mi.to_string(), p.value.numel());
   }
+  // A given master of a low-precision value is the truth: the value becomes its rounding. Without one the master
+  // is read from the (just loaded) value.
+  for (size_t i = 0; i < params_.size(); ++i)
+    if (!master_of(i).empty())
+      VLPAR_RETURN_IF_ERROR(convert_(TensorView(params_[i].value.data, params_[i].value.dtype, master_of(i).shape),
+                                     master_of(i)));
   if (!cfg_.zero1) {
     for (size_t i = 0; i < params_.size(); ++i) {
       if (s.m[i].data != m_[i].view().data) VLPAR_RETURN_IF_ERROR(copy_(m_[i], s.m[i]));
@@ -335,12 +345,6 @@ Status DistributedOptimizer::load_state(const OptimizerState& s) {
       else if (mi.data != master_[i].view().data) VLPAR_RETURN_IF_ERROR(copy_(master_[i], mi));
     }
     return Status::Ok();
-  }
-  for (size_t i = 0; i < params_.size(); ++i) {
-    for (const TensorView& t : {s.m[i], s.v[i]})
-      VLPAR_CHECK(t.data != nullptr && t.dtype == DType::kF32 && t.is_contiguous() && t.numel() == params_[i].value.numel(),
-                  "optimizer: load_state: the state of parameter {} '{}' is {}, expected a contiguous f32 tensor of {} "
-                  "elements", i, params_[i].name, t.to_string(), params_[i].value.numel());
   }
   for (Group& grp : groups_) {
     for (ShardState& sh : grp.shards) {

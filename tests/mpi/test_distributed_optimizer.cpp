@@ -251,6 +251,16 @@ TEST(OptimizerBadInput, NamedErrors) {
   EXPECT_FALSE(ok->grad_ready(4).ok());
   parallel::OptimizerState wrong;
   EXPECT_FALSE(ok->load_state(wrong).ok());
+  // A master for an f32 parameter (its own master) is a named error, and nothing is loaded.
+  auto state = ok->state(false);
+  ASSERT_TRUE(state.ok());
+  Tensor extra = Tensor::zeros(alloc, kShapes[1], DType::kF32).value();
+  state->master[1] = extra;
+  const std::vector<double> before = to_f64(p[0].value);
+  const Status own = ok->load_state(state.value());
+  ASSERT_FALSE(own.ok());
+  EXPECT_NE(own.message().find("'p1' is f32, its own master"), std::string::npos) << own.to_string();
+  EXPECT_EQ(to_f64(p[0].value), before) << "a rejected state changed a value";
 }
 
 // bf16 values (p0, p3) with fp32 masters, against plain AdamW on an fp32 master per tensor whose rounding is the

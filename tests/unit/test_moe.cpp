@@ -620,7 +620,7 @@ TEST(MoeGroupedGemm, Bf16OperandsGiveTheRoundedF32Result) {
   Context ctx = test_ctx(2);
   ctx.allocator = &alloc;
   const int64_t R = 150, Kd = 24, N = 40;
-  const std::vector<int64_t> off = {0, 70, 70, 150};
+  const std::vector<int64_t> off = {10, 70, 70, 140};  // rows [0, 10) and [140, 150) belong to no group
   const int64_t G = int64_t(off.size()) - 1;
   const Tensor a = random_tensor(alloc, {R, Kd}, DType::kBF16, 1);
   const Tensor b = random_tensor(alloc, {G, Kd, N}, DType::kBF16, 2);
@@ -638,6 +638,12 @@ TEST(MoeGroupedGemm, Bf16OperandsGiveTheRoundedF32Result) {
     ASSERT_TRUE(grouped_gemm(ctx, cf, a, trans ? bt : b, off, GemmDesc{false, trans, 1.f, 0.f}).ok());
     ASSERT_TRUE(grouped_gemm(ctx, cf32, a32, trans ? bt32 : b32, off, GemmDesc{false, trans, 1.f, 0.f}).ok());
     EXPECT_TRUE(bitwise_equal("f32 c of bf16 operands", cf, cf32));
+    // beta = 0 into a bf16 c: the groups' rows written, every other row untouched.
+    Tensor c0 = random_tensor(alloc, {R, N}, DType::kBF16, 6);
+    Tensor keep = random_tensor(alloc, {R, N}, DType::kBF16, 6);
+    ASSERT_TRUE(grouped_gemm(ctx, c0, a, trans ? bt : b, off, GemmDesc{false, trans, 1.f, 0.f}).ok());
+    EXPECT_TRUE(bitwise_equal("rows before the groups", c0.view().slice(0, 0, 10), keep.view().slice(0, 0, 10)));
+    EXPECT_TRUE(bitwise_equal("rows after the groups", c0.view().slice(0, 140, R), keep.view().slice(0, 140, R)));
   }
   const Tensor dc = random_tensor(alloc, {R, N}, DType::kBF16, 5);
   Tensor dw = Tensor::zeros(alloc, {G, Kd, N}, DType::kF32).value();

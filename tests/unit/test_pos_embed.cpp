@@ -297,8 +297,9 @@ TEST(PosEmbed, BadInputsNameTheProblem) {
   EXPECT_NE(s.message().find("dpe must be [24, 4]"), std::string::npos) << s.message();
 }
 
-// A bf16 table and output: the f32 interpolation of the widened table, rounded once; the backward from a bf16 dpe
-// equals the f32 backward from the widened dpe. Bitwise (both do the same f32 arithmetic).
+// A bf16 table: the f32 interpolation of the widened table, rounded once into a bf16 output (not rounded into an
+// f32 one); the backward from a bf16 dpe equals the f32 backward from the widened dpe. Bitwise (the same f32
+// arithmetic).
 TEST(PosEmbed, Bf16IsTheRoundedF32Interpolation) {
   Allocator a;
   const Context ctx = test_ctx(2);
@@ -317,6 +318,9 @@ TEST(PosEmbed, Bf16IsTheRoundedF32Interpolation) {
   Tensor want = Tensor::empty(a, {np, hv}, DType::kBF16).value();
   ASSERT_TRUE(convert_(want, pe32).ok());
   EXPECT_TRUE(bitwise_equal("bf16 pe", pe, want));
+  Tensor pe_mixed = Tensor::empty(a, {np, hv}, DType::kF32).value();  // a bf16 table into an f32 pe: no rounding
+  ASSERT_TRUE(pos_embed_forward(ctx, pe_mixed, table, grids, d).ok());
+  EXPECT_TRUE(bitwise_equal("f32 pe of a bf16 table", pe_mixed, pe32));
   const Tensor dpe = random_tensor(a, {np, hv}, DType::kBF16, 4);
   Tensor dpe32 = Tensor::empty(a, {np, hv}, DType::kF32).value();
   ASSERT_TRUE(convert_(dpe32, dpe).ok());

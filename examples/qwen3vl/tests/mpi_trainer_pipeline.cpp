@@ -341,7 +341,8 @@ TEST(TrainerPipeline, ComposesWithSequenceAndExpertParallel) {
 
 // A micro-batch whose pixels are NaN in the MoE model under pp = np: its router logits go NaN on stage 0 (a
 // kNonFinite error there), the stage poisons the micro-batch instead of failing the schedule, every stage runs the
-// step to the end and the step is skipped; the next steps train (finite losses), and no rank waits.
+// step to the end and the step is skipped; the next steps train (finite losses), and no rank waits. In f32 and in
+// bf16 (the poisoned boundary tensors then bf16 NaN).
 TEST(TrainerPipeline, NonFiniteRouterLogitsSkipTheStepOnEveryStage) {
   auto world = vlpar::test::world_comm("world");
   ASSERT_TRUE(world);
@@ -354,13 +355,17 @@ TEST(TrainerPipeline, NonFiniteRouterLogitsSkipTheStepOnEveryStage) {
   const std::string good = test::fixture("moe") + "/batch.safetensors";
   std::vector<std::string> files(16, good);  // 4 micro-batches a step: steps 1, 2 (poisoned), 2 again, 3
   files[5] = bad;
-  const TrainSummary s = train(config(json, dir.path + "/pp", 3, {"--parallel.pp=" + std::to_string(P)}),
-                               world.get(), nullptr, files);
-  EXPECT_EQ(s.skipped_steps, 1);
-  ASSERT_EQ(s.losses.size(), 4u);  // steps 1, 2 (skipped), 2 again, 3
-  EXPECT_TRUE(std::isfinite(s.losses[0]));
-  EXPECT_TRUE(std::isnan(s.losses[1]));
-  EXPECT_TRUE(std::isfinite(s.losses[2]) && std::isfinite(s.losses[3]));
+  for (const std::string dtype : {"f32", "bf16"}) {
+    SCOPED_TRACE(dtype);
+    const TrainSummary s = train(config(json, dir.path + "/pp_" + dtype, 3,
+                                        {"--parallel.pp=" + std::to_string(P), "--training.dtype=" + dtype}),
+                                 world.get(), nullptr, files);
+    EXPECT_EQ(s.skipped_steps, 1);
+    ASSERT_EQ(s.losses.size(), 4u);  // steps 1, 2 (skipped), 2 again, 3
+    EXPECT_TRUE(std::isfinite(s.losses[0]));
+    EXPECT_TRUE(std::isnan(s.losses[1]));
+    EXPECT_TRUE(std::isfinite(s.losses[2]) && std::isfinite(s.losses[3]));
+  }
 }
 
 // np 4, pp 2 × dp 2 with the vision tower split over both dp ranks of stage 0 (vision tp 2 > tp 1): one dp rank's

@@ -124,14 +124,14 @@ VLPAR_HD inline PosEmbedCorners pos_embed_corners(const PosEmbedAxis& r, const P
 Status check_vision_grids(const char* who, std::span<const VisionGrid> grids, int64_t merge);
 
 /// @brief pe = interpolated table rows for every patch of `grids` (see the file comment).
-/// @param pe    [Np, Hv] f32 written, Np = Σ t·h·w
+/// @param pe    [Np, Hv] f32, bf16 or f16 written, Np = Σ t·h·w
 /// @param table [G², Hv] f32, bf16 or f16 (pos_embed.weight)
 Status pos_embed_forward(const Context& ctx, TensorView pe, TensorView table, std::span<const VisionGrid> grids,
                          const PosEmbedDesc& desc);
 
 /// @brief dtable += Σ_patches Σ_k w_k · dpe[p] at row i_k (deterministic; bitwise the same for any thread count).
 /// @param dtable [G², Hv] f32 accumulated
-/// @param dpe    [Np, Hv] f32
+/// @param dpe    [Np, Hv] f32, bf16 or f16
 Status pos_embed_backward(const Context& ctx, TensorView dtable, TensorView dpe, std::span<const VisionGrid> grids,
                           const PosEmbedDesc& desc);
 

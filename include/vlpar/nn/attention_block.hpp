@@ -10,7 +10,8 @@
 // gradient over the tp group. Replicated weights whose gradient is a partial sum over tp are all-reduced inside
 // backward: the input RMSNorm under SP (each rank saw its tokens), q_norm/k_norm whenever tp > 1 (each rank saw
 // its heads). Attention is varlen causal over the packed batch (cu_seqlens).
-// An empty gradient view freezes that parameter (nn/block.hpp). Storage f32 (CPU).
+// An empty gradient view freezes that parameter (nn/block.hpp). Activations in cfg.activation (f32 or bf16), weights
+// f32 or bf16, gradients f32; decoding (forward_decode, the KV cache) in f32.
 // Incremental decoding (fill_kv_cache, forward_decode) runs the same ops over a KvCache (nn/kv_cache.hpp).
 // Test: tests/unit/test_nn_stack.cpp, tests/mpi/test_tp_equivalence.cpp; decoding: examples/qwen3vl/tests/
 // test_generate.cpp.

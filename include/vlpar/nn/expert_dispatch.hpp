@@ -135,8 +135,8 @@ struct ExpertTpRows {
 Result<ExpertTpRows> plan_expert_tp(comm::Communicator* etp, std::span<const int64_t> expert_offsets);
 /// @brief out [R_g, F] = every etp rank's rows `in` [R, F] at their gathered positions. Collective.
 Status gather_expert_rows(comm::Communicator* etp, const ExpertTpRows& g, TensorView out, TensorView in);
-/// @brief out [R, F] f32 = Σ over etp ranks q (ascending, from 0) of q's `in` [R_g, F] f32 at this rank's rows'
-/// gathered positions (the partial sums of an expert split by width). Collective.
+/// @brief out [R, F] = Σ over etp ranks q (ascending, from 0) of q's `in` [R_g, F] at this rank's rows' gathered
+/// positions (the partial sums of an expert split by width), f32 or bf16 rows of one dtype, summed in f32. Collective.
 Status reduce_scatter_expert_rows(const Context& ctx, comm::Communicator* etp, const ExpertTpRows& g, TensorView out,
                                   TensorView in);
 
@@ -149,7 +149,7 @@ Status agree_on_outcome(comm::Communicator* group, const Status& mine, const cha
 /// @brief Token rows to the experts: out[i] (in [local expert][src][token] order) = (w ·) in[token]. Collective.
 /// @param out     [N, F] written (N = d.received())
 /// @param in      [T, F]
-/// @param weights [T, K] f32 (f32 rows) or empty: scale each row by its routing weight before sending
+/// @param weights [T, K] f32 or empty: scale each row by its routing weight before sending
 Status dispatch_rows(const Context& ctx, comm::Communicator* ep, const ExpertDispatch& d, TensorView out, TensorView in,
                      TensorView weights = {});
 
@@ -159,10 +159,10 @@ Status dispatch_assignments(const Context& ctx, comm::Communicator* ep, const Ex
                             TensorView in);
 
 /// @brief Expert outputs back to their tokens: out[t] = Σ_k (ascending expert) (w_{t,k} ·) y_{t,k}. Collective.
-/// @param out      [T, F] f32 written
-/// @param rows     [N, F] f32, [local expert][src][token] order (what the experts produced from dispatch's out)
+/// @param out      [T, F] written, rows' dtype (each token's sum in f32, rounded once)
+/// @param rows     [N, F] f32 or bf16, [local expert][src][token] order (what the experts produced from dispatch's out)
 /// @param weights  [T, K] f32 or empty (a plain sum: the backward of dispatch_rows)
-/// @param returned [R_l, F] f32 or empty: receives every kept (token, k) output in this rank's permuted-row order
+/// @param returned [R_l, F] rows' dtype or empty: receives every kept (token, k) output in this rank's permuted-row order
 ///                 (d.local), for the routing-weight gradient (moe_row_dot; R_l = T·K less the dropped)
 Status combine_rows(const Context& ctx, comm::Communicator* ep, const ExpertDispatch& d, TensorView out,
                     TensorView rows, TensorView weights = {}, TensorView returned = {});

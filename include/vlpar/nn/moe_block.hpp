@@ -54,7 +54,8 @@
 // returns an error and none waits, provided the ep groups nest with the tp groups (ParallelConfig::validate
 // requires it under SP); the trainer skips such a step as it skips a non-finite loss (pipeline stages poison the
 // micro-batch: examples/qwen3vl/pipeline_stage.hpp).
-// Storage f32 (CPU). Test: tests/unit/test_moe.cpp (./build/cpu/tests/test_moe).
+// Activations in cfg.activation (f32 or bf16; router logits, probabilities and weights f32), weights f32 or bf16,
+// gradients and the expert bias f32. Test: tests/unit/test_moe.cpp (./build/cpu/tests/test_moe).
 #include <cstddef>
 #include <cstdint>
 

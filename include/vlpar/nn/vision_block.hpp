@@ -60,7 +60,7 @@ class VisionBlock {
   /// @param tp the vision tp group (sequence_parallel must be false); default: none
   VisionBlock(const VisionConfig& cfg, VisionBlockWeights w, VisionBlockWeights grads, TensorParallel tp = {});
 
-  /// @brief Checks the weights (present, HF shapes or their tp shards, contiguous f32), the non-empty gradients
+  /// @brief Checks the weights (present, HF shapes or their tp shards, contiguous f32 or bf16), the non-empty gradients
   /// (same shapes) and that tp divides the heads and the MLP width.
   Status check_weights() const;
 

@@ -71,7 +71,7 @@ class VisionEncoder {
   VisionEncoder(const VisionConfig& cfg, VisionEncoderWeights w, VisionEncoderWeights grads,
                 size_t first_block_param = 0, TensorParallel tp = {});
 
-  /// @brief Checks the config, every weight (present, HF shape, contiguous f32) and every non-empty gradient.
+  /// @brief Checks the config, every weight (present, HF shape, contiguous f32 or bf16) and every non-empty gradient.
   Status check_weights() const;
 
   /// @param pixels [Np, C·Tp·P·P] f32, Np = Σ t·h·w, rows in the processor's patch order (spec §2.1)

@@ -252,36 +252,44 @@ void gemm_rows_padded(cpu::GemmF32 g) {
 // bf16/f16 C is computed in f32 and rounded once at the end, so a row's result is the f32 path's on the same values.
 Status grouped_gemm(const Context& ctx, TensorView c, TensorView a, TensorView b, std::span<const int64_t> offsets,
                     GemmDesc desc) {
-  std::vector<float> a_store, b_store, c_store;
+  std::vector<float> a_store, c_store;
   VLPAR_ASSIGN_OR_RETURN(const F32Rows ma, f32_rows(ctx, a, a_store));
   VLPAR_ASSIGN_OR_RETURN(const F32Rows mc, f32_rows(ctx, c, c_store, desc.beta != 0.f));
   const int64_t G = int64_t(offsets.size()) - 1, Kd = ma.cols, N = mc.cols;
-  int64_t ldb = std::max(b.stride(1), b.size(2)), b_batch = b.size(0) == 1 ? 0 : b.stride(0);
-  const float* bdata = b.dtype == DType::kF32 ? b.ptr<float>() : nullptr;
-  if (bdata == nullptr) {  // [G_b, r, c] → a dense f32 copy
-    const TensorView b2(b.data, b.dtype, Shape{b.size(0) * b.size(1), b.size(2)});
-    TensorView strided = b2;
-    strided.strides[0] = ldb;
-    VLPAR_CHECK(b.size(0) == 1 || b.stride(0) == b.size(1) * ldb, "grouped_gemm: b {} has a gap between groups",
-                b.to_string());
-    VLPAR_ASSIGN_OR_RETURN(const F32Rows mb, f32_rows(ctx, strided, b_store));
-    bdata = mb.data;
-    ldb = mb.ld;
-    b_batch = b.size(0) == 1 ? 0 : b.size(1) * ldb;
+  // b[g] in f32: the view itself, or a widened dense copy of each b matrix a group with rows reads (an expert
+  // without tokens costs nothing; a broadcast b is widened once).
+  const bool widen = b.dtype != DType::kF32;
+  const int64_t ldb = widen ? b.size(2) : std::max(b.stride(1), b.size(2));
+  std::vector<const float*> bg(size_t(G), nullptr);
+  std::vector<std::vector<float>> b_store(size_t(b.size(0)));
+  for (int64_t g = 0; g < G; ++g) {
+    const int64_t bi = b.size(0) == 1 ? 0 : g;
+    if (!widen) {
+      bg[size_t(g)] = b.ptr<float>() + bi * b.stride(0);
+      continue;
+    }
+    if (offsets[size_t(g) + 1] == offsets[size_t(g)]) continue;
+    if (b_store[size_t(bi)].empty()) {
+      const int64_t es = int64_t(dtype_size(b.dtype));
+      TensorView m(static_cast<char*>(b.data) + bi * b.stride(0) * es, b.dtype, Shape{b.size(1), b.size(2)});
+      m.strides[0] = b.stride(1);
+      VLPAR_RETURN_IF_ERROR(f32_rows(ctx, m, b_store[size_t(bi)]).status());
+    }
+    bg[size_t(g)] = b_store[size_t(bi)].data();
   }
   const std::vector<Tile> tiles =
       make_tiles(G, [&](int64_t g) { return offsets[size_t(g) + 1] - offsets[size_t(g)]; }, N);
   parallel_for_dynamic(ctx, int64_t(tiles.size()), [&](int64_t i) {
     const Tile& t = tiles[size_t(i)];
     const int64_t row0 = offsets[size_t(t.g)] + t.m0;
-    const float* bg = bdata + t.g * b_batch;
+    const float* bt = bg[size_t(t.g)];
     cpu::GemmF32 gm;
     gm.M = t.m;
     gm.N = t.n;
     gm.K = Kd;
     gm.a = ma.row(row0);
     gm.lda = ma.ld;
-    gm.b = desc.trans_b ? bg + t.n0 * ldb : bg + t.n0;
+    gm.b = desc.trans_b ? bt + t.n0 * ldb : bt + t.n0;
     gm.ldb = ldb;
     gm.trans_b = desc.trans_b;
     gm.c = mc.row(row0) + t.n0;
@@ -291,7 +299,9 @@ Status grouped_gemm(const Context& ctx, TensorView c, TensorView a, TensorView b
     if (t.m % kRowQuantum != 0) return gemm_rows_padded(gm);
     cpu::gemm_f32_serial(gm);
   });
-  return store_rows(ctx, mc, c);
+  // A 16-bit c gets the groups' rows back, rounded once; rows outside [offsets[0], offsets[G]) stay untouched.
+  const int64_t lo = offsets.front(), hi = offsets.back();
+  return store_rows(ctx, F32Rows{mc.row(lo), hi - lo, mc.cols, mc.ld}, c.slice(0, lo, hi));
 }
 
 Status grouped_weight_grad(const Context& ctx, TensorView dw, TensorView a, TensorView dc,

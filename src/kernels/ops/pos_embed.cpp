@@ -5,7 +5,6 @@
 #include <fmt/core.h>
 
 #include <limits>
-#include <string_view>
 
 #include "../cpu_impl.hpp"
 #include "vlpar/core/checks.hpp"
@@ -27,8 +26,9 @@ Status check_matrix(const char* op, const char* name, const TensorView& v, int64
   return Status::Ok();
 }
 
+/// grad_table: the table is a gradient (pos_embed_backward's dtable), accumulated in f32.
 Status check_args(const char* op, const char* pe_name, const TensorView& pe, const char* table_name,
-                  const TensorView& table, std::span<const VisionGrid> grids, const PosEmbedDesc& d) {
+                  const TensorView& table, std::span<const VisionGrid> grids, const PosEmbedDesc& d, bool grad_table) {
   VLPAR_CHECK(d.side >= 1 && d.side <= 46340, "{}: table side G = {} must be in [1, 46340] (G² indexes fit i32)", op,
               d.side);
   VLPAR_CHECK(d.merge >= 1, "{}: merge size must be positive, got {}", op, d.merge);
@@ -38,8 +38,7 @@ Status check_args(const char* op, const char* pe_name, const TensorView& pe, con
   int64_t np = 0;
   for (const VisionGrid& g : grids) np += g.patches();
   const int64_t hv = table.size(1);
-  const bool backward = std::string_view(op) == "pos_embed_backward";  // dtable accumulates in f32
-  VLPAR_RETURN_IF_ERROR(check_matrix(op, table_name, table, d.side * d.side, hv, backward));
+  VLPAR_RETURN_IF_ERROR(check_matrix(op, table_name, table, d.side * d.side, hv, grad_table));
   return check_matrix(op, pe_name, pe, np, hv, false);
 }
 
@@ -60,13 +59,13 @@ Status check_vision_grids(const char* who, std::span<const VisionGrid> grids, in
 
 Status pos_embed_forward(const Context& ctx, TensorView pe, TensorView table, std::span<const VisionGrid> grids,
                          const PosEmbedDesc& desc) {
-  VLPAR_RETURN_IF_ERROR(check_args("pos_embed_forward", "pe", pe, "table", table, grids, desc));
+  VLPAR_RETURN_IF_ERROR(check_args("pos_embed_forward", "pe", pe, "table", table, grids, desc, false));
   return cpu_impl::pos_embed_forward(ctx, pe, table, grids, desc);
 }
 
 Status pos_embed_backward(const Context& ctx, TensorView dtable, TensorView dpe, std::span<const VisionGrid> grids,
                           const PosEmbedDesc& desc) {
-  VLPAR_RETURN_IF_ERROR(check_args("pos_embed_backward", "dpe", dpe, "dtable", dtable, grids, desc));
+  VLPAR_RETURN_IF_ERROR(check_args("pos_embed_backward", "dpe", dpe, "dtable", dtable, grids, desc, true));
   return cpu_impl::pos_embed_backward(ctx, dtable, dpe, grids, desc);
 }
 
