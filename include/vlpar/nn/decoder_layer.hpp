@@ -58,8 +58,9 @@ class DecoderLayer {
                   const GradReadyFn& ready) const;
   ParamRange params() const { return params_; }
   bool is_moe() const { return moe_.has_value(); }
-  /// Bytes the stash holds between forward and backward for `tokens` tokens under `mode` (activations in cfg.activation, statistics f32; the tp-local
-  /// heads and MLP width; a MoE layer's dispatch plan counted as i64 offsets + two i32 row maps).
+  /// Bytes the stash holds between forward and backward for `tokens` tokens under `mode` (activations in
+  /// cfg.activation, statistics f32; the tp-local heads and MLP width; a MoE layer's dispatch plan counted as i64
+  /// offsets + two i32 row maps).
   int64_t stash_bytes(int64_t tokens, Recompute mode) const;
   /// Bytes a backward run with ctx.weight_grads set (the I of a split backward) leaves queued for the W, for
   /// `tokens` tokens with every parameter trainable: the operands of the projections' weight-gradient GEMMs

@@ -160,10 +160,10 @@ Status dispatch_assignments(const Context& ctx, comm::Communicator* ep, const Ex
 
 /// @brief Expert outputs back to their tokens: out[t] = Σ_k (ascending expert) (w_{t,k} ·) y_{t,k}. Collective.
 /// @param out      [T, F] written, rows' dtype (each token's sum in f32, rounded once)
-/// @param rows     [N, F] f32 or bf16, [local expert][src][token] order (what the experts produced from dispatch's out)
+/// @param rows     [N, F] f32 or bf16, [local expert][src][token] order (what the experts made of dispatch's out)
 /// @param weights  [T, K] f32 or empty (a plain sum: the backward of dispatch_rows)
-/// @param returned [R_l, F] rows' dtype or empty: receives every kept (token, k) output in this rank's permuted-row order
-///                 (d.local), for the routing-weight gradient (moe_row_dot; R_l = T·K less the dropped)
+/// @param returned [R_l, F] rows' dtype or empty: receives every kept (token, k) output in this rank's permuted-row
+///                 order (d.local), for the routing-weight gradient (moe_row_dot; R_l = T·K less the dropped)
 Status combine_rows(const Context& ctx, comm::Communicator* ep, const ExpertDispatch& d, TensorView out,
                     TensorView rows, TensorView weights = {}, TensorView returned = {});
 

@@ -8,7 +8,8 @@
 // An empty gradient view freezes that parameter (nn/block.hpp): its weight-gradient GEMM is skipped, input
 // gradients still flow. This forward/backward signature is the interface every position-wise feed-forward block
 // of a decoder layer follows (the MoE block too), so a model can hold either per layer.
-// Activations in cfg.activation (f32 or bf16), weights f32 or bf16, gradients f32. Test: tests/unit/test_nn_stack.cpp, tests/mpi/test_tp_equivalence.cpp.
+// Activations in cfg.activation (f32 or bf16), weights f32 or bf16, gradients f32. Test: tests/unit/test_nn_stack.cpp,
+// tests/mpi/test_tp_equivalence.cpp.
 #include <cstddef>
 
 #include "vlpar/core/context.hpp"

@@ -4,7 +4,8 @@
 //   final merger    (postshuffle = false): LayerNorm(Hv) per patch, then view [N/m², m²·Hv]
 //   deepstack merger (postshuffle = true): view [N/m², m²·Hv], then LayerNorm(m²·Hv)
 //   then fc1 (m²Hv → m²Hv, bias) → exact erf GELU → fc2 (m²Hv → D, bias).
-// TP = 1 only. Activations in cfg.activation (f32 or bf16), weights f32 or bf16, gradients f32. Test: tests/unit/test_vision_block.cpp (reference: reference/vision.hpp).
+// TP = 1 only. Activations in cfg.activation (f32 or bf16), weights f32 or bf16, gradients f32. Test:
+// tests/unit/test_vision_block.cpp (reference: reference/vision.hpp).
 #include "vlpar/core/context.hpp"
 #include "vlpar/core/tensor.hpp"
 #include "vlpar/nn/vision_config.hpp"
