@@ -78,6 +78,14 @@ asan() {  # asan [full]
   local programs
   mapfile -t programs < build/sanitize/input_tests.txt
   for t in "${extra[@]}"; do programs+=("build/sanitize/examples/qwen3vl/$t"); done
+  # The slowest programs under ASan start first (test_loader ~35 s, test_checkpoint and test_tokenizer ~11 s on a
+  # 2-core machine): started last, test_loader alone kept one core busy for half a minute after the rest were done.
+  local slow=(test_loader test_checkpoint test_tokenizer) ordered=() p
+  for t in "${slow[@]}"; do
+    for p in "${programs[@]}"; do [ "$(basename "$p")" = "$t" ] && ordered+=("$p"); done
+  done
+  for p in "${programs[@]}"; do [[ " ${slow[*]} " == *" $(basename "$p") "* ]] || ordered+=("$p"); done
+  programs=("${ordered[@]}")
   run_tests sanitize "$skip" "${programs[@]}"
   scripts/fuzz.sh --seconds "$fuzz_seconds"
 }

@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # GPU day, one command: builds the real CUDA preset (core + kernels + the gpu tests only: VLPAR_GPU_CHECKS_ONLY),
-# records the device's facts, runs every `gpu` test on the device (the kernels through the public ops, and the PTX
+# checks the SASS of every instantiation it compiled (all dtypes; CI compiles f32 and bf16), records the device's
+# facts, runs every `gpu` test on the device (the kernels through the public ops, and the PTX
 # wrappers' tile kernels of tests/emu/warp_matrix_kernels.cu, which the emulator must match), runs
 # compute-sanitizer memcheck, racecheck and synccheck over them, probes what racecheck makes of named barriers
 # (bench/gpu/racecheck_named_barrier.cu), runs the CUDA kernel benchmarks, and writes one report,
@@ -81,6 +82,16 @@ racecheck_probe() {  # bench/gpu/racecheck_named_barrier.cu under racecheck: fai
   return $bad
 }
 
+sass() {  # every instantiation this build compiled (all dtypes: CI's nvcc build has f32 and bf16 only), checked
+  # against its family's promises with the machine's cuobjdump (tools/check_sass.py: HMMA, LDSM, LDGSTS, no spills)
+  local cuobjdump
+  cuobjdump=$(command -v cuobjdump || echo /usr/local/cuda/bin/cuobjdump)
+  python3 tools/check_sass.py --cuobjdump "$cuobjdump" \
+    --sources 'src/kernels/cuda/*.cuh' 'src/kernels/cuda/*.cu' \
+    --objects "$build"/CMakeFiles/vlpar_kernels_cuda.dir/src/kernels/cuda/*.cu.o \
+    --table "$build/sass_table.md" --cuda-include "$(dirname "$(dirname "$cuobjdump")")/include"
+}
+
 benchmarks() {  # each CUDA kernel benchmark; attention next to torch's flash SDPA, MoE next to torch._grouped_mm
   local b rc=0
   for b in "$build"/bench/bench_cuda_*; do
@@ -129,7 +140,7 @@ step() {  # step <name>: runs it with a 10-minute limit, appends its output to t
 commit=${VALIDATE_COMMIT:-$(git rev-parse --short HEAD 2>/dev/null)}
 { echo "# GPU validation, $(date -u '+%F %T') UTC"; echo; echo "commit $commit"
   echo; echo '```'; nvidia-smi 2>&1 | head -20; nvcc --version 2>&1 | tail -2; echo '```'; echo; } > "$report"
-for s in deps configure build_tests device_query gpu_tests memcheck racecheck synccheck racecheck_probe benchmarks; do
+for s in deps configure build_tests sass device_query gpu_tests memcheck racecheck synccheck racecheck_probe benchmarks; do
   step "$s"
 done
 { echo "## Summary"; echo; [ ${#failed[@]} -eq 0 ] && echo "every step passed" || echo "failed: ${failed[*]}"; } \
