@@ -15,8 +15,9 @@
 #                         and reused by every test (REUSE_FROM: the compiler checks that the flags agree;
 #                         -Winvalid-pch under -Werror turns a mismatch into an error, never a silent reparse).
 #                         It holds no vlpar header: those depend on macros that differ between test targets.
+#                         The header check (tests/CMakeLists.txt) has its own, of the standard library only.
 set(VLPAR_TEST_OPT_FLAGS "-Og" CACHE STRING "Optimisation flags of the tests' own sources (empty: the build type's)")
-option(VLPAR_TEST_PCH "One precompiled header shared by every test program" ON)
+option(VLPAR_TEST_PCH "Precompiled headers: one shared by every test program, one for the header check" ON)
 
 # vlpar_test_pch(): the target whose precompiled header the tests reuse (tests/CMakeLists.txt, before any test).
 function(vlpar_test_pch)

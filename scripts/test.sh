@@ -1,11 +1,13 @@
 #!/usr/bin/env bash
 # The README's test command (and what CI runs): installs missing dependencies, then runs the stages below. Each
-# stage prints `== stage <name>: <seconds> s` and fails CI when it overruns its budget in .ci/stage_budget.txt
-# by more than the earlier stages left unused (the budgets add up to the cold-machine limit, 25 minutes, so a new
-# suite has to make room instead of silently growing CI).
+# stage prints `== stage <name>: <seconds> s` against its budget in .ci/stage_budget.txt (the budgets add up to
+# the cold-machine target, 25 minutes, so a new suite has to make room instead of silently growing CI); CI fails
+# when the stages so far overrun their budgets by more than 4 minutes (slow CI machines; see stage() below).
 #   deps      Debian packages (scripts/install_deps.sh)
 #   generated the generated sources are up to date (CUDA instantiations, CPU dispatch), the layering of #includes,
-#             the rules of CUDA sources (prelude first, VLPAR_SHARED, launch<Kernel>: tools/check_cuda_sources.py)
+#             the rules of CUDA sources (prelude first, VLPAR_SHARED, launch<Kernel>: tools/check_cuda_sources.py),
+#             the standard includes of the public headers (tools/check_std_includes.py; the header check in
+#             tests/CMakeLists.txt proves the rest of each header's includes with the standard library precompiled)
 #   cuda      where nvcc exists: the CUDA kernels (vlpar_kernels_cuda) and the host code CUDA changes (core, comm
 #             with the NCCL backend), and
 #             the ptxas report of that very compile (every kernel per architecture: registers, spills; fails on
@@ -47,22 +49,30 @@ stage() {  # stage <name> <command...>
     exit 1
   fi
   # A stage may overrun its own budget by what the stages before it left unused (CI machines differ in speed
-  # from run to run, stage by stage); the run fails once the stages so far are past the sum of their budgets,
-  # so the whole run still fits the sum of all budgets (.ci/stage_budget.txt: the 25-minute target).
+  # from run to run, stage by stage). The budgets add up to the 25-minute target of a cold 2-core machine, but
+  # the same tree has measured 1.4x slower from one run to the next on one VM (the build stage 778 s, then
+  # 1104 s): the run fails once the stages so far are past their budgets by more than $slack s, the margin
+  # between the target and 29 minutes (the hard limit is 30), and a run past the target says so in its last line.
   stages_took=$(( stages_took + took ))
   stages_budget=$(( stages_budget + budget ))
   if [ "$took" -gt "$budget" ]; then
-    if [ "$stages_took" -gt "$stages_budget" ]; then
+    if [ "$stages_took" -gt $(( stages_budget + slack )) ]; then
       echo "stage '$name' took $took s, over its budget of $budget s, and the stages so far took $stages_took s," \
-           "over their $stages_budget s ($budget_file)" >&2
+           "more than $slack s over their $stages_budget s ($budget_file)" >&2
       exit 1
     fi
-    echo "stage '$name' took $took s, over its budget of $budget s: absorbed by the earlier stages" \
-         "($stages_took of $stages_budget s so far)"
+    if [ "$stages_took" -gt "$stages_budget" ]; then
+      echo "stage '$name' took $took s, over its budget of $budget s: the stages so far ($stages_took s) are" \
+           "over their $stages_budget s, within the $slack s margin of a slow machine"
+    else
+      echo "stage '$name' took $took s, over its budget of $budget s: absorbed by the earlier stages" \
+           "($stages_took of $stages_budget s so far)"
+    fi
   fi
 }
 stages_took=0
 stages_budget=0
+slack=240  # 29 minutes less the 25-minute sum of the budgets
 
 deps() { "$(pwd)/scripts/install_deps.sh"; }
 
@@ -71,6 +81,7 @@ generated() {
   python3 tools/gen_cpu_dispatch.py --check
   python3 tools/check_layering.py
   python3 tools/check_cuda_sources.py
+  python3 tools/check_std_includes.py
 }
 
 cuda() {
@@ -173,4 +184,10 @@ stage build build
 stage package package
 stage sanitize sanitize
 stage tests tests
-echo "== all checks passed in $(( $(date +%s) - start )) s"
+total=$(( $(date +%s) - start ))
+if [ "$stages_took" -gt "$stages_budget" ]; then
+  echo "== all checks passed in $total s: over the $stages_budget s target of $budget_file on this machine" \
+       "(stages $stages_took s)"
+else
+  echo "== all checks passed in $total s (target $stages_budget s)"
+fi

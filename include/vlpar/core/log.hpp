@@ -4,6 +4,7 @@
 #include <fmt/core.h>
 
 #include <string_view>
+#include <utility>
 
 namespace vlpar {
 

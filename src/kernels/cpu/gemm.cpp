@@ -6,6 +6,7 @@
 #include <Eigen/Dense>
 #include <vector>
 
+#include "f32_rows.hpp"
 #include "gemm_f32.hpp"
 #include "vlpar/core/checks.hpp"
 #include "vlpar/core/dispatch.hpp"
@@ -73,65 +74,32 @@ Mat as_mat(const TensorView& v) {
   return m;
 }
 
-/// Copies one [rows, cols] (ld) matrix of any float dtype into a dense fp32 buffer.
-template <class T>
-void widen(std::vector<float>& out, const T* p, int64_t rows, int64_t cols, int64_t ld) {
-  out.resize(size_t(rows * cols));
-  for (int64_t r = 0; r < rows; ++r)
-    for (int64_t c = 0; c < cols; ++c) out[size_t(r * cols + c)] = to_float(p[r * ld + c]);
-}
-
-Status widen_any(std::vector<float>& out, const TensorView& v, const Mat& m, int64_t b) {
-  VLPAR_FLOAT_SWITCH(v.dtype, T, "gemm", {
-    widen(out, v.ptr<T>() + b * m.batch_stride, m.rows, m.cols, m.ld);
-  });
-  return Status::Ok();
-}
-
-Status store_any(const TensorView& v, const Mat& m, int64_t b, const std::vector<float>& src) {
-  VLPAR_FLOAT_SWITCH(v.dtype, T, "gemm", {
-    T* p = v.ptr<T>() + b * m.batch_stride;
-    for (int64_t r = 0; r < m.rows; ++r)
-      for (int64_t c = 0; c < m.cols; ++c) p[r * m.ld + c] = from_float<T>(src[size_t(r * m.cols + c)]);
-  });
-  return Status::Ok();
+/// Matrix b of the batch of a checked view, untyped (src/kernels/cpu/f32_rows.hpp).
+cpu::AnyRows batch_rows(const TensorView& v, const Mat& m, int64_t b) {
+  return cpu::AnyRows{static_cast<char*>(v.data) + b * m.batch_stride * int64_t(dtype_size(v.dtype)), v.dtype,
+                      m.rows, m.cols, m.ld};
 }
 
 }  // namespace
 
+// 16-bit operands compute in f32: converted (exactly) into dense f32 copies, a 16-bit C computed in f32 and rounded
+// once at the end; f32 matrices are used in place.
 Status gemm(const Context& ctx, TensorView c, TensorView a, TensorView b, GemmDesc desc) {
   const Mat mc = as_mat(c), ma = as_mat(a), mb = as_mat(b);
-  const int64_t M = mc.rows, N = mc.cols;
   const int64_t K = desc.trans_a ? ma.rows : ma.cols;
-  const bool all_f32 = a.dtype == DType::kF32 && b.dtype == DType::kF32 && c.dtype == DType::kF32;
+  std::vector<float> sa, sb, sc;
   for (int64_t bi = 0; bi < mc.batch; ++bi) {
-    const int64_t ba = ma.batch == 1 ? 0 : bi, bb = mb.batch == 1 ? 0 : bi;
-    cpu::GemmF32 g{M, N, K, nullptr, ma.ld, desc.trans_a, nullptr, mb.ld, desc.trans_b, nullptr, mc.ld,
-                   desc.alpha, desc.beta};
-    if (all_f32) {
-      g.a = a.ptr<float>() + ba * ma.batch_stride;
-      g.b = b.ptr<float>() + bb * mb.batch_stride;
-      g.c = c.ptr<float>() + bi * mc.batch_stride;
-      cpu::gemm_f32(ctx, g);
-      continue;
-    }
-    std::vector<float> fa, fb, fc;
-    VLPAR_RETURN_IF_ERROR(widen_any(fa, a, ma, ba));
-    VLPAR_RETURN_IF_ERROR(widen_any(fb, b, mb, bb));
-    if (desc.beta != 0.f) VLPAR_RETURN_IF_ERROR(widen_any(fc, c, mc, bi));
-    else fc.assign(size_t(M * N), 0.f);
-    g.a = fa.data();
-    g.lda = ma.cols;
-    g.b = fb.data();
-    g.ldb = mb.cols;
-    g.c = fc.data();
-    g.ldc = N;
-    cpu::gemm_f32(ctx, g);
-    VLPAR_RETURN_IF_ERROR(store_any(c, mc, bi, fc));
+    const cpu::AnyRows ra = batch_rows(a, ma, ma.batch == 1 ? 0 : bi), rb = batch_rows(b, mb, mb.batch == 1 ? 0 : bi);
+    const cpu::AnyRows rc = batch_rows(c, mc, bi);
+    VLPAR_ASSIGN_OR_RETURN(const cpu::F32Rows fa, cpu::widen_rows(ctx, ra, sa));
+    VLPAR_ASSIGN_OR_RETURN(const cpu::F32Rows fb, cpu::widen_rows(ctx, rb, sb));
+    VLPAR_ASSIGN_OR_RETURN(const cpu::F32Rows fc, cpu::widen_rows(ctx, rc, sc, desc.beta != 0.f));
+    cpu::gemm_f32(ctx, cpu::GemmF32{mc.rows, mc.cols, K, fa.data, fa.ld, desc.trans_a, fb.data, fb.ld, desc.trans_b,
+                                    fc.data, fc.ld, desc.alpha, desc.beta});
+    VLPAR_RETURN_IF_ERROR(cpu::narrow_rows(ctx, fc, rc));
   }
   return Status::Ok();
 }
-
 
 Status linear_forward(const Context& ctx, TensorView y, TensorView x, TensorView w, TensorView bias) {
   VLPAR_RETURN_IF_ERROR(VLPAR_CPU_ISA_NAMESPACE::gemm(ctx, y, x, w, GemmDesc{false, true, 1.f, 0.f}));

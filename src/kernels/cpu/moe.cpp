@@ -6,6 +6,7 @@
 #include <algorithm>
 #include <vector>
 
+#include "f32_rows.hpp"
 #include "gemm_f32.hpp"
 #include "vlpar/core/dispatch.hpp"
 
@@ -14,14 +15,8 @@
 namespace vlpar::VLPAR_CPU_ISA_NAMESPACE {
 namespace {
 
-/// A row-major CPU matrix of T with a contiguous last dim (rows may be strided, e.g. a column slice).
-template <class T>
-struct Rows {
-  T* data = nullptr;
-  int64_t rows = 0, cols = 0, ld = 0;
-  T* row(int64_t r) const { return data + r * ld; }
-};
-using F32Rows = Rows<float>;
+using cpu::F32Rows;
+using cpu::Rows;
 
 /// The rows of a checked view (src/kernels/ops/moe.cpp checked shape, dtype and layout).
 template <class T = float>
@@ -29,39 +24,17 @@ Rows<T> rows_of(const TensorView& v) {
   return Rows<T>{v.ptr<T>(), v.size(0), v.size(1), v.size(0) <= 1 ? v.size(1) : v.stride(0)};
 }
 
+/// The same rows, untyped (src/kernels/cpu/f32_rows.hpp).
+cpu::AnyRows any_rows_of(const TensorView& v) {
+  return cpu::AnyRows{v.data, v.dtype, v.size(0), v.size(1), v.size(0) <= 1 ? v.size(1) : v.stride(0)};
+}
+
 /// The optional [T, K] routing weights: nullptr when empty.
 const float* weights_of(const TensorView& w) { return w.empty() ? nullptr : w.ptr<float>(); }
 
-/// f32 rows of a float view for the GEMMs: the view itself when it is f32, else a dense converted copy held in
-/// `store` (exact: every 16-bit float is an f32); `load` false leaves the copy uninitialised (an output).
+/// f32 rows of a float view for the GEMMs (cpu::widen_rows: the view itself when f32, else an exact dense copy).
 Result<F32Rows> f32_rows(const Context& ctx, const TensorView& v, std::vector<float>& store, bool load = true) {
-  if (v.dtype == DType::kF32) return rows_of<float>(v);
-  const F32Rows out{nullptr, v.size(0), v.size(1), v.size(1)};
-  store.resize(size_t(out.rows * out.cols));
-  F32Rows dense = out;
-  dense.data = store.data();
-  if (!load) return dense;
-  VLPAR_FLOAT_SWITCH(v.dtype, T, "moe f32 rows", {
-    const Rows<T> src = rows_of<T>(v);
-    parallel_for(ctx, dense.rows, dense.cols, [&](int64_t b, int64_t e) {
-      for (int64_t r = b; r < e; ++r)
-        for (int64_t c = 0; c < dense.cols; ++c) dense.row(r)[c] = to_float(src.row(r)[c]);
-    });
-  });
-  return dense;
-}
-
-/// Writes f32 rows back into a view of another float dtype (one rounding per element); nothing for an f32 view.
-Status store_rows(const Context& ctx, const F32Rows& from, const TensorView& v) {
-  if (v.dtype == DType::kF32) return Status::Ok();
-  VLPAR_FLOAT_SWITCH(v.dtype, T, "moe f32 rows", {
-    const Rows<T> dst = rows_of<T>(v);
-    parallel_for(ctx, from.rows, from.cols, [&](int64_t b, int64_t e) {
-      for (int64_t r = b; r < e; ++r)
-        for (int64_t c = 0; c < from.cols; ++c) dst.row(r)[c] = from_float<T>(from.row(r)[c]);
-    });
-  });
-  return Status::Ok();
+  return cpu::widen_rows(ctx, any_rows_of(v), store, load);
 }
 
 /// One output tile of a grouped GEMM: group g, rows [m0, m0 + m) of the group's output, columns [n0, n0 + n).
@@ -271,9 +244,9 @@ Status grouped_gemm(const Context& ctx, TensorView c, TensorView a, TensorView b
     if (offsets[size_t(g) + 1] == offsets[size_t(g)]) continue;
     if (b_store[size_t(bi)].empty()) {
       const int64_t es = int64_t(dtype_size(b.dtype));
-      TensorView m(static_cast<char*>(b.data) + bi * b.stride(0) * es, b.dtype, Shape{b.size(1), b.size(2)});
-      m.strides[0] = b.stride(1);
-      VLPAR_RETURN_IF_ERROR(f32_rows(ctx, m, b_store[size_t(bi)]).status());
+      const cpu::AnyRows m{static_cast<char*>(b.data) + bi * b.stride(0) * es, b.dtype, b.size(1), b.size(2),
+                           b.stride(1)};
+      VLPAR_RETURN_IF_ERROR(cpu::widen_rows(ctx, m, b_store[size_t(bi)]).status());
     }
     bg[size_t(g)] = b_store[size_t(bi)].data();
   }
@@ -301,7 +274,7 @@ Status grouped_gemm(const Context& ctx, TensorView c, TensorView a, TensorView b
   });
   // A 16-bit c gets the groups' rows back, rounded once; rows outside [offsets[0], offsets[G]) stay untouched.
   const int64_t lo = offsets.front(), hi = offsets.back();
-  return store_rows(ctx, F32Rows{mc.row(lo), hi - lo, mc.cols, mc.ld}, c.slice(0, lo, hi));
+  return cpu::narrow_rows(ctx, F32Rows{mc.row(lo), hi - lo, mc.cols, mc.ld}, any_rows_of(c.slice(0, lo, hi)));
 }
 
 Status grouped_weight_grad(const Context& ctx, TensorView dw, TensorView a, TensorView dc,
