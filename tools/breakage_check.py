@@ -8,6 +8,8 @@ import os, re, subprocess, sys, tempfile
 ROOT = tempfile.mkdtemp(prefix="vlpar-breakage-")
 subprocess.run(f"git -C {os.path.dirname(os.path.abspath(__file__))}/.. archive HEAD | tar -x -C {ROOT}", shell=True, check=True)
 cases = [
+  ('cublaslt plan: transposes not swapped with the operands', 'src/kernels/ops/gemm.cpp', '  p.trans_a = desc.trans_b;', '  p.trans_a = desc.trans_a;', 'test_cublaslt_plan'),
+  ('cublaslt plan: leading dims assume dense rows', 'src/kernels/ops/gemm.cpp', '  return cuda_kernels::LtLayout{v.dtype, cols, rows, rows <= 1 ? std::max<int64_t>(cols, 1) : v.stride(-2), batch,', '  return cuda_kernels::LtLayout{v.dtype, cols, rows, rows <= 1 ? std::max<int64_t>(cols, 1) : cols, batch,', 'test_cublaslt_plan'),
   ("etp bf16: the other ranks' partials not added", 'src/nn/expert_dispatch.cpp', '  if (sum.defined()) VLPAR_RETURN_IF_ERROR(convert_(out, acc));', '  if (sum.defined()) VLPAR_RETURN_IF_ERROR(convert_(out, first));', 'test_expert_dispatch:np2'),
   ('bf16: the replicated optimizer steps the bf16 value without its master', 'src/parallel/distributed_optimizer.cpp', '    const bool own = master_[i].defined();', '    const bool own = false;', 'test_distributed_optimizer:np2'),
   ('bf16: a ZeRO-1 state leaves the masters out', 'src/parallel/distributed_optimizer.cpp', '      if (k == 2 && p.value.dtype == DType::kF32) {  // the value is the master', '      if (k == 2) {  // the value is the master', 'test_distributed_optimizer:np2'),

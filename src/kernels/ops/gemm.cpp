@@ -1,12 +1,14 @@
 // The public GEMM and linear ops: every argument checked once here, then the device's implementation (CPU:
 // src/kernels/cpu/gemm.cpp; CUDA views: gemm runs the grouped GEMM kernels with one group, src/kernels/cuda/moe_ops.cu;
-// linear has no CUDA path yet). Test: tests/unit/test_gemm.cpp, tests/gpu/test_cuda_grouped_gemm.cpp.
+// linear has no CUDA path yet), and the cuBLASLt plan of a gemm (vlpar/kernels/cuda/cublaslt_plan.hpp) from the same
+// checks. Test: tests/unit/test_gemm.cpp, tests/unit/test_cublaslt_plan.cpp, tests/gpu/test_cuda_grouped_gemm.cpp.
 #include "vlpar/kernels/gemm.hpp"
 
 #include <algorithm>
 
 #include "../cpu_impl.hpp"
 #include "vlpar/core/checks.hpp"
+#include "vlpar/kernels/cuda/cublaslt_plan.hpp"
 #include "vlpar/kernels/cuda_ops.hpp"
 
 namespace vlpar {
@@ -46,6 +48,15 @@ Status check_gemm(const TensorView& c, const TensorView& a, const TensorView& b,
   VLPAR_CHECK((ma.batch == mc.batch || ma.batch == 1) && (mb.batch == mc.batch || mb.batch == 1),
               "gemm: batch sizes of A ({}), B ({}) and C ({}) must match or be 1", ma.batch, mb.batch, mc.batch);
   return Status::Ok();
+}
+
+/// The column-major view of the matrices of a checked row-major 2D/3D view as one cuBLASLt operand: [R, C] with
+/// row stride s is [C, R] with leading dim s; a batch of 1 under a larger batch is read by every entry (stride 0).
+cuda_kernels::LtLayout lt_layout(const TensorView& v, int64_t batch) {
+  const int64_t rows = v.size(-2), cols = v.size(-1);
+  const bool batched = v.ndim() == 3 && v.size(0) > 1;
+  return cuda_kernels::LtLayout{v.dtype, cols, rows, rows <= 1 ? std::max<int64_t>(cols, 1) : v.stride(-2), batch,
+                                batched ? v.stride(0) : 0};
 }
 
 Status check_linear(const char* op, const TensorView& y, const TensorView& x, const TensorView& w) {
@@ -94,4 +105,43 @@ Status linear_backward(const Context& ctx, TensorView dx, TensorView dw, TensorV
   return cpu_impl::linear_backward(ctx, dx, dw, dbias, dy, x, w);
 }
 
+namespace cuda_kernels {
+
+size_t cublaslt_workspace_bytes(int sm_version) { return size_t(sm_version >= 90 ? 32 : 4) << 20; }
+
+Result<LtMatmulPlan> plan_cublaslt_gemm(TensorView c, TensorView a, TensorView b, GemmDesc desc, TensorView bias,
+                                        int sm_version) {
+  VLPAR_RETURN_IF_ERROR(check_gemm(c, a, b, desc, /*cuda=*/true));
+  VLPAR_CHECK(a.dtype == b.dtype, "cuBLASLt gemm: A {} and B {} must have one dtype", a.to_string(), b.to_string());
+  VLPAR_CHECK(c.dtype == a.dtype || (a.dtype != DType::kF32 && c.dtype == DType::kF32),
+              "cuBLASLt gemm: {} A and B need C in {}{}, got {}", dtype_name(a.dtype), dtype_name(a.dtype),
+              a.dtype == DType::kF32 ? "" : " or f32", c.to_string());
+  const int64_t batch = c.ndim() == 3 ? c.size(0) : 1, M = c.size(-2), N = c.size(-1);
+  LtMatmulPlan p;
+  // Cᵀ = op(B)ᵀ · op(A)ᵀ in column-major terms: cuBLAS's A is B, its B is A, and each keeps its transpose.
+  p.trans_a = desc.trans_b;
+  p.trans_b = desc.trans_a;
+  p.m = N;
+  p.n = M;
+  p.k = desc.trans_a ? a.size(-2) : a.size(-1);
+  p.a = lt_layout(b, batch);
+  p.b = lt_layout(a, batch);
+  p.c = p.d = lt_layout(c, batch);
+  p.a_data = b.data;
+  p.b_data = a.data;
+  p.d_data = c.data;
+  p.alpha = desc.alpha;
+  p.beta = desc.beta;
+  if (!bias.empty()) {
+    VLPAR_CHECK(bias.ndim() == 1 && bias.size(0) == N && (bias.stride(0) == 1 || N <= 1) && bias.dtype == c.dtype,
+                "cuBLASLt gemm: the bias epilogue takes a contiguous [{}] bias of C's dtype {}, got {}", N,
+                dtype_name(c.dtype), bias.to_string());
+    p.epilogue = LtEpilogue::kBias;
+    p.bias = bias.data;
+  }
+  p.workspace_bytes = cublaslt_workspace_bytes(sm_version);
+  return p;
+}
+
+}  // namespace cuda_kernels
 }  // namespace vlpar
