@@ -29,7 +29,7 @@ function(vlpar_add_cuda_emulation)
   target_include_directories(vlpar_cudart_emu SYSTEM PUBLIC $<BUILD_INTERFACE:${VLPAR_CUDA_HEADERS}>)
   target_compile_definitions(vlpar_cudart_emu PRIVATE VLPAR_CUDA_EMU=1)
   target_link_libraries(vlpar_core PUBLIC vlpar_cudart_emu)
-  target_compile_definitions(vlpar_core PRIVATE VLPAR_WITH_CUDA=1 VLPAR_CUDA_RUNTIME_INCLUDED=1)
+  target_compile_definitions(vlpar_core PRIVATE VLPAR_WITH_CUDA=1 VLPAR_CUDA_EMU=1 VLPAR_CUDA_RUNTIME_INCLUDED=1)
 
   vlpar_component(cuda_emu SOURCES ${emu_dir}/runtime.cpp ${emu_dir}/launch.cpp ${emu_dir}/shared_memory.cpp
                   ${emu_dir}/access_hooks.cpp ${emu_dir}/warp_matrix.cpp ${emu_dir}/async_copy.cpp

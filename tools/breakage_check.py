@@ -8,6 +8,9 @@ import os, re, subprocess, sys, tempfile
 ROOT = tempfile.mkdtemp(prefix="vlpar-breakage-")
 subprocess.run(f"git -C {os.path.dirname(os.path.abspath(__file__))}/.. archive HEAD | tar -x -C {ROOT}", shell=True, check=True)
 cases = [
+  ('device cache: no second try after a failed cudaMalloc', 'src/core/allocator.cpp', '  if (err != cudaSuccess) {', '  if (false) {', 'test_emu_allocator'),
+  ('device cache: on in the emulated build (blocks larger than asked)', 'src/core/allocator.cpp', '  return 0;', '  return kNoCacheLimit;', 'test_emu_allocator'),
+  ('device cache: freed blocks never kept', 'src/core/allocator.cpp', '  } else if (device_cache_limit_ == 0 || !keep_cached(device, ptr, device_capacity(bytes))) {', '  } else if (device_cache_limit_ == 0 || true) {', 'test_emu_allocator'),
   ('cublaslt plan: transposes not swapped with the operands', 'src/kernels/ops/gemm.cpp', '  p.trans_a = desc.trans_b;', '  p.trans_a = desc.trans_a;', 'test_cublaslt_plan'),
   ('cublaslt plan: leading dims assume dense rows', 'src/kernels/ops/gemm.cpp', '  return cuda_kernels::LtLayout{v.dtype, cols, rows, rows <= 1 ? std::max<int64_t>(cols, 1) : v.stride(-2), batch,', '  return cuda_kernels::LtLayout{v.dtype, cols, rows, rows <= 1 ? std::max<int64_t>(cols, 1) : cols, batch,', 'test_cublaslt_plan'),
   ("etp bf16: the other ranks' partials not added", 'src/nn/expert_dispatch.cpp', '  if (sum.defined()) VLPAR_RETURN_IF_ERROR(convert_(out, acc));', '  if (sum.defined()) VLPAR_RETURN_IF_ERROR(convert_(out, first));', 'test_expert_dispatch:np2'),
