@@ -46,6 +46,11 @@ USES = [
     (r"\bstd::(sort|stable_sort|min_element|max_element|fill|copy|find|lower_bound|upper_bound|clamp)\b",
      "algorithm"),
     (r"\bstd::(accumulate|iota)\b", "numeric"),
+    (r"\bstd::(min|max|minmax)\b", "algorithm"),
+    (r"\bstd::numbers::", "numbers"),
+    (r"\bstd::(exception_ptr|current_exception|rethrow_exception)\b", "exception"),
+    (r"\bstd::(hash|less|greater|equal_to|plus)\b", "functional"),
+    (r"\bstd::(tuple|make_tuple|tie)\b", "tuple"),
     (r"\bstd::(is_same_v|enable_if_t|is_integral_v|is_floating_point_v|remove_cvref_t|decay_t|is_trivially_"
      r"copyable_v|underlying_type_t|conditional_t|integral_constant|is_signed_v)\b", "type_traits"),
     (r"\bstd::(same_as|integral|floating_point|convertible_to|invocable)\b", "concepts"),

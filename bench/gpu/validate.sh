@@ -47,7 +47,8 @@ gpu_tests() { ctest --test-dir "$build" -L gpu --output-on-failure --no-tests=er
 sanitize() {  # sanitize <tool> [gtest filter]: each gpu test binary under compute-sanitizer
   local out rc worst=0 t
   for t in "${gpu_test_bins[@]}"; do
-    out=$(compute-sanitizer --tool "$1" --error-exitcode 1 "$build/tests/$t" --gtest_brief=1 \
+    # VLPAR_DEVICE_CACHE=0: exact-size device blocks, freed at once, so memcheck sees every overrun and late use
+    out=$(VLPAR_DEVICE_CACHE=0 compute-sanitizer --tool "$1" --error-exitcode 1 "$build/tests/$t" --gtest_brief=1 \
           --gtest_filter="${2:-*}" 2>&1)
     rc=$?
     echo "-- $t"

@@ -96,6 +96,10 @@ TEST(EmuDeviceCache, AFailedAllocationFreesTheCacheAndTriesAgain) {
   EXPECT_NE(m.find("in use " + std::to_string(bigger) + " bytes, peak " + std::to_string(bigger) + " bytes"),
             std::string::npos) << m;
   a.deallocate(q.value(), bigger, kDev);
+  // A size the size-class rounding would wrap around (a negative size cast to size_t) is named, not rounded.
+  Result<void*> w = a.allocate(~size_t(0) - 100, kDev);
+  ASSERT_FALSE(w.ok());
+  EXPECT_NE(w.status().message().find("is beyond any memory"), std::string::npos) << w.status().to_string();
 }
 
 }  // namespace

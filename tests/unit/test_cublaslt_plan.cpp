@@ -9,6 +9,7 @@
 #include <map>
 #include <ostream>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "test_util.hpp"
@@ -35,7 +36,12 @@ double read(const void* base, DType dt, int64_t offset) {
 /// storage. Returns D by element offset from d_data (what the call would store where).
 std::map<int64_t, double> interpret(const LtMatmulPlan& p) {
   std::map<int64_t, double> d;
-  auto at = [](const LtLayout& l, int64_t b, int64_t r, int64_t s) { return b * l.batch_stride + r + s * l.ld; };
+  auto at = [](const LtLayout& l, int64_t b, int64_t r, int64_t s) {
+    if (r < 0 || r >= l.rows || s < 0 || s >= l.cols || b >= l.batch_count)
+      ADD_FAILURE() << "element (" << r << ", " << s << ") of batch " << b << " outside the layout " << l.rows
+                    << " x " << l.cols << " x " << l.batch_count;
+    return b * l.batch_stride + r + s * l.ld;
+  };
   for (int64_t b = 0; b < p.d.batch_count; ++b)
     for (int64_t j = 0; j < p.n; ++j)
       for (int64_t i = 0; i < p.m; ++i) {
@@ -135,7 +141,13 @@ TEST_P(CublasLtPlan, RunsTheRowMajorGemm) {
   EXPECT_EQ(p.k, K);
   EXPECT_EQ(p.workspace_bytes, size_t(4) << 20);
   EXPECT_EQ(p.epilogue, pc.bias ? LtEpilogue::kBias : LtEpilogue::kDefault);
-  for (const LtLayout* l : {&p.a, &p.b, &p.d}) {
+  // The layouts are the stored matrices: op(A) [m, k], op(B) [k, n], C and D [m, n].
+  using Dims = std::pair<int64_t, int64_t>;
+  EXPECT_EQ(p.trans_a ? Dims(p.a.cols, p.a.rows) : Dims(p.a.rows, p.a.cols), Dims(p.m, p.k));
+  EXPECT_EQ(p.trans_b ? Dims(p.b.cols, p.b.rows) : Dims(p.b.rows, p.b.cols), Dims(p.k, p.n));
+  EXPECT_EQ(Dims(p.c.rows, p.c.cols), Dims(p.m, p.n));
+  EXPECT_EQ(Dims(p.d.rows, p.d.cols), Dims(p.m, p.n));
+  for (const LtLayout* l : {&p.a, &p.b, &p.c, &p.d}) {
     EXPECT_GE(l->ld, l->rows) << "a leading dim below the rows";
     EXPECT_EQ(l->batch_count, pc.batch ? pc.batch : 1);
   }

@@ -6,7 +6,7 @@
 # Exit 77 (ctest: Skipped) when the photographs package is not installed (scripts/install_deps.sh installs it).
 # Usage: demo_short.sh VLPAR_DATA QWEN3VL_TRAIN QWEN3VL_GENERATE SOURCE_DIR WORK_DIR [--section.key=value ...]
 # (the overrides go to qwen3vl-train: qwen3vl_demo_short_bf16 passes --training.dtype=bf16)
-# VLPAR_DEMO_THREADS (default 2): the threads of training and evaluation. ctest runs the two demo tests with one
+# VLPAR_DEMO_THREADS (default 2): the threads of the data tool, training and evaluation. ctest runs the two demo tests with one
 # thread each, side by side (PROCESSORS 1): two 2-thread runs one after the other took ~25 % more machine time.
 set -euo pipefail
 threads=${VLPAR_DEMO_THREADS:-2}
@@ -20,11 +20,12 @@ fi
 rm -rf "$work" && mkdir -p "$work"
 echo "$photos" | LC_ALL=C sort > "$work/photos.txt"
 "$data_tool" make-demo --out "$work/data" --photo-list "$work/photos.txt" --images 600 --val-images 120 \
-  --threads 2 --no-progress > "$work/make_demo.log"
+  --threads "$threads" --no-progress > "$work/make_demo.log"
 cd "$src"
 "$train" --config examples/qwen3vl/configs/demo.toml --data.train="$work/data" --data.eval="$work/data" \
   --training.steps=150 --schedule.warmup_steps=10 --checkpoint.dir="$work/ckpt" --checkpoint.interval=0 \
-  --metrics.dir="$work/metrics" --metrics.log_interval=50 --metrics.trace=false --metrics.tensorboard=false --training.threads="$threads" "$@" \
+  --metrics.dir="$work/metrics" --metrics.log_interval=50 --metrics.trace=false --metrics.tensorboard=false \
+  --training.threads="$threads" "$@" \
   > "$work/train.log" 2>&1 || { tail -20 "$work/train.log"; exit 1; }
 grep '^step' "$work/train.log" | tail -3
 "$generate" --checkpoint "$work/ckpt" --eval --threads "$threads" | tee "$work/eval.txt"

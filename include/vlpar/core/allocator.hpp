@@ -17,9 +17,12 @@
 // device's work runs in one stream's order (the context's stream; the legacy default stream unless set): a kernel
 // that still reads the freed block runs before anything queued later on the new owner's behalf. When an
 // allocation fails, the device's cached blocks are freed and it is tried once more; the error then names the
-// requested size, the bytes in use and the peak. Limit: device_cache_limit bytes per device; by default none, and
-// 0 in the emulated build, whose bounds checks need every block at its exact cudaMalloc size (with the cache off,
-// device blocks are exact-size and freed at once, as before).
+// requested size, the bytes in use and the peak. Cached blocks are not available to other allocators of the
+// device (NCCL, cudaMallocAsync, library workspaces): release_cached() returns them. Limit: device_cache_limit
+// bytes per device; by default none, 0 (no cache: exact-size blocks freed at once) with VLPAR_DEVICE_CACHE=0 in
+// the environment (compute-sanitizer runs) and in the emulated build, whose bounds checks need every block at its
+// exact cudaMalloc size. Reuse in stream order assumes the legacy default stream (ctx.stream null), which orders
+// the runtime's own copies and memsets too.
 // Test: tests/unit/test_core.cpp (Allocator tests), tests/emu/test_emu_allocator.cpp (device blocks, emulated).
 #include <array>
 #include <atomic>

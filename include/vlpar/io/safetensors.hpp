@@ -13,6 +13,7 @@
 // tools/golden/make_safetensors_fixtures.py).
 #include <cstddef>
 #include <cstdint>
+#include <functional>
 #include <map>
 #include <span>
 #include <string>

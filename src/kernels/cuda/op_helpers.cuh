@@ -89,8 +89,9 @@ Status on_device(const char* op, int device, Fn&& fn) {
   return status;
 }
 
-/// Scratch device memory for one op call: from ctx.allocator when set (returned with cudaFree, which waits for
-/// the device), else stream-ordered on ctx.stream (cudaMallocAsync / cudaFreeAsync). Freed when it goes out of
+/// Scratch device memory for one op call: from ctx.allocator when set (its device block cache hands the block to
+/// later work in stream order; without the cache it is returned with cudaFree, which waits for the device), else
+/// stream-ordered on ctx.stream (cudaMallocAsync / cudaFreeAsync). Freed when it goes out of
 /// scope, after the kernels that use it have been queued.
 class Workspace {
  public:
