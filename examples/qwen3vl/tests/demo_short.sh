@@ -6,8 +6,8 @@
 # Exit 77 (ctest: Skipped) when the photographs package is not installed (scripts/install_deps.sh installs it).
 # Usage: demo_short.sh VLPAR_DATA QWEN3VL_TRAIN QWEN3VL_GENERATE SOURCE_DIR WORK_DIR [--section.key=value ...]
 # (the overrides go to qwen3vl-train: qwen3vl_demo_short_bf16 passes --training.dtype=bf16)
-# VLPAR_DEMO_THREADS (default 2): the threads of the data tool, training and evaluation. ctest runs the two demo tests with one
-# thread each, side by side (PROCESSORS 1): two 2-thread runs one after the other took ~25 % more machine time.
+# VLPAR_DEMO_THREADS (default 2): the threads of the data tool, training and evaluation. ctest runs the two demo
+# tests with one thread each, side by side (PROCESSORS 1): two 2-thread runs in turn took ~25 % more machine time.
 set -euo pipefail
 threads=${VLPAR_DEMO_THREADS:-2}
 data_tool=$1 train=$2 generate=$3 src=$4 work=$5
